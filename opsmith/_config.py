@@ -1,0 +1,149 @@
+"""Settings: one typed object backed by environment variables, overridable in code.
+
+Every variable opsmith reads is declared here, once; ``docs/settings.md`` documents them
+all. Values are read from the environment at each access (cheap), so a test or a user
+can change ``os.environ`` at run time; :meth:`Settings.override` scopes changes in code.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ._errors import ConfigError
+
+__all__ = ["Settings", "settings", "Setting"]
+
+
+def _to_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected 1/0, true/false, yes/no or on/off, got {text!r}")
+
+
+def _to_positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "opsmith")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its name in code, the variables it is read from, its parser and default."""
+
+    name: str
+    env: tuple[str, ...]
+    parse: Callable[[str], Any]
+    default: Callable[[], Any]
+    doc: str
+
+
+_SETTINGS: tuple[Setting, ...] = (
+    Setting("cache_dir", ("OPSMITH_CACHE_DIR", "TORCH_EXTENSIONS_DIR"), str, _default_cache_dir,
+            "Root of the artifact cache. `TORCH_EXTENSIONS_DIR` is honoured when the opsmith "
+            "variable is unset. Default: `$XDG_CACHE_HOME/opsmith` or `~/.cache/opsmith`."),
+    Setting("cxx", ("OPSMITH_CXX", "CXX"), str, lambda: None,
+            "C++ compiler. Default: `clang++` when installed (its precompiled headers are the "
+            "fastest), else `c++`, else `g++`."),
+    Setting("max_jobs", ("MAX_JOBS",), _to_positive_int, lambda: None,
+            "Parallel compile jobs. Default: the CPU cores, capped so that each job has "
+            "about 1.5 GiB of available memory."),
+    Setting("opt_level", ("OPSMITH_OPT_LEVEL",), str, lambda: "-O2",
+            "Optimisation flag added to C++ compiles (torch adds none, which means -O0). "
+            "A `-O` flag in `extra_cflags` wins over it."),
+    Setting("pch", ("OPSMITH_PCH",), _to_bool, lambda: True,
+            "Use precompiled torch headers for sources that include `torch/extension.h`."),
+    Setting("log_level", ("OPSMITH_LOG_LEVEL",), str.upper, lambda: None,
+            "Level for the `opsmith` logger (DEBUG, INFO, WARNING). Unset: the library "
+            "configures no logging."),
+    Setting("progress", ("OPSMITH_PROGRESS",), _to_bool, lambda: True,
+            "Show a progress display for long builds when stderr is a terminal."),
+    Setting("cuda_home", ("CUDA_HOME", "CUDA_PATH"), str, lambda: None,
+            "CUDA toolkit root, for nvcc and headers."),
+    Setting("cuda_arch_list", ("TORCH_CUDA_ARCH_LIST",), str, lambda: None,
+            "CUDA archs for nvcc builds, as torch parses them (`8.0;9.0`, `9.0+PTX`). "
+            "Default: the visible GPUs'."),
+    Setting("cuda_arch", ("OPSMITH_CUDA_ARCH",), str, lambda: None,
+            "Target arch for NVRTC kernels (`sm_90`). Default: the current device's."),
+)
+_BY_NAME = {s.name: s for s in _SETTINGS}
+
+
+class Settings:
+    """opsmith's settings, read from the environment at each access.
+
+    Examples
+    --------
+    >>> import opsmith
+    >>> with opsmith.settings.override(opt_level="-O3"):
+    ...     opsmith.settings.opt_level
+    '-O3'
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _overrides(self) -> list[dict[str, Any]]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def __getattr__(self, name: str) -> Any:
+        setting = _BY_NAME.get(name)
+        if setting is None:
+            raise AttributeError(f"opsmith has no setting {name!r}; settings: {sorted(_BY_NAME)}")
+        for layer in reversed(self._overrides()):
+            if name in layer:
+                return layer[name]
+        for var in setting.env:
+            text = os.environ.get(var)
+            if text is not None and text != "":
+                try:
+                    return setting.parse(text)
+                except ValueError as exc:
+                    raise ConfigError(f"environment variable {var}={text!r} is invalid: {exc}. "
+                                      f"Fix or unset it.") from None
+        return setting.default()
+
+    @contextlib.contextmanager
+    def override(self, **values: Any) -> Iterator[Settings]:
+        """Override settings for the current thread inside a ``with`` block."""
+        unknown = set(values) - set(_BY_NAME)
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {sorted(unknown)}; settings: {sorted(_BY_NAME)}")
+        stack = self._overrides()
+        stack.append(values)
+        try:
+            yield self
+        finally:
+            stack.remove(values)
+
+    @property
+    def cache_path(self) -> Path:
+        """The cache root as an absolute :class:`~pathlib.Path`."""
+        return Path(os.path.abspath(os.path.expanduser(self.cache_dir)))
+
+    @staticmethod
+    def describe() -> tuple[Setting, ...]:
+        """Every setting with its variables and documentation (used by docs and doctor)."""
+        return _SETTINGS
+
+    def __repr__(self) -> str:
+        return "Settings(" + ", ".join(f"{s.name}={getattr(self, s.name)!r}" for s in _SETTINGS) + ")"
+
+
+settings = Settings()
