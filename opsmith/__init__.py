@@ -29,6 +29,13 @@ _LAZY = {
     "load_artifact": "._extension",
     "Artifact": "._extension",
     # --- NVRTC kernels (issue 3): add names here ---
+    "CudaModule": "._kernel",
+    "Kernel": "._kernel",
+    "LaunchConfig": "._kernel",
+    "KernelAttributes": "._kernel",
+    "cuda_kernel": "._kernel",
+    "compile_cuda": "._nvrtc",
+    "CudaBinary": "._nvrtc",
     # --- end NVRTC kernels ---
 }
 
