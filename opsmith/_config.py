@@ -6,17 +6,17 @@ can change ``os.environ`` at run time; :meth:`Settings.override` scopes changes 
 """
 from __future__ import annotations
 
+import collections
 import contextlib
-import dataclasses
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ._errors import ConfigError
 
-__all__ = ["Settings", "settings", "Setting"]
+__all__ = ["Setting", "Settings", "settings"]
 
 
 def _to_bool(text: str) -> bool:
@@ -40,15 +40,10 @@ def _default_cache_dir() -> str:
     return os.path.join(base, "opsmith")
 
 
-@dataclasses.dataclass(frozen=True)
-class Setting:
+class Setting(collections.namedtuple("Setting", "name env parse default doc")):
     """One setting: its name in code, the variables it is read from, its parser and default."""
+    __slots__ = ()
 
-    name: str
-    env: tuple[str, ...]
-    parse: Callable[[str], Any]
-    default: Callable[[], Any]
-    doc: str
 
 
 _SETTINGS: tuple[Setting, ...] = (

@@ -15,9 +15,9 @@ records), so that a remote backend or export/import bundles can be layered on it
 """
 from __future__ import annotations
 
+import collections
 import abc
 import contextlib
-import dataclasses
 import errno
 import json
 import logging
@@ -30,8 +30,6 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-
-import filelock
 
 from ._errors import CacheError
 from ._keys import file_sha256
@@ -46,13 +44,9 @@ _FORMAT = 1
 _STALE_TMP_SECONDS = 3600.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Entry:
+class Entry(collections.namedtuple("Entry", "key path manifest")):
     """A verified cache entry: its key, directory and manifest."""
 
-    key: str
-    path: Path
-    manifest: dict[str, Any]
 
     def file(self, name: str) -> Path:
         if name not in self.manifest["files"]:
@@ -62,20 +56,13 @@ class Entry:
     @property
     def meta(self) -> dict[str, Any]:
         return self.manifest.get("meta", {})
+    __slots__ = ()
 
 
-@dataclasses.dataclass(frozen=True)
-class EntryInfo:
+class EntryInfo(collections.namedtuple("EntryInfo", "key kind name size created last_used hits path")):
     """What ``opsmith cache ls`` shows of an entry."""
+    __slots__ = ()
 
-    key: str
-    kind: str
-    name: str
-    size: int
-    created: float
-    last_used: float
-    hits: int
-    path: Path
 
 
 class Store(abc.ABC):
@@ -210,6 +197,7 @@ class LocalStore(Store):
     # -- lock -----------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
+        import filelock  # imported here: a warm load never locks, and filelock costs ~9 ms to import
         self.ensure()
         lk = filelock.FileLock(os.fspath(self.root / "locks" / f"{key}.lock"), mode=0o600)
         try:
