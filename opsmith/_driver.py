@@ -13,6 +13,7 @@ handling. ``bench/bench_kernels.py`` measures both launch routes.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import threading
 from typing import Any
 
@@ -40,7 +41,7 @@ def driver():
     if _drv is not None:
         return _drv
     try:
-        from cuda.bindings import driver as cu
+        cu = importlib.import_module("cuda.bindings.driver")
     except ImportError as exc:
         raise ToolchainError(f"launching CUDA kernels needs cuda-bindings, which is not importable "
                              f"({exc}). Install it: {INSTALL_HINT}") from None

@@ -17,6 +17,7 @@ changes the key.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import os
 import re
@@ -52,7 +53,7 @@ def _nvrtc():
     if _nvrtc_mod is not None:
         return _nvrtc_mod
     try:
-        from cuda.bindings import nvrtc
+        nvrtc = importlib.import_module("cuda.bindings.nvrtc")
     except ImportError as exc:
         raise ToolchainError(f"compiling CUDA kernels needs cuda-bindings, which is not "
                              f"importable ({exc}). Install it: {INSTALL_HINT}") from None
@@ -396,21 +397,23 @@ def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
         opts = req.nvrtc_options()
         nvrtc_stats["compiles"] += 1
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        # bytearray, never b" " * size: NVRTC writes into the buffer, and a 1-byte bytes
+        # object is CPython's shared singleton (writing into it corrupts the interpreter)
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * size
+        buf = bytearray(max(size, 1))
         nvrtc.nvrtcGetProgramLog(prog, buf)
-        text = buf.rstrip(b"\x00 ").decode(errors="replace")
+        text = bytes(buf).rstrip(b"\x00 ").decode(errors="replace")
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise _compile_error(req, text, opts)
         if text.strip():
             log.info("NVRTC log for %s:\n%s", req.name, text)
         if req.output == "cubin":
             _, size = nvrtc.nvrtcGetCUBINSize(prog)
-            code = b" " * size
+            code = bytearray(size)
             _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, code)[0], "nvrtcGetCUBIN")
         else:
             _, size = nvrtc.nvrtcGetPTXSize(prog)
-            code = b" " * size
+            code = bytearray(size)
             _check(nvrtc, nvrtc.nvrtcGetPTX(prog, code)[0], "nvrtcGetPTX")
         lowered = {}
         for expr in req.name_expressions:
@@ -419,6 +422,8 @@ def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
             lowered[expr] = low.decode()
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+    if req.output == "ptx":
+        code = code.rstrip(b"\x00")
     return CudaBinary(code=bytes(code), kind=req.output, arch=req.arch, lowered_names=lowered,
                       nvrtc_version=version, log=text, key=key, source=req.source, name=req.name)
 

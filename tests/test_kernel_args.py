@@ -1,0 +1,167 @@
+"""Signature parsing and launch-argument checks: every check runs before any driver call.
+
+These need no GPU: the kernels are compiled for a fixed arch and launched with CPU tensors
+or wrong arguments, which must be refused with a LaunchError naming the argument.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import opsmith
+from opsmith import LaunchConfig, LaunchError, SpecError
+from opsmith._signature import parse_kernels, parse_params, resolve_signature, split_name_expression
+
+torch = pytest.importorskip("torch")
+
+SRC = r"""
+// __global__ void in_a_comment(int x) {}
+extern "C" __global__ void __launch_bounds__(256) relu(const float* __restrict__ x,
+                                                       float* __restrict__ y, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+template <typename T, int N>
+__global__ void scale(T* x, T a, unsigned int n) {}
+extern "C" {
+__global__ void vec(float4* v, size_t n, double d, bool flag, const void* any, short* h) {}
+}
+__global__ void cpp_kernel(int* out, short s, unsigned char c) {}
+"""
+
+
+def test_parse_kernels_finds_declarations_with_attributes_templates_and_extern_c():
+    d = parse_kernels(SRC)
+    assert set(d) == {"relu", "scale", "vec", "cpp_kernel"}
+    assert d["relu"].extern_c and d["vec"].extern_c and not d["cpp_kernel"].extern_c
+    assert d["scale"].template_params == ("T", "N")
+    assert d["relu"].params_text == "const float* __restrict__ x, float* __restrict__ y, long long n"
+
+
+def test_parse_params_kinds_dtypes_ranges_and_alignment():
+    ps = parse_params(parse_kernels(SRC)["vec"].params_text)
+    assert [(p.name, p.kind) for p in ps] == [("v", "tensor"), ("n", "int"), ("d", "float"),
+                                              ("flag", "bool"), ("any", "tensor"), ("h", "tensor")]
+    assert ps[0].dtypes == ("float32",) and ps[0].align == 16
+    assert ps[1].range == (0, 2**64 - 1) and ps[4].dtypes == () and ps[5].dtypes == ("int16",)
+    assert parse_params("const __half* h, __nv_bfloat16* b")[1].dtypes == ("bfloat16",)
+    ps = parse_params("int a, unsigned b, long long c, short, unsigned char e, char* s")
+    assert [p.range for p in ps[:5]] == [(-2**31, 2**31 - 1), (0, 2**32 - 1), (-2**63, 2**63 - 1),
+                                         (-2**15, 2**15 - 1), (0, 255)]
+    assert ps[3].name == "arg3" and ps[5].dtypes == ("int8", "uint8")
+    assert parse_params("void") == [] and parse_params("") == []
+
+
+def test_template_resolution_and_name_expressions():
+    d = parse_kernels(SRC)["scale"]
+    ps = resolve_signature(d, ["double", "4"])
+    assert [(p.kind, p.dtypes, p.ctype) for p in ps][:2] == [("tensor", ("float64",), "double* x"),
+                                                             ("float", (), "double a")]
+    assert split_name_expression("ns::scale<float, 4>") == ("scale", ["float", "4"])
+    with pytest.raises(SpecError, match="template"):
+        resolve_signature(d, [])
+
+
+def test_unsupported_parameter_types_are_refused_when_the_kernel_is_taken():
+    mod = opsmith.CudaModule('struct P { float a; };\nextern "C" __global__ void k(P p, float** q) {}\n',
+                             arch="sm_90")
+    with pytest.raises(SpecError, match="argument 0 'p'"):
+        mod.get_kernel("k")
+    k = mod.get_kernel("k", signature="unsigned long long p, unsigned long long q")
+    assert [p.kind for p in k.params] == ["int", "int"]
+
+
+@pytest.fixture
+def relu():
+    return opsmith.CudaModule(SRC, arch="sm_90", name_expressions=["scale<float, 2>"]).get_kernel("relu")
+
+
+@pytest.fixture
+def no_driver(monkeypatch):
+    """Fail the test if anything reaches the CUDA driver."""
+    from opsmith import _driver
+
+    def boom(*a, **k):
+        raise AssertionError("a driver call happened before the arguments were checked")
+    for name in ("driver", "raw_launch", "load_module", "primary_context"):
+        monkeypatch.setattr(_driver, name, boom)
+
+
+CFG = LaunchConfig(grid=1, block=64)
+
+
+@pytest.mark.parametrize("args,pattern", [
+    ((), "takes 3 argument"),
+    (("x", "y"), "takes 3 argument"),
+    ((1, "y", 3), r"argument 0 'x' \(const float\* __restrict__ x\) expects a contiguous torch.float32 "
+                  r"CUDA tensor; got int 1 \(pass the tensor itself"),
+    (("T16", "T32", 4), r"argument 0 'x'.*got a torch.float16 tensor"),
+    (("T32", "T64", 4), r"argument 1 'y'.*got a torch.float64 tensor"),
+    (("T32", "NC", 4), r"argument 1 'y'.*non-contiguous"),
+    (("T32", "T32", 2.5), r"argument 2 'n' \(long long n\) expects a Python int.*got float 2.5"),
+    (("T32", "T32", 2**63), r"argument 2 'n'.*does not fit long long n"),
+    (("T32", "T32", "3"), r"argument 2 'n'.*got str"),
+    (("T32", "T32", 4), r"argument 0 'x'.*got a tensor on cpu"),  # all else fine: the device check
+])
+def test_wrong_arguments_raise_launch_error_before_any_driver_call(relu, no_driver, args, pattern):
+    made = {"T16": torch.randn(4).half(), "T32": torch.randn(4), "T64": torch.randn(4).double(),
+            "NC": torch.randn(8)[::2]}
+    args = tuple(made.get(a, a) if isinstance(a, str) else a for a in args)
+    with pytest.raises(LaunchError, match=pattern):
+        relu.launch(CFG, *args)
+    with pytest.raises(LaunchError, match=pattern):
+        relu(1, 64, args)
+
+
+def test_scalar_and_alignment_checks(no_driver):
+    mod = opsmith.CudaModule(SRC, arch="sm_90")
+    vec = mod.get_kernel("vec")
+    v, h = torch.randn(16), torch.zeros(4, dtype=torch.int16)
+    with pytest.raises(LaunchError, match=r"argument 0 'v' \(float4\* v\).*16-byte aligned"):
+        vec(1, 32, (v[1:], 4, 1.0, True, v, h))
+    with pytest.raises(LaunchError, match=r"argument 1 'n'.*does not fit"):
+        vec(1, 32, (v, -1, 1.0, True, v, h))
+    with pytest.raises(LaunchError, match=r"argument 2 'd'.*got str"):
+        vec(1, 32, (v, 4, "1.0", True, v, h))
+    with pytest.raises(LaunchError, match=r"argument 3 'flag'.*got int 2"):
+        vec(1, 32, (v, 4, 1.0, 2, v, h))
+    with pytest.raises(LaunchError, match=r"argument 5 'h' \(short\* h\).*got a torch.float32"):
+        vec(1, 32, (v, 4, 1.0, True, v, v))
+    with pytest.raises(LaunchError, match=r"argument 0 'v'.*on cpu"):  # void*: int64 passes; only the device stops it
+        vec(1, 32, (v, 4, 1, False, torch.zeros(3, dtype=torch.int64), h))
+    cpp = mod.get_kernel("cpp_kernel")
+    with pytest.raises(LaunchError, match=r"argument 1 's'.*does not fit"):
+        cpp(1, 32, (torch.zeros(4, dtype=torch.int32), 40000, 1))
+    with pytest.raises(LaunchError, match=r"argument 2 'c'.*does not fit"):
+        cpp(1, 32, (torch.zeros(4, dtype=torch.int32), 1, 256))
+
+
+def test_launch_config_is_validated():
+    assert LaunchConfig((2, 3), (32, 4)).grid == (2, 3, 1)
+    for grid, block, smem, pattern in [(0, 32, 0, ">= 1"), (1, 2048, 0, "1024"), (1, (32, 64), 0, "2048 threads"),
+                                       ((1, 70000), 32, 0, "65535"), (1, 32, -1, ">= 0"),
+                                       ("1", 32, 0, "int"), ((1, 1, 1, 1), 32, 0, "1 to 3")]:
+        with pytest.raises(LaunchError, match=pattern):
+            LaunchConfig(grid, block, smem)
+
+
+def test_numpy_integers_and_ints_for_floats_are_accepted(relu, no_driver):
+    np = pytest.importorskip("numpy")
+    x = torch.randn(4)
+    # passes every argument check and stops only at the device (CPU tensors here)
+    with pytest.raises(LaunchError, match="on cpu"):
+        relu(1, 64, (x, x, np.int64(4)))
+
+
+def test_launch_on_cpu_only_torch_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    mod = opsmith.CudaModule('extern "C" __global__ void k(int n) {}', arch="sm_90")
+    with pytest.raises(LaunchError, match="no CUDA support"):
+        mod.get_kernel("k")(1, 1, (3,))
+
+
+def test_no_driver_module_is_initialised_by_compiling_and_getting_kernels(relu):
+    from opsmith import _driver
+    assert _driver._drv is None or "torch" in sys.modules  # nothing called cuInit through us
