@@ -434,6 +434,17 @@ def print_table(res):
     print(f"{'measure':52s} {'value':>12s}")
     for name, v, unit in rows:
         print(f"{name:52s} {fmt(v, unit):>12s}")
+    vals = {name: v for name, v, _ in rows}
+
+    def ratio(a, b):
+        x, y = vals.get(a), vals.get(b)
+        return f"{y / x:.1f}x" if x and y else "-"
+    print(f"ratios (anchor / ours): cold vs CuPy {ratio(rows[0][0], rows[1][0])}, "
+          f"cold vs torch load_inline {ratio(rows[0][0], rows[5][0])}, "
+          f"warm vs CuPy {ratio(rows[6][0], rows[10][0])}, "
+          f"launch vs CuPy {ratio(rows[13][0], rows[19][0])}, "
+          f"launch vs Triton {ratio(rows[13][0], rows[22][0])}; "
+          f"ReLU f32x4 = {fmt(vals[rows[-1][0]], '%')} of copy bandwidth")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,12 @@ def driver():
     except ImportError as exc:
         raise ToolchainError(f"launching CUDA kernels needs cuda-bindings, which is not importable "
                              f"({exc}). Install it: {INSTALL_HINT}") from None
-    (err,) = cu.cuInit(0)
+    try:
+        (err,) = cu.cuInit(0)
+    except Exception as exc:  # cuda-pathfinder raises its own error when libcuda is absent
+        raise ToolchainError(f"the NVIDIA driver library (libcuda) could not be loaded: {exc}. "
+                             f"Kernels compile without a GPU, but launching needs an NVIDIA GPU "
+                             f"and its driver.") from None
     if int(err) != 0:
         raise ToolchainError(f"the CUDA driver could not be initialised ({error_name(err, cu)}). "
                              f"Check that an NVIDIA GPU and its driver are present (nvidia-smi).")

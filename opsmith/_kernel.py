@@ -445,7 +445,10 @@ class Kernel:
             if block is None:
                 from . import _driver
                 cu = _driver.driver()
-                err, _, block = cu.cuOccupancyMaxPotentialBlockSize(st.fn, None, shared_mem, 0)
+                try:
+                    err, _, block = cu.cuOccupancyMaxPotentialBlockSize(st.fn, None, shared_mem, 0)
+                except TypeError:  # bindings that want 0 for "no callback"
+                    err, _, block = cu.cuOccupancyMaxPotentialBlockSize(st.fn, 0, shared_mem, 0)
                 _driver.check(err, f"cuOccupancyMaxPotentialBlockSize({self.name})")
                 st.block_for[shared_mem] = block
         per_block = block * items_per_thread
