@@ -136,20 +136,28 @@ def phase_ours_launch():
         launch(cfg, small, sy, 1)
     torch.cuda.synchronize()
     out["call_us_launch_direct_loop"] = (time.perf_counter() - t) / N_CALLS * 1e6
-    # the same pre-packed launch through cuda-bindings instead of ctypes (which is faster?)
+    # the same pre-packed launch through other routes (which is fastest?)
+    from opsmith import _driver
     st = k._states[0]
-    params = ctypes.addressof(k._param_array)
+    ns = k._namespaces[0]
+    params = ns["params"].value
+    slots = [ns["S0"], ns["S1"], ns["S2"]]
     getraw = torch._C._cuda_getCurrentRawStream
+    fn_obj = cu.CUfunction(st.fn)
 
     def via_bindings():
-        k._slots[0].value = small.data_ptr()
-        k._slots[1].value = sy.data_ptr()
-        k._slots[2].value = 1
-        return cu.cuLaunchKernel(st.fn, 1, 1, 1, 256, 1, 1, 0, getraw(0), params, 0)
+        slots[0].value = small.data_ptr()
+        slots[1].value = sy.data_ptr()
+        slots[2].value = 1
+        return cu.cuLaunchKernel(fn_obj, 1, 1, 1, 256, 1, 1, 0, getraw(0), params, 0)
     out["call_us_prepacked_cuda_bindings"] = bench_call(via_bindings)
-    raw = k._ns["cu_launch"]
-    out["call_us_raw_ctypes_no_checks"] = bench_call(
-        lambda: raw(st.handle, 1, 1, 1, 256, 1, 1, 0, getraw(0), params, None))
+    raw = _driver.raw_launch()
+    out["call_us_raw_ctypes_cuLaunchKernel_no_checks"] = bench_call(
+        lambda: raw(st.fn, 1, 1, 1, 256, 1, 1, 0, getraw(0), params, None))
+    ex = _driver.launch_ex()
+    c = cfg._ex[getraw(0)]
+    pp = ns["params"]
+    out["call_us_raw_cuLaunchKernelEx_no_checks"] = bench_call(lambda: ex(c, st.fnp, pp, None))
 
     def naive():  # the anchor's naive cuda-bindings launch (gpu_floor.py)
         args = ((small.data_ptr(), sy.data_ptr(), 1), (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong))
@@ -416,7 +424,8 @@ def print_table(res):
         ("launch, kernel(grid, block, args) (ours)", _g(res, "ours_launch", "call_us_cupy_style"), "us"),
         ("launch, launch_n (ours)", _g(res, "ours_launch", "call_us_launch_n"), "us"),
         ("launch, pre-packed via cuda-bindings", _g(res, "ours_launch", "call_us_prepacked_cuda_bindings"), "us"),
-        ("launch, raw ctypes, no checks", _g(res, "ours_launch", "call_us_raw_ctypes_no_checks"), "us"),
+        ("launch, raw ctypes cuLaunchKernel, no checks", _g(res, "ours_launch", "call_us_raw_ctypes_cuLaunchKernel_no_checks"), "us"),
+        ("launch, raw ctypes cuLaunchKernelEx, no checks", _g(res, "ours_launch", "call_us_raw_cuLaunchKernelEx_no_checks"), "us"),
         ("launch (naive cuda-bindings)", _g(res, "ours_launch", "call_us_naive_cuda_bindings"), "us"),
         ("launch (CuPy RawKernel)", best([k for k in res if k.startswith("cupy_")], "call_us"), "us"),
         ("launch (torch._compile_kernel)", _g(res, "torch_compile_kernel", "call_us"), "us"),
@@ -442,8 +451,8 @@ def print_table(res):
     print(f"ratios (anchor / ours): cold vs CuPy {ratio(rows[0][0], rows[1][0])}, "
           f"cold vs torch load_inline {ratio(rows[0][0], rows[5][0])}, "
           f"warm vs CuPy {ratio(rows[6][0], rows[10][0])}, "
-          f"launch vs CuPy {ratio(rows[13][0], rows[19][0])}, "
-          f"launch vs Triton {ratio(rows[13][0], rows[22][0])}; "
+          f"launch vs CuPy {ratio(rows[13][0], rows[20][0])}, "
+          f"launch vs Triton {ratio(rows[13][0], rows[23][0])}; "
           f"ReLU f32x4 = {fmt(vals[rows[-1][0]], '%')} of copy bandwidth")
 
 

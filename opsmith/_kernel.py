@@ -87,6 +87,10 @@ class LaunchConfig:
         object.__setattr__(self, "block", block)
         object.__setattr__(self, "shared_mem", smem)
         object.__setattr__(self, "_dims", (*grid, *block, smem))
+        object.__setattr__(self, "_ex", {})  # raw stream -> pointer to a filled CUlaunchConfig
+
+    def __reduce__(self):  # the per-stream driver structs stay behind
+        return (LaunchConfig, (self.grid, self.block, self.shared_mem))
 
     @property
     def threads(self) -> int:
@@ -115,14 +119,34 @@ class KernelAttributes:
         return self.local_bytes > 0
 
 
+class _CULaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` (cuda.h), the first argument of ``cuLaunchKernelEx``."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
+
+
+def _ex_config(config: LaunchConfig, stream: int) -> ctypes.c_void_p:
+    """A CUlaunchConfig for ``config`` on ``stream``, built once and kept on the config."""
+    if len(config._ex) >= 64:  # streams come and go: keep the cache small
+        config._ex.clear()
+    cfg = _CULaunchConfig(*config._dims, stream, None, 0)
+    ptr = ctypes.c_void_p(ctypes.addressof(cfg))
+    ptr._keep = cfg  # the pointer keeps its struct alive
+    config._ex[stream] = ptr
+    return ptr
+
+
 class _DeviceState:
     """A kernel loaded on one device: its function handle and the limits checked at launch."""
 
-    __slots__ = ("fn", "handle", "ok", "attrs", "smem_limit", "smem_set", "block_for")
+    __slots__ = ("fn", "fnp", "ok", "attrs", "smem_limit", "smem_set", "block_for")
 
-    def __init__(self, fn, attrs: KernelAttributes, smem_limit: int) -> None:
+    def __init__(self, fn: int, attrs: KernelAttributes, smem_limit: int) -> None:
         self.fn = fn
-        self.handle = int(fn)
+        self.fnp = ctypes.c_void_p(fn)  # pre-converted: a ctypes call without argtypes
         self.ok: dict[int, LaunchConfig] = {}
         self.attrs = attrs
         self.smem_limit = smem_limit  # the device's opt-in maximum of shared memory per block
@@ -298,16 +322,22 @@ def _current_arch() -> str:
 
 _TEMPLATE = '''
 def launch(config, *args, stream=None):
+    if get_ident() != owner:
+        return other_thread(config, args, stream)
     if len(args) != {n}:
         fail_count(args)
     {unpack}
 {body}
     st = states.get(dev)
     if st is None or st.ok.get(id(config)) is not config or dev != getdev():
-        return slow(config, dev, stream)
-    r = cu_launch(st.handle, *config._dims, rawstream(dev) if stream is None else stream_handle(stream, dev), params, None)
+        return slow(config, dev, stream, params)
+    s = rawstream(dev) if stream is None else stream_handle(stream, dev)
+    c = config._ex.get(s)
+    if c is None:
+        c = ex_config(config, s)
+    r = launch_ex(c, st.fnp, params, None)
     if r:
-        failed(r, config, dev, stream)
+        failed(r, config, dev, stream, params)
 '''
 
 
@@ -339,30 +369,39 @@ class Kernel:
         self._states: dict[int, _DeviceState] = {}
         self._configs: dict[tuple, LaunchConfig] = {}
         self._lock = threading.Lock()
-        self._slots = [p.ctypes_type() for p in self.params]
-        self._param_array = (ctypes.c_void_p * max(1, len(self._slots)))(
-            *[ctypes.addressof(s) for s in self._slots])
-        self.launch = self._build_launcher()
+        self._local = threading.local()
+        self._namespaces: list[dict[str, Any]] = []
+        self.launch = self._build_launcher(threading.get_ident())
 
     # -- the generated fast path ------------------------------------------------------------
-    def _build_launcher(self):
+    def _build_launcher(self, owner: int):
+        """The launch function for thread ``owner``, with its own argument slots.
+
+        Each thread packs into its own slots, so that two threads launching one kernel at
+        once cannot mix their arguments.
+        """
         import torch
+        slots = [p.ctypes_type() for p in self.params]
+        array = (ctypes.c_void_p * max(1, len(slots)))(*[ctypes.addressof(x) for x in slots])
+        params = ctypes.c_void_p(ctypes.addressof(array))
+        params._keep = (array, slots)
         ns: dict[str, Any] = {
+            "owner": owner, "get_ident": threading.get_ident, "other_thread": self._other_thread,
+            "ex_config": _ex_config, "launch_ex": _no_driver_launch,  # libcuda's at the first launch
             "Tensor": torch.Tensor, "states": self._states,
             "getdev": getattr(torch._C, "_cuda_getDevice", _no_cuda_torch),
             "rawstream": getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda_torch),
             "stream_handle": _stream_handle,
-            "params": ctypes.addressof(self._param_array), "slow": self._launch_slow,
+            "params": params, "slow": self._launch_slow,
             "failed": self._launch_failed, "fail": self._fail_arg, "fail_count": self._fail_count,
             "fail_device": self._fail_device, "as_int": self._as_int, "as_float": self._as_float,
-            "cu_launch": _no_driver_launch,  # replaced by libcuda's at the first launch
         }
-        self._ns = ns
+        self._namespaces.append(ns)
         body: list[str] = []
         tensors: list[int] = []
         for p in self.params:
             i, a = p.index, f"a{p.index}"
-            ns[f"S{i}"] = self._slots[i]
+            ns[f"S{i}"] = slots[i]
             if p.kind == "tensor":
                 tensors.append(i)
                 body.append(f"    if type({a}) is not Tensor and not isinstance({a}, Tensor): fail({i}, {a})")
@@ -444,13 +483,7 @@ class Kernel:
             block = st.block_for.get(shared_mem)
             if block is None:
                 from . import _driver
-                cu = _driver.driver()
-                try:
-                    err, _, block = cu.cuOccupancyMaxPotentialBlockSize(st.fn, None, shared_mem, 0)
-                except TypeError:  # bindings that want 0 for "no callback"
-                    err, _, block = cu.cuOccupancyMaxPotentialBlockSize(st.fn, 0, shared_mem, 0)
-                _driver.check(err, f"cuOccupancyMaxPotentialBlockSize({self.name})")
-                st.block_for[shared_mem] = block
+                block = st.block_for[shared_mem] = _driver.occupancy_block_size(st.fn, shared_mem)
         per_block = block * items_per_thread
         return LaunchConfig(((n + per_block - 1) // per_block,), (block,), shared_mem)
 
@@ -481,9 +514,7 @@ class Kernel:
         """Resident blocks per multiprocessor at ``block_size`` threads and ``shared_mem`` bytes."""
         from . import _driver
         st = self._state(_current_device())
-        err, blocks = _driver.driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(st.fn, block_size, shared_mem)
-        _driver.check(err, f"cuOccupancyMaxActiveBlocksPerMultiprocessor({self.name})")
-        return int(blocks)
+        return _driver.occupancy_active_blocks(st.fn, block_size, shared_mem)
 
     # -- slow path: first launch on a device, a new config, another device, errors ----------------
     def _state(self, dev: int) -> _DeviceState:
@@ -497,13 +528,9 @@ class Kernel:
                 return st
             module = self.module._module_on(dev)
             fn = _driver.get_function(module, self.symbol, self.name)
-            cu = _driver.driver()
-            A = cu.CUfunction_attribute
 
             def attr(name: str) -> int:
-                err, v = cu.cuFuncGetAttribute(getattr(A, "CU_FUNC_ATTRIBUTE_" + name), fn)
-                _driver.check(err, f"cuFuncGetAttribute({name})")
-                return int(v)
+                return _driver.func_attribute(fn, name)
             attrs = KernelAttributes(
                 registers=attr("NUM_REGS"), static_shared_bytes=attr("SHARED_SIZE_BYTES"),
                 max_dynamic_shared_bytes=attr("MAX_DYNAMIC_SHARED_SIZE_BYTES"),
@@ -539,45 +566,51 @@ class Kernel:
                 f"on cuda:{dev}")
         if config.shared_mem > st.smem_set:  # above 48 KiB needs an explicit opt-in
             from . import _driver
-            cu = _driver.driver()
-            (err,) = cu.cuFuncSetAttribute(
-                st.fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                st.smem_limit - a.static_shared_bytes)
-            _driver.check(err, f"raising {self.name}'s dynamic shared memory limit")
+            _driver.func_set_attribute(st.fn, "MAX_DYNAMIC_SHARED_SIZE_BYTES",
+                                       st.smem_limit - a.static_shared_bytes)
             st.smem_set = st.smem_limit - a.static_shared_bytes
         if len(st.ok) >= _ACCEPTED_SHARED_CONFIGS:
             st.ok.clear()
         st.ok[id(config)] = config
 
-    def _launch_slow(self, config, dev: int, stream) -> None:
+    def _launch_slow(self, config, dev: int, stream, params) -> None:
         import torch
         from . import _driver
         st = self._state(dev)
         self._validate(config, st, dev)
-        self._ns["cu_launch"] = _driver.raw_launch()
+        launch_ex = _driver.launch_ex()
+        for ns in self._namespaces:
+            ns["launch_ex"] = launch_ex
         s = torch._C._cuda_getCurrentRawStream(dev) if stream is None else _stream_handle(stream, dev)
-        cu_launch = _driver.raw_launch()
-        params = ctypes.addressof(self._param_array)
+        c = config._ex.get(s) or _ex_config(config, s)
         r = _driver.CUDA_ERROR_INVALID_CONTEXT
         if dev == torch._C._cuda_getDevice():
-            r = cu_launch(st.handle, *config._dims, s, params, None)
+            r = launch_ex(c, st.fnp, params, None)
         if r == _driver.CUDA_ERROR_INVALID_CONTEXT:  # another device, or a thread with no context yet
             with _driver.pushed_context(dev):
-                r = cu_launch(st.handle, *config._dims, s, params, None)
+                r = launch_ex(c, st.fnp, params, None)
         if r:
             self._raise_launch(r, config, dev)
 
-    def _launch_failed(self, r: int, config, dev: int, stream) -> None:
+    def _launch_failed(self, r: int, config, dev: int, stream, params) -> None:
         from . import _driver
         if r == _driver.CUDA_ERROR_INVALID_CONTEXT:
-            return self._launch_slow(config, dev, stream)
+            return self._launch_slow(config, dev, stream, params)
         self._raise_launch(r, config, dev)
+
+    def _other_thread(self, config, args, stream):
+        """A launch from a thread other than the kernel's first: that thread's own launcher."""
+        launch = getattr(self._local, "launch", None)
+        if launch is None:
+            with self._lock:
+                launch = self._local.launch = self._build_launcher(threading.get_ident())
+        return launch(config, *args, stream=stream)
 
     def _raise_launch(self, r: int, config, dev: int):
         from . import _driver
-        raise LaunchError(f"cuLaunchKernel({self.name}, grid={config.grid}, block={config.block}, "
+        raise LaunchError(f"cuLaunchKernelEx({self.name}, grid={config.grid}, block={config.block}, "
                           f"shared_mem={config.shared_mem}) on cuda:{dev} failed: "
-                          f"{_driver.error_name(r, _driver.driver())}")
+                          f"{_driver.error_name(r)}")
 
     # -- error messages (only on failure) --------------------------------------------------------
     def _where(self, p: sig.Param) -> str:
