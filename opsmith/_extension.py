@@ -151,12 +151,12 @@ def load_artifact(artifact: Artifact):
             torch.ops.load_library(path)
             result = path
         else:
-            result = _import_module(artifact.name, path)
+            result = _import_module(artifact.name, path, artifact.key)
         _loaded[path] = result
         return result
 
 
-def _import_module(name: str, path: str):
+def _import_module(name: str, path: str, key: str):
     # The init symbol is PyInit_<TORCH_EXTENSION_NAME> (a constant) for sources that use the
     # macro, or PyInit_<name> for sources that spell the module name out, as torch allows.
     try:
@@ -172,12 +172,14 @@ def _import_module(name: str, path: str):
             f"{path} is not a Python extension module: it defines no PyInit_{name}. Add "
             f"`PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ ... }}` to a source (or pass functions= "
             f"to load_inline), or pass is_python_module=False for a library of TORCH_LIBRARY ops.")
-    loader = importlib.machinery.ExtensionFileLoader(init_name, path)
-    spec = importlib.util.spec_from_file_location(init_name, path, loader=loader)
+    # CPython calls PyInit_<last dotted component>; pybind11 (3.x) caches initialised modules
+    # by the spec's full name, so that name must differ per artifact: prefix it with the key.
+    spec_name = f"_opsmith_{key[:16]}.{init_name}"
+    loader = importlib.machinery.ExtensionFileLoader(spec_name, path)
+    spec = importlib.util.spec_from_file_location(spec_name, path, loader=loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    if init_name != name:
-        module.__name__ = name
+    module.__name__ = name
     return module
 
 

@@ -132,7 +132,14 @@ class ExtensionSpec(collections.namedtuple("ExtensionSpec", "name sources kind w
         for i, text in enumerate(cpp):
             parts.append(f'#line 1 "cpp_sources[{i}]"')
             parts.append(text)
-        if functions is not None:
+        if functions is not None and any("PYBIND11_MODULE" in t for t in cpp):
+            # torch would emit a second module definition and fail to compile; the user's own
+            # PYBIND11_MODULE already says what to export.
+            import logging
+            logging.getLogger("opsmith").warning(
+                "load_inline(%r): cpp_sources define PYBIND11_MODULE themselves, so functions= "
+                "is not used to generate bindings", name)
+        elif functions is not None:
             parts.append('#line 1 "<opsmith: generated bindings>"')
             parts.append(_bindings(functions, with_pytorch_error_handling))
         srcs = [Source(display="main.cpp", text="\n".join(parts).encode(), lang="c++",
