@@ -1,0 +1,109 @@
+"""``opsmith demo``: build the tutorial's ReLU op, check it against torch, time cold and warm loads.
+
+The CPU part always runs. The CUDA part runs where a GPU is present (NVRTC kernel path);
+without one the demo says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+__all__ = ["run_demo", "RELU_CPP"]
+
+# The tutorial's ReLU (002), for CPU tensors: the same op its CUDA kernel computes.
+RELU_CPP = r'''
+torch::Tensor relu(torch::Tensor x) {
+  TORCH_CHECK(x.device().is_cpu(), "relu: expected a CPU tensor");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat, "relu: expected float32");
+  auto xc = x.contiguous();
+  auto y = torch::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const int64_t n = xc.numel();
+  for (int64_t i = 0; i < n; ++i) yp[i] = xp[i] > 0.f ? xp[i] : 0.f;
+  return y;
+}
+'''
+
+_CHILD = r'''
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+import opsmith
+from opsmith._demo import RELU_CPP
+art = opsmith.build_inline("opsmith_demo_relu", RELU_CPP, functions=["relu"])
+m = opsmith.load_artifact(art)
+t2 = time.perf_counter()
+x = torch.randn(1 << 20)
+ok = bool(torch.equal(m.relu(x), torch.relu(x)))
+print(json.dumps({"load_s": t2 - t1, "built": art.built, "ok": ok, "path": str(art.path)}))
+'''
+
+
+def _child(env) -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        raise SystemExit(f"opsmith demo: the build failed (exit {out.returncode}); see above")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_demo(fresh: bool = False) -> int:
+    """Run the demo; returns a process exit code."""
+    from ._config import settings
+    env = dict(os.environ)
+    if fresh:
+        env["OPSMITH_CACHE_DIR"] = tempfile.mkdtemp(prefix="opsmith-demo-")
+    cache = env.get("OPSMITH_CACHE_DIR") or os.fspath(settings.cache_path)
+    print(f"opsmith demo: the tutorial's ReLU as a torch op (cache: {cache})")
+    t = time.perf_counter()
+    cold = _child(env)
+    cold_wall = time.perf_counter() - t
+    warm = _child(env)
+    what = "built" if cold["built"] else "found in the cache"
+    print(f"  CPU relu: {what} in {cold['load_s']:.2f} s (process {cold_wall:.1f} s; the first build on "
+          f"a machine also precompiles torch's headers, once)")
+    print(f"  CPU relu: warm load in a fresh process {warm['load_s'] * 1e3:.1f} ms (after import torch)")
+    print(f"  CPU relu: matches torch.relu on 1M random floats: {'yes' if cold['ok'] and warm['ok'] else 'NO'}")
+    ok = cold["ok"] and warm["ok"]
+    ok = _cuda_part(env) and ok
+    return 0 if ok else 1
+
+
+def _cuda_part(env) -> bool:
+    try:
+        import torch
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        print("  CUDA relu: skipped, no CUDA GPU on this machine (the CPU part ran)")
+        return True
+    code = r'''
+import json, time
+import torch
+t0 = time.perf_counter()
+import opsmith
+from opsmith._demo_cuda import relu_module
+relu = relu_module()
+x = torch.randn(1 << 24, device="cuda")
+y = relu(x)
+torch.cuda.synchronize()
+t1 = time.perf_counter()
+print(json.dumps({"s": t1 - t0, "ok": bool(torch.equal(y, torch.relu(x)))}))
+'''
+    res = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            print("  CUDA relu: FAILED\n" + out.stderr[-3000:])
+            return False
+        res.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"  CUDA relu (NVRTC): source to first finished launch {res[0]['s'] * 1e3:.0f} ms, "
+          f"warm {res[1]['s'] * 1e3:.1f} ms; matches torch.relu: {'yes' if res[0]['ok'] else 'NO'}")
+    return res[0]["ok"] and res[1]["ok"]
