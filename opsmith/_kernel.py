@@ -28,6 +28,7 @@ from ._nvrtc import CudaBinary, compile_request, make_request, normalize_arch
 __all__ = ["CudaModule", "Kernel", "LaunchConfig", "KernelAttributes", "cuda_kernel"]
 
 _MAX_GRID = (2**31 - 1, 65535, 65535)
+_MISSING = type("_Missing", (), {"__repr__": lambda self: "<missing>"})()
 _MAX_BLOCK = (1024, 1024, 64)
 _ACCEPTED_SHARED_CONFIGS = 64  # configs remembered as validated, per kernel and device
 
@@ -201,6 +202,7 @@ class CudaModule:
             self._binaries[source.arch] = source
             text = source.source
             self._name = source.name
+            self._decls = sig.parse_kernels(text)
         else:
             from ._config import settings
             fixed = arch or settings.cuda_arch
@@ -215,7 +217,6 @@ class CudaModule:
                 probe, name_expressions=tuple(dict.fromkeys([*probe.name_expressions, *auto])))
             self._name = probe.name
             self.binary_for(self._fixed_arch or _current_arch())  # compile now: errors come early
-        self._decls = sig.parse_kernels(text)
 
     # -- build ----------------------------------------------------------------------------
     def binary_for(self, arch: str) -> CudaBinary:
@@ -321,12 +322,11 @@ def _current_arch() -> str:
 
 
 _TEMPLATE = '''
-def launch(config, *args, stream=None):
+def launch(config, {params}*extra, stream=None):
     if get_ident() != owner:
-        return other_thread(config, args, stream)
-    if len(args) != {n}:
-        fail_count(args)
-    {unpack}
+        return other_thread(config, ({names}) + extra, stream)
+    if {count_bad}:
+        fail_count(({names}) + extra)
 {body}
     st = states.get(dev)
     if st is None or st.ok.get(id(config)) is not config or dev != getdev():
@@ -381,13 +381,17 @@ class Kernel:
         once cannot mix their arguments.
         """
         import torch
+
+        from . import _driver
         slots = [p.ctypes_type() for p in self.params]
         array = (ctypes.c_void_p * max(1, len(slots)))(*[ctypes.addressof(x) for x in slots])
         params = ctypes.c_void_p(ctypes.addressof(array))
         params._keep = (array, slots)
         ns: dict[str, Any] = {
             "owner": owner, "get_ident": threading.get_ident, "other_thread": self._other_thread,
-            "ex_config": _ex_config, "launch_ex": _no_driver_launch,  # libcuda's at the first launch
+            "ex_config": _ex_config,
+            # libcuda's once a launch has loaded the driver (set for every thread's launcher)
+            "launch_ex": _driver._launch_ex if _driver._launch_ex is not None else _no_driver_launch,
             "Tensor": torch.Tensor, "states": self._states,
             "getdev": getattr(torch._C, "_cuda_getDevice", _no_cuda_torch),
             "rawstream": getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda_torch),
@@ -439,9 +443,12 @@ class Kernel:
         else:
             body.append("    dev = getdev()")
         n = len(self.params)
-        names = ", ".join(f"a{i}" for i in range(n))
-        unpack = f"{names}{',' if n == 1 else ''} = args" if n else "pass"
-        code = _TEMPLATE.format(n=n, unpack=unpack, body="\n".join(body))
+        ns["MISSING"] = _MISSING
+        code = _TEMPLATE.format(
+            params="".join(f"a{i}=MISSING, " for i in range(n)),
+            names="".join(f"a{i}, " for i in range(n)),
+            count_bad=f"a{n - 1} is MISSING or extra" if n else "extra",
+            body="\n".join(body))
         exec(compile(code, f"<opsmith launcher {self.name}>", "exec"), ns)
         launch = ns["launch"]
         launch.__doc__ = (f"Launch {self.name}({', '.join(p.ctype for p in self.params)}) with a "
@@ -600,6 +607,7 @@ class Kernel:
 
     def _other_thread(self, config, args, stream):
         """A launch from a thread other than the kernel's first: that thread's own launcher."""
+        args = [a for a in args if a is not _MISSING]
         launch = getattr(self._local, "launch", None)
         if launch is None:
             with self._lock:
@@ -617,6 +625,7 @@ class Kernel:
         return f"{self.name}: {p.describe()} expects {p.expects()}"
 
     def _fail_count(self, args) -> None:
+        args = [a for a in args if a is not _MISSING]
         decl = ", ".join(p.ctype for p in self.params)
         raise LaunchError(f"{self.name}({decl}) takes {len(self.params)} argument(s), got "
                           f"{len(args)}: {', '.join(_show(a) for a in args) or 'none'}")
