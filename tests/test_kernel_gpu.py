@@ -289,3 +289,25 @@ def test_context_is_created_only_at_first_launch_and_warm_load_skips_nvrtc(tmp_p
         runs.append(next(line for line in p.stdout.splitlines() if line.startswith("RESULT")).split()[1:])
     assert runs[0] == ["0", "1", "1"]  # no context before the first launch; compiled once
     assert runs[1] == ["0", "0", "0"]  # warm: no NVRTC call, NVRTC not even imported
+
+
+def test_ptx_output_loads_through_the_driver_jit():
+    # NVRTC here must be no newer than the driver (see docs/cuda_kernels.md); cubin is the default
+    k = opsmith.cuda_kernel(RELU, "relu", output="ptx")
+    assert k.module.binary.kind == "ptx"
+    x = torch.randn(3000, device="cuda")
+    y = _poisoned_like(x)
+    k.launch_n(3000, x, y, 3000)
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.relu(x))
+
+
+def test_wrong_arch_cubin_is_explained(monkeypatch):
+    major, _ = torch.cuda.get_device_capability()
+    other = "sm_80" if major >= 9 else "sm_90"
+    k = opsmith.cuda_kernel(RELU, "relu", arch=other)
+    x = torch.randn(10, device="cuda")
+    if major >= 9 and other == "sm_80":
+        # an sm_80 cubin does not run on sm_90: the error names both archs and the fix
+        with pytest.raises(LaunchError, match=r"compiled for sm_80 but cuda:\d is sm_\d+"):
+            k.launch_n(10, x, torch.empty_like(x), 10)
