@@ -29,6 +29,7 @@ CUDA_ERROR_INVALID_CONTEXT = 201
 _UNSUPPORTED_PTX = 222
 _NO_BINARY = 209
 _INVALID_PTX = 218
+_INVALID_IMAGE = 200
 
 # CUfunction_attribute values (cuda.h)
 FUNC_ATTRIBUTES = {"MAX_THREADS_PER_BLOCK": 0, "SHARED_SIZE_BYTES": 1, "CONST_SIZE_BYTES": 2,
@@ -177,8 +178,8 @@ def load_module(code: bytes, device: int, *, kind: str, arch: str, nvrtc_version
             f"newer than the driver fails to load. Compile to a cubin instead (output='cubin', "
             f"the default), or install an NVRTC no newer than the driver "
             f"(pip install 'nvidia-cuda-nvrtc=={major}.{minor}.*'), or update the driver.")
-    if err == _NO_BINARY:
-        dev_arch = device_arch(device)
+    dev_arch = device_arch(device) if err in (_NO_BINARY, _INVALID_IMAGE) else None
+    if err == _NO_BINARY or (dev_arch is not None and kind == "cubin" and dev_arch != arch):
         raise LaunchError(
             f"{name} was compiled for {arch} but cuda:{device} is {dev_arch} ({error_name(err)}). "
             f"Pass arch={dev_arch!r}, or unset OPSMITH_CUDA_ARCH so that the device's arch is used.")
