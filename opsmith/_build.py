@@ -7,13 +7,13 @@ object files are reused, so editing one of several sources recompiles one.
 """
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import shutil
 import time
 from pathlib import Path
 
+from ._record import Record
 from . import _deps
 from ._config import settings
 from ._errors import CompileError, SpecError
@@ -34,7 +34,7 @@ log = logging.getLogger("opsmith.build")
 MODULE_NAME = "opsmith_ext"
 
 
-class Artifact(collections.namedtuple("Artifact", "name kind path key built compiled_units seconds", defaults=(False, 0, 0.0,))):
+class Artifact(Record):
     """A built extension in the cache.
 
     Attributes
@@ -55,7 +55,9 @@ class Artifact(collections.namedtuple("Artifact", "name kind path key built comp
     seconds : float
         Wall time of this call's build (0 for a hit).
     """
-    __slots__ = ()
+
+    __slots__ = ('name', 'kind', 'path', 'key', 'built', 'compiled_units', 'seconds')
+    _defaults = {'built': False, 'compiled_units': 0, 'seconds': 0.0}
 
 
 
@@ -84,13 +86,14 @@ class _Toolchain:
         self.torch: TorchInfo = torch_info()
         self.python_include = python_include_dir()
         self.spec = spec
+        self.store = store
         self._nvcc = None
 
     @property
     def nvcc(self):
         if self._nvcc is None:
             from ._nvcc import find_nvcc
-            self._nvcc = find_nvcc(self.cxx)
+            self._nvcc = find_nvcc(self.cxx, self.store)
         return self._nvcc
 
     def system_dirs(self, store_root: Path) -> list[str]:
@@ -124,8 +127,25 @@ def _cxx_flags(spec: ExtensionSpec, tc: _Toolchain) -> list[str]:
     return flags
 
 
+def _module_name_flags(spec: ExtensionSpec, tc: _Toolchain) -> list[str]:
+    """For a real module name (setuptools builds): redefine TORCH_EXTENSION_NAME after the PCH.
+
+    The command line keeps the constant, so the shared precompiled torch header stays valid
+    (clang refuses a PCH whose -D differs); a forced include, after the PCH's, redefines it.
+    """
+    if not spec.module_name or spec.kind == "executable":
+        return []
+    path = tc.store.root / "module-names" / f"{spec.module_name}.h"
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(f"#undef TORCH_EXTENSION_NAME\n#define TORCH_EXTENSION_NAME {spec.module_name}\n")
+        os.replace(tmp, path)
+    return ["-include", os.fspath(path)]
+
+
 def _plan(spec: ExtensionSpec, tc: _Toolchain) -> list[_Unit]:
-    cxx_flags = _cxx_flags(spec, tc)
+    cxx_flags = _cxx_flags(spec, tc) + _module_name_flags(spec, tc)
     use_pch = settings.pch and tc.cxx.family in ("gcc", "clang")
     units = []
     for src in spec.sources:
@@ -156,11 +176,15 @@ def _ldflags(spec: ExtensionSpec, tc: _Toolchain) -> list[str]:
     flags = [] if spec.kind == "executable" else ["-shared"]
     flags += list(spec.extra_ldflags)
     flags += [f"-L{tc.torch.lib_dir}", "-lc10"]
-    if spec.with_cuda:
+    # A CPU-only torch has no CUDA libraries: CUDA code still links (against cudart), for a
+    # standalone program or for checking that it builds.
+    torch_cuda = spec.with_cuda and os.path.exists(os.path.join(tc.torch.lib_dir, "libtorch_cuda.so"))
+    if torch_cuda:
         flags += ["-lc10_cuda"]
     flags += ["-ltorch_cpu"]
     if spec.with_cuda:
-        flags += ["-ltorch_cuda"]
+        if torch_cuda:
+            flags += ["-ltorch_cuda"]
         flags += tc.nvcc.link_flags()
     flags += ["-ltorch"]
     if spec.kind != "executable":
@@ -230,6 +254,11 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
         if u.key is not None:
             u.object_entry = store.get(u.key)
     todo = [u for u in units if u.object_entry is None]
+    if any(u.rule == "nvcc" for u in todo):
+        from ._nvcc import hint_torch_headers, includes_torch_headers
+        for u in todo:
+            if u.rule == "nvcc" and includes_torch_headers(u.source.text):
+                hint_torch_headers(u.source.display)
     label = f"{spec.name}-{units[0].prekey[:10]}"
     log_path = store.log_path(label)
     build_dir = Path(store.new_build_dir(spec.name))
@@ -306,10 +335,16 @@ def _failure(spec: ExtensionSpec, result, steps, log_path: Path) -> CompileError
     if step is not None and step.label.startswith("link"):
         return _diagnostics.link_error(result.failed_output or result.output, command=list(step.command),
                                        log_path=os.fspath(log_path), with_cuda=spec.with_cuda)
-    return _diagnostics.compile_error(result.failed_output or result.output,
-                                      command=list(step.command) if step else [],
-                                      sources=sources, log_path=os.fspath(log_path),
-                                      options=list(spec.extra_cflags), what=f"building {spec.name}")
+    err = _diagnostics.compile_error(result.failed_output or result.output,
+                                     command=list(step.command) if step else [],
+                                     sources=sources, log_path=os.fspath(log_path),
+                                     options=list(spec.extra_cflags), what=f"building {spec.name}")
+    if spec.with_cuda:
+        from ._nvcc import explain_failure
+        fix = explain_failure(result.failed_output or result.output)
+        if fix:
+            err.args = (f"{err.args[0]}\nfix: {fix}",)
+    return err
 
 
 def _split_inline(text: str):

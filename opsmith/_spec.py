@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
+from ._record import Record
 from ._errors import SpecError
 
 __all__ = ["Source", "ExtensionSpec", "CUDA_SUFFIXES", "CXX_SUFFIXES"]
@@ -18,13 +19,16 @@ Kind = Literal["module", "library", "executable"]
 _FILE_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
-class Source(collections.namedtuple("Source", "display text lang path filename", defaults=(None, "",))):
+class Source(Record):
     """One translation unit's source.
 
     ``path`` is the file compiled (absolute) for sources on disk; inline sources have
     ``path=None`` and are written to ``filename`` in the build directory. ``display`` is how
     errors name it; ``text`` is its bytes, read once.
     """
+
+    __slots__ = ('display', 'text', 'lang', 'path', 'filename')
+    _defaults = {'path': None, 'filename': ''}
 
 
     @property
@@ -42,7 +46,6 @@ class Source(collections.namedtuple("Source", "display text lang path filename",
         base = os.path.basename(self.path or self.filename)
         stem = os.path.splitext(base)[0]
         return stem + (".cuda" if self.lang == "cuda" else "")
-    __slots__ = ()
 
 
 def _flag_list(value, what: str) -> tuple[str, ...]:
@@ -77,10 +80,12 @@ def _suggest(name) -> str:
     return "_" + s if s[0].isdigit() else s
 
 
-class ExtensionSpec(collections.namedtuple("ExtensionSpec", "name sources kind with_cuda extra_cflags extra_cuda_cflags extra_ldflags extra_include_paths build_directory keep_intermediates verbose", defaults=((), (), (), (), None, True, False,))):
+class ExtensionSpec(collections.namedtuple("ExtensionSpec", "name sources kind with_cuda extra_cflags extra_cuda_cflags extra_ldflags extra_include_paths build_directory keep_intermediates verbose module_name", defaults=((), (), (), (), None, True, False, None,))):
     """Everything that defines an extension build, validated.
 
     Built by :meth:`from_files` (``load``) or :meth:`from_inline` (``load_inline``).
+    ``module_name``: the value of ``TORCH_EXTENSION_NAME`` when it must be the real name
+    (setuptools builds, imported by that name); None in JIT builds (a shared constant).
     """
 
 
@@ -174,8 +179,17 @@ class ExtensionSpec(collections.namedtuple("ExtensionSpec", "name sources kind w
                              if common.get("build_directory") else None),
             keep_intermediates=bool(common.get("keep_intermediates", True)),
             verbose=bool(common.get("verbose", False)),
+            module_name=_module_name(common.get("module_name")),
         )
-    __slots__ = ()
+
+
+def _module_name(value) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value):
+        raise SpecError(f"module_name {value!r} is not a valid Python module name (the last part of "
+                        f"an extension's dotted name, e.g. 'myrelu')")
+    return value
 
 
 def _inline_list(value, what: str) -> list[str]:
