@@ -388,11 +388,10 @@ def check_cache(ctx: _Context) -> list[Check]:
     existing = root
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    vfs = os.statvfs(existing)
+    mount = _mount_of(os.path.realpath(existing))
+    fs = f"{mount[1]} at {mount[0]}" if mount else "?"
     if existing != root:
-        if not os.access(existing, os.W_OK | os.X_OK):
-            return [Check("cache directory", PROBLEM, f"{root} does not exist and cannot be created "
-                          f"({existing} is not writable by you)",
-                          f"Create it (mkdir -p {root} && chmod 700 {root}) {env_fix}.")]
         where = f"{root} (not created yet; it will be, mode 700)"
     else:
         st = root.stat()
@@ -405,25 +404,26 @@ def check_cache(ctx: _Context) -> list[Check]:
             check_private_dir(root, st)
         except CacheError as exc:
             return [Check("cache directory", PROBLEM, where, _fix_of(exc))]
-        if not os.access(root, os.W_OK | os.X_OK):
-            return [Check("cache directory", PROBLEM, f"{where}: not writable by you",
-                          f"Run: chmod u+rwx {root}, {env_fix}.")]
-    vfs = os.statvfs(existing)
+    if vfs.f_flag & getattr(os, "ST_RDONLY", 1):
+        return [Check("cache directory", PROBLEM, f"{where} is on a read-only filesystem ({fs})",
+                      f"Set OPSMITH_CACHE_DIR to a writable directory (e.g. ~/.cache/opsmith).")]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing != root:
+            return [Check("cache directory", PROBLEM, f"{root} does not exist and cannot be created "
+                          f"({existing} is not writable by you)",
+                          f"Create it (mkdir -p {root} && chmod 700 {root}) {env_fix}.")]
+        return [Check("cache directory", PROBLEM, f"{where}: not writable by you",
+                      f"Run: chmod u+rwx {root}, {env_fix}.")]
     free = vfs.f_bavail * vfs.f_frsize
-    mount = _mount_of(os.path.realpath(existing))
-    fs = f"{mount[1]} at {mount[0]}" if mount else "?"
     if vfs.f_flag & getattr(os, "ST_NOEXEC", 8):
         rows.append(Check("cache directory", PROBLEM, f"{where} is on a noexec mount ({fs}): built "
                           f"extensions cannot be loaded from it",
                           f"Set OPSMITH_CACHE_DIR to a directory on a mount without noexec "
                           f"(e.g. ~/.cache/opsmith), or remount {mount[0] if mount else 'it'} with exec."))
-    elif vfs.f_flag & getattr(os, "ST_RDONLY", 1):
-        rows.append(Check("cache directory", PROBLEM, f"{where} is on a read-only filesystem ({fs})",
-                          f"Set OPSMITH_CACHE_DIR to a writable directory."))
     else:
         rows.append(Check("cache directory", OK, f"{where}, {fs}"))
     from ._cache_admin import format_size
-    probe = _write_probe(existing) if os.access(existing, os.W_OK) else None
+    probe = _write_probe(existing)
     if probe is not None and probe.errno == errno.ENOSPC or free < _NO_SPACE:
         rows.append(Check("cache free space", PROBLEM, f"{format_size(free)} free: the disk is full",
                           f"Free space: opsmith cache prune --max-size 2G, {env_fix.replace('or ', '')}."))

@@ -74,7 +74,7 @@ class Progress:
         else:
             phase = "finishing"
         if self.verbose:
-            log.info("%s: [%d/%d] %s done", self.title, done, total, text)
+            log.info("%s: [%d/%d] %s", self.title, done, total, text)
         self._set(phase, log_it=False)
 
     def close(self) -> None:
