@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import logging
 import os
 import platform
 import shutil
@@ -194,7 +195,7 @@ def check_nvcc(ctx: _Context) -> list[Check]:
     try:
         nvcc = find_nvcc(ctx.cxx)
     except ToolchainError as exc:
-        return [Check("nvcc", status, "not found" + ("" if ctx.torch_cuda else
+        return [Check("nvcc", status, "not found or not usable" + ("" if ctx.torch_cuda else
                       " (only CUDA extensions need it)"), _fix_of(exc))]
     ctx.nvcc = nvcc
     rows = [Check("nvcc", OK, f"{nvcc.version} ({nvcc.path})")]
@@ -217,18 +218,6 @@ def _cuda_versions(ctx: _Context, nvcc) -> list[Check]:
                       f"build extensions against it",
                       "Install a CUDA build of torch, e.g. pip install torch --index-url "
                       "https://download.pytorch.org/whl/cu128 (pick the toolkit's CUDA version).")]
-    try:
-        from ._nvcc import check_cuda_versions  # the nvcc module's own rule, when it has one
-    except ImportError:
-        check_cuda_versions = None
-    if check_cuda_versions is not None:
-        try:
-            note = check_cuda_versions(nvcc, ctx.torch_cuda)
-        except (ToolchainError, ConfigError) as exc:
-            return [Check("CUDA versions", PROBLEM, f"torch {ctx.torch_cuda}, nvcc {nvcc.version}",
-                          _fix_of(exc))]
-        return [Check("CUDA versions", OK, f"torch {ctx.torch_cuda}, nvcc {nvcc.version}"
-                      + (f": {note}" if isinstance(note, str) and note else ""))]
     t, n = _major_minor(ctx.torch_cuda), _major_minor(nvcc.version)
     if t is None or n is None:
         return []
@@ -326,22 +315,33 @@ def check_driver_and_gpus(ctx: _Context) -> list[Check]:
     return rows
 
 
+def _arch_text(archs) -> str:
+    return ", ".join(f"sm_{a.num}" + ("+PTX" if a.ptx else "") for a in archs)
+
+
 def check_arch_list(ctx: _Context) -> list[Check]:
     text = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-    if not text.strip():
-        target = ", ".join(ctx.gpu_archs) if ctx.gpu_archs else "none visible"
-        return [Check("TORCH_CUDA_ARCH_LIST", OK, f"unset: nvcc builds target the visible GPUs ({target})")]
     try:
-        from ._archs import parse_arch_list
+        from ._archs import parse_arch_list, resolve_archs
     except ImportError:
         return [Check("TORCH_CUDA_ARCH_LIST", WARNING, f"{text!r}: check unavailable "
                       f"(this opsmith has no arch module)", "Upgrade opsmith.")]
+    versions = tuple(v for v in (getattr(ctx.nvcc, "version", None), ctx.torch_cuda) if v)
     try:
-        parsed = parse_arch_list(text)
+        if ctx.nvcc is not None:  # what a build would do: parsed, and checked against this nvcc
+            archs = resolve_archs(text or None, nvcc_archs=tuple(ctx.nvcc.archs), cuda_versions=versions)
+        elif text.strip() and text.strip() != "native":
+            archs = parse_arch_list(text, gpus=[a[3:-1] + "." + a[-1] for a in ctx.gpu_archs],
+                                    cuda_versions=versions)
+        else:
+            archs = None
     except ConfigError as exc:
         return [Check("TORCH_CUDA_ARCH_LIST", PROBLEM, f"{text!r} is invalid", _fix_of(exc))]
-    shown = ", ".join(str(a) for a in parsed) if isinstance(parsed, (list, tuple)) else str(parsed)
-    return [Check("TORCH_CUDA_ARCH_LIST", OK, f"{text!r} -> {shown}")]
+    if not text.strip():
+        gpus = ", ".join(ctx.gpu_archs) if ctx.gpu_archs else "no GPU visible"
+        shown = f": builds target {_arch_text(archs)}" if archs else ""
+        return [Check("TORCH_CUDA_ARCH_LIST", OK, f"unset ({gpus}){shown}")]
+    return [Check("TORCH_CUDA_ARCH_LIST", OK, f"{text!r} -> {_arch_text(archs) if archs else text}")]
 
 
 def _mount_of(path: str) -> tuple[str, str, str] | None:
@@ -406,7 +406,7 @@ def check_cache(ctx: _Context) -> list[Check]:
             return [Check("cache directory", PROBLEM, where, _fix_of(exc))]
     if vfs.f_flag & getattr(os, "ST_RDONLY", 1):
         return [Check("cache directory", PROBLEM, f"{where} is on a read-only filesystem ({fs})",
-                      f"Set OPSMITH_CACHE_DIR to a writable directory (e.g. ~/.cache/opsmith).")]
+                      "Set OPSMITH_CACHE_DIR to a writable directory (e.g. ~/.cache/opsmith).")]
     if not os.access(existing, os.W_OK | os.X_OK):
         if existing != root:
             return [Check("cache directory", PROBLEM, f"{root} does not exist and cannot be created "
@@ -476,10 +476,28 @@ CHECKS: tuple[Callable[[_Context], list[Check]], ...] = (
 )
 
 
+class _Quiet(logging.Handler):
+    """Keeps the library's warnings (said again in the table's rows) off the doctor's output."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        pass
+
+
 def run_checks() -> list[Check]:
     """Run every check, in order. A check that crashes becomes a warning row, not a crash."""
     ctx = _Context()
     rows: list[Check] = []
+    logger = logging.getLogger("opsmith")
+    quiet = _Quiet()
+    logger.addHandler(quiet)
+    try:
+        _run_all(ctx, rows)
+    finally:
+        logger.removeHandler(quiet)
+    return rows
+
+
+def _run_all(ctx: _Context, rows: list[Check]) -> None:
     for check in CHECKS:
         name = check.__name__[len("check_"):].replace("_", " ")
         try:
@@ -487,7 +505,6 @@ def run_checks() -> list[Check]:
         except Exception as exc:  # noqa: BLE001 - a doctor reports, it does not crash
             rows.append(Check(name, WARNING, f"the check itself failed: {type(exc).__name__}: {exc}",
                               "Please report this at the opsmith issue tracker."))
-    return rows
 
 
 def exit_code(rows: list[Check]) -> int:
