@@ -233,7 +233,7 @@ def resolve_archs(arch_list: str | None, *, nvcc_archs: tuple[str, ...], cuda_ve
         _check_against_nvcc(arch_list, archs, nvcc_archs, cuda_versions, store)
         gpus = visible_gpu_archs(store)
         if gpus and not any(_can_run(a, g) for a in archs for g in gpus):
-            looks_like_version = any(a.cc in cuda_versions for a in archs)
+            looks_like_version = all(a.cc in cuda_versions or re.fullmatch(r"1[1-3]\.\d", a.cc) for a in archs)
             msg = (f"TORCH_CUDA_ARCH_LIST={arch_list!r} builds code that none of the GPUs here "
                    f"(compute capability {', '.join(gpus)}) can run: loading it would fail with "
                    f"'no kernel image is available for execution on the device'.")
@@ -286,7 +286,7 @@ def _check_against_nvcc(text, archs, nvcc_archs, cuda_versions, store) -> None:
            f"(CUDA {nvcc_ver}) cannot build: it builds {lo} to {hi} (nvcc would stop with "
            f"\"Unsupported gpu architecture 'compute_{missing[0].num}'\").")
     if any(a.cc in cuda_versions or re.fullmatch(r"1[1-3]\.\d", a.cc) for a in missing):
-        msg += (f" If you meant a CUDA version: TORCH_CUDA_ARCH_LIST takes GPU compute capabilities, "
-                f"not CUDA versions. Fix: " + _fix_text(gpus) + ".")
+        msg += (" If you meant a CUDA version: TORCH_CUDA_ARCH_LIST takes GPU compute capabilities, "
+                "not CUDA versions. Fix: " + _fix_text(gpus) + ".")
     msg += " If you do target that GPU, install a CUDA toolkit that supports it and point CUDA_HOME at it."
     raise ConfigError(msg)

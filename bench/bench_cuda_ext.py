@@ -1,0 +1,230 @@
+"""CUDA extension benchmark: opsmith vs torch.utils.cpp_extension, from one run, on a GPU machine.
+
+    python bench/bench_cuda_ext.py [--out bench/results/cuda_ext.json]
+
+Every phase runs in a fresh process. Phases:
+
+- torch_two_cold / ours_two_first / ours_two_cold: the tutorial's two-file project
+  (relu.cpp with torch headers + relu_kernel.cu without) through ``load([...])``. ``first``
+  starts from an empty cache (includes precompiling torch headers once per toolchain);
+  ``cold`` is new sources with those headers already precompiled (the common cold build).
+- ours_two_warm: load again in fresh processes (median of 7), timed after ``import torch``.
+- ours_rewrite / torch_rewrite: the sources re-written with identical bytes (new mtimes, as
+  after a fresh checkout): opsmith compiles nothing, torch rebuilds.
+- torch_inline_cold / ours_inline_cold: one-file ``load_inline`` whose .cu includes
+  torch/extension.h (the anchor's ``phase_torch_ext``), extra_cuda_cflags=["-O3"].
+- nvcc_phases: ``nvcc --time`` on that .cu with opsmith's flags: where nvcc spends it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "tutorial_relu")
+
+RELU_CU = r"""
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { float v = x[i]; y[i] = v > 0.f ? v : 0.f; }
+}
+torch::Tensor relu(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    int threads = 256;
+    long blocks = (n + threads - 1) / threads;
+    relu_kernel<<<blocks, threads>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+RELU_CPP = "torch::Tensor relu(torch::Tensor x);"
+
+CHILD = r'''
+import json, os, sys, time
+tool, mode, name = sys.argv[1:4]
+import torch
+t0 = time.perf_counter()
+extra = {}
+if mode == "two":
+    d = os.environ["BENCH_DIR"]
+    srcs = [os.path.join(d, "relu.cpp"), os.path.join(d, "relu_kernel.cu")]
+    if tool == "ours":
+        import opsmith
+        art = opsmith.build(name, srcs)
+        m = opsmith.load_artifact(art)
+        extra = {"built": art.built, "compiled_units": art.compiled_units}
+    else:
+        from torch.utils.cpp_extension import load
+        m = load(name, srcs)
+else:
+    cu = os.environ["BENCH_CU"]
+    if tool == "ours":
+        import opsmith
+        art = opsmith.build_inline(name, os.environ["BENCH_CPP"], cuda_sources=cu, functions=["relu"],
+                                   extra_cuda_cflags=["-O3"])
+        m = opsmith.load_artifact(art)
+        extra = {"built": art.built, "compiled_units": art.compiled_units}
+    else:
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline(name, os.environ["BENCH_CPP"], cuda_sources=cu, functions=["relu"],
+                        extra_cuda_cflags=["-O3"])
+t1 = time.perf_counter()
+ok = True
+for n in (1, 257, 1 << 20):
+    x = torch.randn(n, device="cuda")
+    ok = ok and bool(torch.equal(m.relu(x), torch.relu(x)))
+torch.cuda.synchronize()
+print("RESULT", json.dumps({"load_s": t1 - t0, "correct": ok, **extra}))
+'''
+
+NVCC_TIME = r'''
+import json, os, subprocess, sys, tempfile
+import opsmith
+from opsmith._build import _Toolchain, _plan
+from opsmith._spec import ExtensionSpec
+from opsmith._store import open_store
+spec = ExtensionSpec.from_inline("relu_ext", os.environ["BENCH_CPP"], os.environ["BENCH_CU"],
+                                 ["relu"], kind="module", extra_cuda_cflags=["-O3"])
+store = open_store(None); store.ensure()
+tc = _Toolchain(store, spec)
+unit = [u for u in _plan(spec, tc) if u.rule == "nvcc"][0]
+d = tempfile.mkdtemp()
+src = os.path.join(d, "cuda.cu"); open(src, "wb").write(unit.source.text)
+csv = os.path.join(d, "t.csv")
+import time; t = time.perf_counter()
+r = subprocess.run([unit.compiler, *unit.flags, "--time", csv, "-c", src, "-o", os.path.join(d, "x.o")],
+                   capture_output=True, text=True)
+wall = time.perf_counter() - t
+phases = {}
+for line in open(csv).read().splitlines()[1:]:
+    cols = [c.strip() for c in line.split(",")]
+    if len(cols) >= 8:
+        key = cols[1]
+        phases[key] = round(phases.get(key, 0.0) + float(cols[-2]) / 1000, 2)
+print("RESULT", json.dumps({"wall_s": wall, "rc": r.returncode, "phases_s": phases, "stderr": r.stderr[-500:]}))
+'''
+
+
+def run(argv, env_extra, script=CHILD):
+    env = dict(os.environ, **env_extra)
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[7:])
+            res["process_wall_s"] = round(wall, 3)
+            return res
+    return {"error": (p.stdout + p.stderr)[-4000:], "process_wall_s": wall}
+
+
+def project(base, nonce):
+    d = os.path.join(base, f"proj-{nonce[:8]}")
+    shutil.copytree(EXAMPLE, d)
+    for name in ("relu.cpp", "relu_kernel.cu"):
+        p = os.path.join(d, name)
+        with open(p, "a") as f:
+            f.write(f"\n// {nonce}\n")
+    return d
+
+
+def rewrite_identical(d):
+    time.sleep(0.05)
+    for name in ("relu.cpp", "relu_kernel.cu"):
+        p = os.path.join(d, name)
+        data = open(p, "rb").read()
+        os.unlink(p)  # a fresh checkout: new inode, new mtime, same bytes
+        with open(p, "wb") as f:
+            f.write(data)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "cuda_ext.json"))
+    ap.add_argument("--skip-torch", action="store_true")
+    args = ap.parse_args()
+    base = tempfile.mkdtemp(prefix="opsmith-bench-cuda-")
+    ours_cache = os.path.join(base, "ours-cache")
+    res = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(),
+                       "cores": os.cpu_count()}}
+    try:
+        import torch
+        res["machine"].update(torch=torch.__version__, torch_cuda=torch.version.cuda,
+                              gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+    except ImportError:
+        pass
+    ours = {"OPSMITH_CACHE_DIR": ours_cache}
+    # --- the tutorial's two-file project
+    if not args.skip_torch:
+        ta = project(base, uuid.uuid4().hex)
+        tenv = {"TORCH_EXTENSIONS_DIR": os.path.join(base, "torch-ext"), "BENCH_DIR": ta}
+        res["torch_two_cold"] = run(["torch", "two", "myrelu"], tenv)
+    d1 = project(base, uuid.uuid4().hex)
+    res["ours_two_first"] = run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d1})
+    d2 = project(base, uuid.uuid4().hex)
+    res["ours_two_cold"] = run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2})
+    warm = [run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2}) for _ in range(7)]
+    res["ours_two_warm"] = {"load_ms_median": round(statistics.median(w.get("load_s", 1e9) for w in warm) * 1e3, 3),
+                            "load_ms_all": [round(w.get("load_s", 1e9) * 1e3, 3) for w in warm],
+                            "compiled_units": [w.get("compiled_units") for w in warm]}
+    rewrite_identical(d2)
+    res["ours_rewrite"] = run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2})
+    if not args.skip_torch:
+        rewrite_identical(ta)
+        res["torch_rewrite"] = run(["torch", "two", "myrelu"], tenv)
+    # --- one-file load_inline whose .cu includes torch headers
+    cu = RELU_CU + f"// {uuid.uuid4().hex}\n"
+    ienv = {"BENCH_CU": cu, "BENCH_CPP": RELU_CPP}
+    if not args.skip_torch:
+        res["torch_inline_cold"] = run(["torch", "inline", "relu_ext"],
+                                       {**ienv, "TORCH_EXTENSIONS_DIR": os.path.join(base, "torch-ext2")})
+    res["ours_inline_cold"] = run(["ours", "inline", "relu_ext"], {**ours, **ienv})
+    res["nvcc_phases"] = run([], {**ours, **ienv, "BENCH_CU": cu + "// time\n"}, script=NVCC_TIME)
+
+    def g(k, f="load_s"):
+        return res.get(k, {}).get(f)
+
+    ratios = {}
+    if g("torch_two_cold") and g("ours_two_cold"):
+        ratios["two_cold_ours_over_torch"] = round(g("ours_two_cold") / g("torch_two_cold"), 3)
+        ratios["two_first_ever_ours_over_torch"] = round(g("ours_two_first") / g("torch_two_cold"), 3)
+    if g("torch_inline_cold") and g("ours_inline_cold"):
+        ratios["inline_cold_ours_over_torch"] = round(g("ours_inline_cold") / g("torch_inline_cold"), 3)
+    res["ratios"] = ratios
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    shutil.rmtree(base, ignore_errors=True)
+    rows = [("two-file cold, torch (s)", g("torch_two_cold")),
+            ("two-file first ever (PCH built), ours (s)", g("ours_two_first")),
+            ("two-file cold (PCH present), ours (s)", g("ours_two_cold")),
+            ("warm load, fresh process, ours (ms, median)", res["ours_two_warm"]["load_ms_median"]),
+            ("rewrite identical sources: ours compiled units", g("ours_rewrite", "compiled_units")),
+            ("rewrite identical sources: ours (s)", g("ours_rewrite")),
+            ("rewrite identical sources: torch (s)", g("torch_rewrite")),
+            ("inline .cu with torch headers, torch (s)", g("torch_inline_cold")),
+            ("inline .cu with torch headers, ours (s)", g("ours_inline_cold")),
+            ("nvcc phases on that .cu (s)", res["nvcc_phases"].get("phases_s")),
+            ("correct (all phases)", all(v.get("correct", True) for v in res.values() if isinstance(v, dict)))]
+    print("\n== CUDA extension benchmark ==")
+    for k, v in rows:
+        print(f"{k:52s} {v if not isinstance(v, float) else round(v, 3)}")
+    for k, v in res.items():
+        if isinstance(v, dict) and "error" in v:
+            print(f"ERROR in {k}: {v['error'][-1500:]}")
+    print("ratios:", json.dumps(ratios))
+
+
+if __name__ == "__main__":
+    main()
