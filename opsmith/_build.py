@@ -83,7 +83,7 @@ class _Toolchain:
 
     def __init__(self, store: LocalStore, spec: ExtensionSpec) -> None:
         self.cxx: Compiler = find_cxx(store)
-        self.torch: TorchInfo = torch_info()
+        self.torch: TorchInfo = torch_info(store)
         self.python_include = python_include_dir()
         self.spec = spec
         self.store = store

@@ -6,7 +6,6 @@ can change ``os.environ`` at run time; :meth:`Settings.override` scopes changes 
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import threading
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ._record import Record
 from ._errors import ConfigError
 
 __all__ = ["Setting", "Settings", "settings"]
@@ -40,9 +40,10 @@ def _default_cache_dir() -> str:
     return os.path.join(base, "opsmith")
 
 
-class Setting(collections.namedtuple("Setting", "name env parse default doc")):
+class Setting(Record):
     """One setting: its name in code, the variables it is read from, its parser and default."""
-    __slots__ = ()
+
+    __slots__ = ('name', 'env', 'parse', 'default', 'doc')
 
 
 

@@ -7,7 +7,6 @@ into the process for its ``TORCH_LIBRARY`` registrations and its path returned; 
 """
 from __future__ import annotations
 
-import ctypes
 import importlib.machinery
 import importlib.util
 import logging
@@ -159,28 +158,26 @@ def load_artifact(artifact: Artifact):
 def _import_module(name: str, path: str, key: str):
     # The init symbol is PyInit_<TORCH_EXTENSION_NAME> (a constant) for sources that use the
     # macro, or PyInit_<name> for sources that spell the module name out, as torch allows.
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as exc:
-        raise OpsmithError(f"cannot load {path}: {exc}. If a library is missing, add its "
-                           f"directory to LD_LIBRARY_PATH or link it with -Wl,-rpath.") from None
     for init_name in (MODULE_NAME, name):
-        if hasattr(lib, f"PyInit_{init_name}"):
-            break
-    else:
-        raise SpecError(
-            f"{path} is not a Python extension module: it defines no PyInit_{name}. Add "
-            f"`PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ ... }}` to a source (or pass functions= "
-            f"to load_inline), or pass is_python_module=False for a library of TORCH_LIBRARY ops.")
-    # CPython calls PyInit_<last dotted component>; pybind11 (3.x) caches initialised modules
-    # by the spec's full name, so that name must differ per artifact: prefix it with the key.
-    spec_name = f"_opsmith_{key[:16]}.{init_name}"
-    loader = importlib.machinery.ExtensionFileLoader(spec_name, path)
-    spec = importlib.util.spec_from_file_location(spec_name, path, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    module.__name__ = name
-    return module
+        # CPython calls PyInit_<last dotted component>; pybind11 (3.x) caches initialised
+        # modules by the spec's full name, so that name must differ per artifact.
+        spec_name = f"_opsmith_{key[:16]}.{init_name}"
+        loader = importlib.machinery.ExtensionFileLoader(spec_name, path)
+        spec = importlib.util.spec_from_file_location(spec_name, path, loader=loader)
+        try:
+            module = importlib.util.module_from_spec(spec)
+        except ImportError as exc:
+            if "PyInit_" in str(exc) or "module export function" in str(exc):
+                continue  # not this init name; try the next
+            raise OpsmithError(f"cannot load {path}: {exc}. If a library is missing, add its "
+                               f"directory to LD_LIBRARY_PATH or link it with -Wl,-rpath.") from None
+        loader.exec_module(module)
+        module.__name__ = name
+        return module
+    raise SpecError(
+        f"{path} is not a Python extension module: it defines no PyInit_{name}. Add "
+        f"`PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ ... }}` to a source (or pass functions= "
+        f"to load_inline), or pass is_python_module=False for a library of TORCH_LIBRARY ops.")
 
 
 class _nullcontext:

@@ -1,7 +1,6 @@
 """What to build: a canonical, validated description of an extension, made before anything runs."""
 from __future__ import annotations
 
-import collections
 import keyword
 import os
 import re
@@ -80,13 +79,20 @@ def _suggest(name) -> str:
     return "_" + s if s[0].isdigit() else s
 
 
-class ExtensionSpec(collections.namedtuple("ExtensionSpec", "name sources kind with_cuda extra_cflags extra_cuda_cflags extra_ldflags extra_include_paths build_directory keep_intermediates verbose module_name", defaults=((), (), (), (), None, True, False, None,))):
+class ExtensionSpec(Record):
     """Everything that defines an extension build, validated.
 
     Built by :meth:`from_files` (``load``) or :meth:`from_inline` (``load_inline``).
     ``module_name``: the value of ``TORCH_EXTENSION_NAME`` when it must be the real name
     (setuptools builds, imported by that name); None in JIT builds (a shared constant).
     """
+
+    __slots__ = ("name", "sources", "kind", "with_cuda", "extra_cflags", "extra_cuda_cflags",
+                 "extra_ldflags", "extra_include_paths", "build_directory", "keep_intermediates",
+                 "verbose", "module_name")
+    _defaults = {"extra_cflags": (), "extra_cuda_cflags": (), "extra_ldflags": (),
+                 "extra_include_paths": (), "build_directory": None, "keep_intermediates": True,
+                 "verbose": False, "module_name": None}
 
 
     @staticmethod

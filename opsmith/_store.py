@@ -15,7 +15,6 @@ records), so that a remote backend or export/import bundles can be layered on it
 """
 from __future__ import annotations
 
-import collections
 import abc
 import contextlib
 import errno
@@ -31,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ._record import Record
 from ._errors import CacheError
 from ._keys import file_sha256
 
@@ -44,8 +44,10 @@ _FORMAT = 1
 _STALE_TMP_SECONDS = 3600.0
 
 
-class Entry(collections.namedtuple("Entry", "key path manifest")):
+class Entry(Record):
     """A verified cache entry: its key, directory and manifest."""
+
+    __slots__ = ('key', 'path', 'manifest')
 
 
     def file(self, name: str) -> Path:
@@ -56,12 +58,12 @@ class Entry(collections.namedtuple("Entry", "key path manifest")):
     @property
     def meta(self) -> dict[str, Any]:
         return self.manifest.get("meta", {})
-    __slots__ = ()
 
 
-class EntryInfo(collections.namedtuple("EntryInfo", "key kind name size created last_used hits path")):
+class EntryInfo(Record):
     """What ``opsmith cache ls`` shows of an entry."""
-    __slots__ = ()
+
+    __slots__ = ('key', 'kind', 'name', 'size', 'created', 'last_used', 'hits', 'path')
 
 
 

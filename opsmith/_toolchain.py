@@ -6,7 +6,6 @@ path, size, mtime and inode, so that a warm load in a fresh process runs no subp
 """
 from __future__ import annotations
 
-import collections
 import functools
 import os
 import re
@@ -16,6 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from ._record import Record
 from ._config import settings
 from ._errors import ToolchainError
 from ._keys import KeyBuilder
@@ -28,8 +28,10 @@ _RECORD_NS = "toolchain"
 _PROBE_FORMAT = 2
 
 
-class Compiler(collections.namedtuple("Compiler", "path family version target fingerprint system_dirs")):
+class Compiler(Record):
     """A C++ compiler: where it is, what it is, and a fingerprint of its identity."""
+
+    __slots__ = ('path', 'family', 'version', 'target', 'fingerprint', 'system_dirs')
 
 
     @property
@@ -38,12 +40,12 @@ class Compiler(collections.namedtuple("Compiler", "path family version target fi
             return int(self.version.split(".")[0])
         except ValueError:
             return 0
-    __slots__ = ()
 
 
-class TorchInfo(collections.namedtuple("TorchInfo", "version root include_dirs lib_dir cxx11_abi std cuda fingerprint")):
+class TorchInfo(Record):
     """What an extension build needs to know of the installed torch."""
-    __slots__ = ()
+
+    __slots__ = ('version', 'root', 'include_dirs', 'lib_dir', 'cxx11_abi', 'std', 'cuda', 'fingerprint')
 
 
 
@@ -54,19 +56,60 @@ def _compiler_candidates() -> list[str]:
     return ["clang++", "c++", "g++"]
 
 
-@functools.lru_cache(maxsize=None)
-def _which(cmd: str) -> str | None:
+_WHICH: dict[tuple[str, str], str] = {}
+
+
+def _which(cmd: str, store=None) -> str | None:
+    """``shutil.which``, remembered in the store while no directory on PATH has changed.
+
+    Scanning PATH costs ~0.1 ms; a warm load re-checks the directories' mtimes instead
+    (installing a compiler into one of them changes its mtime).
+    """
     # Run the compiler by the name found on PATH, not its realpath: clang++ is a link to
     # clang, and only the clang++ name makes the driver link C++ (libstdc++).
+    pathvar = os.environ.get("PATH", "")
+    memo = _WHICH.get((cmd, pathvar))
+    if memo is not None:
+        return memo or None
+    rec_id = None
+    if store is not None and "/" not in cmd:
+        rec_id = "which-" + KeyBuilder("which").str("cmd", cmd).str("PATH", pathvar).hexdigest()
+        rec = store.get_record(_RECORD_NS, rec_id)
+        if isinstance(rec, dict) and _dirs_unchanged(rec.get("dirs")):
+            _WHICH[(cmd, pathvar)] = rec.get("path") or ""
+            return rec.get("path") or None
     found = shutil.which(cmd)
-    return os.path.abspath(found) if found else None
+    result = os.path.abspath(found) if found else ""
+    _WHICH[(cmd, pathvar)] = result
+    if rec_id is not None:
+        dirs = []
+        for d in pathvar.split(os.pathsep):
+            try:
+                dirs.append([d, os.stat(d or ".").st_mtime_ns])
+            except OSError:
+                dirs.append([d, None])
+        store.put_record(_RECORD_NS, rec_id, {"path": result, "dirs": dirs})
+    return result or None
+
+
+def _dirs_unchanged(dirs) -> bool:
+    if not isinstance(dirs, list):
+        return False
+    for d, mtime in dirs:
+        try:
+            if os.stat(d or ".").st_mtime_ns != mtime:
+                return False
+        except OSError:
+            if mtime is not None:
+                return False
+    return True
 
 
 def find_cxx(store=None) -> Compiler:
     """The C++ compiler to use: ``OPSMITH_CXX``/``CXX`` if set, else clang++, c++, g++."""
     candidates = _compiler_candidates()
     for cand in candidates:
-        path = _which(cand)
+        path = _which(cand, store)
         if path:
             return probe_compiler(path, store)
     if settings.cxx:
@@ -137,8 +180,8 @@ def _run_probe(path: str) -> Compiler:
     return Compiler(path, family, version, target, fp, tuple(dirs))
 
 
-@functools.lru_cache(maxsize=1)
-def torch_info() -> TorchInfo:
+@functools.lru_cache(maxsize=None)
+def torch_info(store=None) -> TorchInfo:
     """Versions, include and library directories and ABI of the installed torch."""
     try:
         import torch
@@ -152,7 +195,7 @@ def torch_info() -> TorchInfo:
         raise ToolchainError(f"torch's C++ headers are missing ({include}/torch/extension.h). "
                              f"Reinstall torch from a wheel that ships them (`pip install --force-reinstall torch`).")
     abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
-    std = _torch_cxx_std(root)
+    std = _torch_cxx_std(root, store)
     ext_h = os.stat(os.path.join(include, "torch", "extension.h"))
     fp = KeyBuilder("torch").str("version", torch.__version__).str("root", root).str(
         "abi", str(abi)).str("std", std).str("cuda", torch.version.cuda).str(
@@ -160,18 +203,37 @@ def torch_info() -> TorchInfo:
     return TorchInfo(torch.__version__, root, include_dirs, lib_dir, abi, std, torch.version.cuda, fp)
 
 
-def _torch_cxx_std(root: str) -> str:
-    """The C++ standard torch's own extension builder uses (read from its source, not imported)."""
+def _torch_cxx_std(root: str, store=None) -> str:
+    """The C++ standard torch's own extension builder uses (read from its source, not imported).
+
+    Remembered in the store by the file's size and mtime: reading it costs a warm load 0.2 ms.
+    """
+    path = os.path.join(root, "utils", "cpp_extension.py")
     try:
-        text = Path(root, "utils", "cpp_extension.py").read_text(errors="replace")
+        st = os.stat(path)
     except OSError:
         return "c++17"
-    return "c++20" if "'-std=c++20'" in text or '"-std=c++20"' in text else "c++17"
+    rec_id = "std-" + KeyBuilder("torch-std").str("file", path).str(
+        "stat", f"{st.st_size}:{st.st_mtime_ns}").hexdigest()
+    if store is not None:
+        rec = store.get_record(_RECORD_NS, rec_id)
+        if isinstance(rec, dict) and rec.get("std") in ("c++17", "c++20"):
+            return rec["std"]
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return "c++17"
+    std = "c++20" if "'-std=c++20'" in text or '"-std=c++20"' in text else "c++17"
+    if store is not None:
+        store.put_record(_RECORD_NS, rec_id, {"std": std})
+    return std
 
 
 @functools.lru_cache(maxsize=1)
 def python_include_dir() -> str:
-    path = sysconfig.get_path("include", scheme="posix_prefix")
+    path = sysconfig.get_config_var("INCLUDEPY")  # 7 us; get_path() costs 0.2 ms
+    if not path or not os.path.isfile(os.path.join(path, "Python.h")):
+        path = sysconfig.get_path("include", scheme="posix_prefix")
     if not path or not os.path.isfile(os.path.join(path, "Python.h")):
         raise ToolchainError(
             f"Python's C headers (Python.h) are missing from {path}. Install them: "
