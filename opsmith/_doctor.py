@@ -214,8 +214,8 @@ def _major_minor(version: str | None) -> tuple[int, int] | None:
 def _cuda_versions(ctx: _Context, nvcc) -> list[Check]:
     """torch's CUDA against the toolkit's: a major difference breaks builds, a minor one does not."""
     if not ctx.torch_cuda:
-        return [Check("CUDA versions", WARNING, f"torch is a CPU-only build; nvcc {nvcc.version} cannot "
-                      f"build extensions against it",
+        return [Check("CUDA versions", WARNING, f"torch is a CPU-only build: CUDA extensions compile with "
+                      f"nvcc {nvcc.version} but cannot use the GPU through torch",
                       "Install a CUDA build of torch, e.g. pip install torch --index-url "
                       "https://download.pytorch.org/whl/cu128 (pick the toolkit's CUDA version).")]
     t, n = _major_minor(ctx.torch_cuda), _major_minor(nvcc.version)
@@ -341,7 +341,18 @@ def check_arch_list(ctx: _Context) -> list[Check]:
         gpus = ", ".join(ctx.gpu_archs) if ctx.gpu_archs else "no GPU visible"
         shown = f": builds target {_arch_text(archs)}" if archs else ""
         return [Check("TORCH_CUDA_ARCH_LIST", OK, f"unset ({gpus}){shown}")]
-    return [Check("TORCH_CUDA_ARCH_LIST", OK, f"{text!r} -> {_arch_text(archs) if archs else text}")]
+    found = f"{text!r} -> {_arch_text(archs) if archs else text}"
+    gpus = [a[3:-1] + "." + a[-1] for a in ctx.gpu_archs]
+    try:
+        from ._archs import _can_run
+    except ImportError:
+        _can_run = None
+    if archs and gpus and _can_run is not None and not any(_can_run(a, g) for a in archs for g in gpus):
+        return [Check("TORCH_CUDA_ARCH_LIST", WARNING, f"{found}: none of the GPUs here "
+                      f"({', '.join(ctx.gpu_archs)}) can run that code ('no kernel image is available')",
+                      f"Set TORCH_CUDA_ARCH_LIST={';'.join(sorted(set(gpus)))} (add it to the list to "
+                      f"build for other machines too), or unset it to build for the GPUs here.")]
+    return [Check("TORCH_CUDA_ARCH_LIST", OK, found)]
 
 
 def _mount_of(path: str) -> tuple[str, str, str] | None:

@@ -90,7 +90,7 @@ def _cache_stats(args) -> int:
     print(f"size:     {format_size(s.bytes)} ({s.bytes} bytes)")
     print(f"hits:     {s.hits} (hit rate {rate}: hits / (hits + builds))")
     for kind, k in s.by_kind.items():
-        print(f"  {kind:<10} {k['entries']:>5} entries  {format_size(k['bytes']):>10}  {k['hits']:>6} hits")
+        print(f"  {kind:<10} {k['entries']:>5} entr{'y ' if k['entries'] == 1 else 'ies'}  {format_size(k['bytes']):>10}  {k['hits']:>6} hits")
     return 0
 
 

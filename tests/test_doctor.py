@@ -347,3 +347,13 @@ def test_arch_list_12_0_with_a_cuda_12_0_nvcc_is_the_tutorials_compute_120_failu
     ctx.nvcc, ctx.torch_cuda = Nvcc12(), "12.8"
     (row,) = _doctor.check_arch_list(ctx)
     assert row.status == "problem" and "compute_120" in row.fix and "CUDA version" in row.fix
+
+
+@pytest.mark.skipif(importlib.util.find_spec("opsmith._archs") is None,
+                    reason="opsmith._archs (the arch-list parser) is not in this tree yet")
+def test_arch_list_that_no_gpu_here_can_run_is_a_warning(monkeypatch):
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    ctx = _doctor._Context()
+    ctx.gpu_archs = ["sm_90"]  # as check_driver_and_gpus records an H100
+    (row,) = _doctor.check_arch_list(ctx)
+    assert row.status == "warning" and "TORCH_CUDA_ARCH_LIST=9.0" in row.fix
