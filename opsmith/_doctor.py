@@ -436,7 +436,9 @@ def check_cache(ctx: _Context) -> list[Check]:
     from ._cache_admin import format_size
     probe = _write_probe(existing)
     if probe is not None and probe.errno == errno.ENOSPC or free < _NO_SPACE:
-        rows.append(Check("cache free space", PROBLEM, f"{format_size(free)} free: the disk is full",
+        full = probe is not None and probe.errno == errno.ENOSPC
+        rows.append(Check("cache free space", PROBLEM, f"the disk is full ({format_size(free)} free)" if full
+                          else f"only {format_size(free)} free: a build needs more",
                           f"Free space: opsmith cache prune --max-size 2G, {env_fix.replace('or ', '')}."))
     elif probe is not None:
         rows.append(Check("cache free space", PROBLEM, f"cannot write there: {probe.strerror}",
