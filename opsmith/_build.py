@@ -292,6 +292,13 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
         result = run_steps(build_dir, steps, jobs=max_jobs(), log_path=log_path,
                            on_progress=progress.step)
         progress.close()
+        if not result.ok and pch is not None and _pch_rejected(result.output, pch):
+            # A damaged or stale precompiled header: drop it and build without one.
+            log.warning("the precompiled torch headers were rejected by the compiler; removing "
+                        "them and building without (they are rebuilt next time)")
+            store.remove(pch.key)
+            with settings.override(pch=False):
+                return build_spec(spec)
         if not result.ok:
             raise _failure(spec, result, steps, log_path)
         # Publish each new object under its key (found from the compiler's depfile), then the link.
@@ -345,6 +352,13 @@ def _failure(spec: ExtensionSpec, result, steps, log_path: Path) -> CompileError
         if fix:
             err.args = (f"{err.args[0]}\nfix: {fix}",)
     return err
+
+
+def _pch_rejected(output: str, pch) -> bool:
+    """Did the compiler refuse the PCH itself (rather than the user's code)?"""
+    low = output.lower()
+    return pch.key in output and any(w in low for w in (
+        "malformed", "corrupt", "precompiled header", "pch file", "ast file", "invalid pch"))
 
 
 def _split_inline(text: str):

@@ -73,6 +73,8 @@ def ensure_pch(store: LocalStore, compiler: Compiler, torch: TorchInfo, flags: l
                on_status=None) -> Pch | None:
     """The PCH for ``flags``, built if needed. None (with a log line) when it cannot be built."""
     key = pch_key(compiler, torch, flags)
+    # Fully verified like every entry (sha256 of ~170 MB: ~0.16 s of a cold build): a flipped
+    # bit in a PCH could otherwise compile into a silently wrong binary.
     entry = store.get(key)
     if entry is None:
         with store.lock(key):

@@ -361,3 +361,20 @@ def test_gcc_builds_a_torch_module_without_pch(fresh_cache, monkeypatch, tmp_pat
     m = opsmith.load_inline("gcc_relu", RELU_SRC, functions=["relu"])
     x = torch.randn(100)
     assert torch.equal(m.relu(x), torch.relu(x))
+
+
+def test_pch_rejected_by_the_compiler_falls_back_and_is_removed(cache, tmp_path, pch_cache):
+    """clang refuses a PCH whose header changed since it was built: opsmith builds without it."""
+    from opsmith._toolchain import find_cxx
+    if find_cxx().family != "clang":
+        pytest.skip("only clang validates the PCH's input files by mtime")
+    header = pch_cache / "pch-src" / "torch_extension_pch.h"
+    st = header.stat()
+    os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    try:
+        m = opsmith.load_inline("pch_fallback", RELU_SRC + "// fallback\n", functions=["relu"])
+    finally:
+        os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns))
+    x = torch.randn(50)
+    assert torch.equal(m.relu(x), torch.relu(x))
+    assert not [i for i in LocalStore(cache).list() if i.kind == "pch"]  # the rejected PCH is gone
