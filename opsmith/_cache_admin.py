@@ -17,8 +17,20 @@ import time
 from ._errors import ConfigError
 from ._store import EntryInfo, Store
 
-__all__ = ["BUSY_SECONDS", "PruneResult", "CacheStats", "entries", "stats", "prune", "clear", "verify",
-           "parse_size", "parse_duration", "format_size", "format_age"]
+__all__ = [
+    "BUSY_SECONDS",
+    "CacheStats",
+    "PruneResult",
+    "clear",
+    "entries",
+    "format_age",
+    "format_size",
+    "parse_duration",
+    "parse_size",
+    "prune",
+    "stats",
+    "verify",
+]
 
 BUSY_SECONDS = 60.0
 

@@ -27,7 +27,7 @@ from ._config import settings
 from ._errors import CacheError, ConfigError, OpsmithError, ToolchainError
 from ._version import __version__
 
-__all__ = ["Check", "OK", "WARNING", "PROBLEM", "run_checks", "exit_code", "to_json", "render"]
+__all__ = ["OK", "PROBLEM", "WARNING", "Check", "exit_code", "render", "run_checks", "to_json"]
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 _LOW_SPACE = 1 << 30       # below this, a warning: a CUDA extension's objects take hundreds of MB
@@ -78,7 +78,7 @@ def _fix_of(exc: BaseException) -> str:
 
 def _run(cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess | None:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+        return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout,
                               env=dict(os.environ, LC_ALL="C"))
     except (OSError, subprocess.TimeoutExpired):
         return None

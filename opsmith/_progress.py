@@ -44,7 +44,7 @@ class Progress:
         self.title = title
         self.verbose = verbose
         self.start = time.perf_counter()
-        self.phase = "starting"
+        self.phase = "compiling"  # until told more (begin_steps, status, step)
         self._stream = stream if stream is not None else sys.stderr
         self._lock = threading.Lock()
         self._live = None

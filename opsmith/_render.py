@@ -14,7 +14,7 @@ from typing import TextIO
 
 from ._errors import CompileError, OpsmithError
 
-__all__ = ["use_rich", "error_lines", "render_error"]
+__all__ = ["error_lines", "render_error", "use_rich"]
 
 
 def use_rich(stream: TextIO) -> bool:

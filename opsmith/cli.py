@@ -14,7 +14,7 @@ import shlex
 import sys
 import time
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 
 # -- doctor -----------------------------------------------------------------------------------

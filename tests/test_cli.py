@@ -36,7 +36,7 @@ def opsmith(*args: str, env: dict | None = None, cwd=None, timeout: float = 300,
     else:
         assert OPSMITH, "the opsmith entry point is not installed (pip install -e .)"
         cmd = [OPSMITH, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env or dict(os.environ), cwd=cwd,
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, env=env or dict(os.environ), cwd=cwd,
                           timeout=timeout)
 
 
@@ -241,7 +241,7 @@ def test_build_without_ninja_says_how_to_install_it(srcdir, fresh_cache, tmp_pat
 
 def _mount_tmpfs(path: Path, options: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=False,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({(proc.stderr or proc.stdout).strip() or 'not root'})")
@@ -260,7 +260,7 @@ def test_build_into_a_full_disk_is_a_readable_error(srcdir, tmp_path):
         assert proc.stderr.startswith("opsmith: error: no space left on the device"), proc.stderr
         assert "opsmith cache prune" in proc.stderr and "Traceback" not in proc.stderr
     finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
 
 
 def test_cache_dir_writable_by_others_is_refused_with_the_fix(srcdir, fresh_cache):

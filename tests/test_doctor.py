@@ -38,7 +38,7 @@ def _doctor_json(env_changes: dict[str, str | None] | None = None, *, python_pre
     else:
         assert OPSMITH, "the opsmith entry point is not installed (pip install -e .)"
         cmd = [OPSMITH, "doctor", "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=timeout)
     assert proc.stdout, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -76,7 +76,7 @@ def test_doctor_json_has_every_check_and_exit_status_zero_when_nothing_blocks():
 
 
 def test_doctor_table_is_plain_text_when_not_a_terminal():
-    proc = subprocess.run([OPSMITH, "doctor"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([OPSMITH, "doctor"], check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("opsmith ") and lines[0].endswith(" doctor")
@@ -244,14 +244,14 @@ def test_gpus_listed_with_compute_capability():
 @contextlib.contextmanager
 def _tmpfs(path: Path, options: str):
     path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=False,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({(proc.stderr or proc.stdout).strip() or 'not root'})")
     try:
         yield path
     finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
 
 
 def test_cache_dir_ok_and_not_created_by_doctor(fresh_cache):
