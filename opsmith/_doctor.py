@@ -554,14 +554,18 @@ def render(rows: list[Check], stream=None, *, rich: bool | None = None) -> None:
     if rich:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
         style = {OK: "green", WARNING: "yellow", PROBLEM: "bold red"}
         table = Table(title=f"opsmith {__version__} doctor", show_lines=False, expand=False)
         table.add_column("status", no_wrap=True)
         table.add_column("check", no_wrap=True, style="bold")
         table.add_column("found / fix", overflow="fold")
-        for r in rows:
-            text = r.found if not r.fix else f"{r.found}\n[{style[r.status]}]fix:[/] {r.fix}"
-            table.add_row(f"[{style[r.status]}]{r.status}[/]", r.name, text)
+        for r in rows:  # Text, not markup: found/fix text may hold brackets ("[Errno 28]")
+            text = Text(r.found)
+            if r.fix:
+                text.append("\nfix: ", style=style[r.status])
+                text.append(r.fix)
+            table.add_row(Text(r.status, style=style[r.status]), Text(r.name), text)
         console = Console(file=stream)
         console.print(table)
         console.print(_summary(rows))

@@ -357,3 +357,12 @@ def test_arch_list_that_no_gpu_here_can_run_is_a_warning(monkeypatch):
     ctx.gpu_archs = ["sm_90"]  # as check_driver_and_gpus records an H100
     (row,) = _doctor.check_arch_list(ctx)
     assert row.status == "warning" and "TORCH_CUDA_ARCH_LIST=9.0" in row.fix
+
+
+def test_rich_table_keeps_brackets_in_text():
+    import io
+    rows = [_doctor.Check("cache free space", "problem", "cannot write: [Errno 28] No space left",
+                          "Free space [now]: opsmith cache prune --max-size 2G")]
+    out = io.StringIO()
+    _doctor.render(rows, out, rich=True)
+    assert "[Errno 28]" in out.getvalue() and "[now]" in out.getvalue()
