@@ -170,3 +170,69 @@ def test_compiling_and_taking_kernels_touches_no_driver():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "{}"]
+
+
+class _FakeLibcuda:
+    """Just enough of libcuda for load_module's error paths (no GPU needed)."""
+
+    def __init__(self, load_result: int, driver_version: int = 13000, cc=(9, 0)):
+        self.load_result, self.version, self.cc = load_result, driver_version, cc
+
+    def cuDeviceGet(self, out, ordinal):
+        out._obj.value = ordinal
+        return 0
+
+    def cuDevicePrimaryCtxRetain(self, out, dev):
+        out._obj.value = 1234
+        return 0
+
+    def cuCtxPushCurrent_v2(self, ctx):
+        return 0
+
+    def cuCtxPopCurrent_v2(self, out):
+        return 0
+
+    def cuModuleLoadData(self, out, data):
+        return self.load_result
+
+    def cuDriverGetVersion(self, out):
+        out._obj.value = self.version
+        return 0
+
+    def cuDeviceGetAttribute(self, out, attr, dev):
+        out._obj.value = self.cc[0] if attr == 75 else self.cc[1]
+        return 0
+
+    def cuGetErrorName(self, err, out):
+        out._obj.value = b"CUDA_ERROR_X"
+        return 0
+
+    def cuGetErrorString(self, err, out):
+        out._obj.value = b"explained"
+        return 0
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    from opsmith import _driver
+
+    def install(lib):
+        monkeypatch.setattr(_driver, "_lib", lib)
+        monkeypatch.setattr(_driver, "_contexts", {})
+    return install
+
+
+def test_ptx_newer_than_the_driver_is_explained(fake_driver):
+    from opsmith import _driver
+    fake_driver(_FakeLibcuda(load_result=222, driver_version=12080))
+    with pytest.raises(LaunchError) as info:
+        _driver.load_module(b".version 9.0\n", 0, kind="ptx", arch="sm_90", nvrtc_version="13.0", name="k.cu")
+    msg = str(info.value)
+    assert "NVRTC 13.0" in msg and "supports CUDA 12.8" in msg and "output='cubin'" in msg
+
+
+def test_cubin_for_another_arch_is_explained(fake_driver):
+    from opsmith import _driver
+    fake_driver(_FakeLibcuda(load_result=209, cc=(8, 0)))
+    with pytest.raises(LaunchError, match=r"compiled for sm_90 but cuda:0 is sm_80.*arch='sm_80'"):
+        _driver.load_module(b"\x7fELF", 0, kind="cubin", arch="sm_90", nvrtc_version="13.0", name="k.cu")
