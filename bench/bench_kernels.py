@@ -188,7 +188,7 @@ def phase_ours_bw():
     ok = bool(torch.equal(y, torch.relu(x)))
     nbytes = n * 4 * 2
     z = torch.empty_like(x)
-    out = {"correct_vec": ok, "block_vec": vcfg.block[0], "attrs_vec": vec.attributes.__dict__}
+    out = {"correct_vec": ok, "block_vec": vcfg.block[0], "attrs_vec": vec.attributes._asdict()}
     out["GBps_copy"] = gbps(lambda: z.copy_(x), nbytes)
     out["GBps_ours_relu_f32x4"] = gbps(lambda: vec.launch(vcfg, x, y, n), nbytes)
     scfg = opsmith.LaunchConfig(-(-n // 256), 256)

@@ -16,7 +16,6 @@ changes the key.
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import os
@@ -28,6 +27,7 @@ from typing import Any
 
 from ._errors import CompileError, SpecError, ToolchainError
 from ._keys import KeyBuilder
+from ._record import Record
 from ._version import __version__
 
 __all__ = ["CompileRequest", "CudaBinary", "compile_cuda", "normalize_arch", "nvrtc_version",
@@ -147,24 +147,18 @@ def normalize_arch(arch: str | int) -> str:
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 
 
-@dataclasses.dataclass(frozen=True)
-class CompileRequest:
-    """Everything that decides NVRTC's output, in canonical form.
+class CompileRequest(Record):
+    """Everything that decides NVRTC's output, in canonical form (immutable).
 
     ``name`` is the program name NVRTC prints in its log (the file path for a file).
+    Fields: source, name, arch, output ("cubin"), std ("c++17"), options, include_paths,
+    defines ((name, value) pairs), headers ((name, text) pairs), name_expressions, source_dir.
     """
 
-    source: str
-    name: str
-    arch: str
-    output: str = "cubin"
-    std: str | None = "c++17"
-    options: tuple[str, ...] = ()
-    include_paths: tuple[str, ...] = ()
-    defines: tuple[tuple[str, str | None], ...] = ()
-    headers: tuple[tuple[str, str], ...] = ()
-    name_expressions: tuple[str, ...] = ()
-    source_dir: str | None = None
+    __slots__ = ("source", "name", "arch", "output", "std", "options", "include_paths", "defines",
+                 "headers", "name_expressions", "source_dir")
+    _defaults = {"output": "cubin", "std": "c++17", "options": (), "include_paths": (), "defines": (),
+                 "headers": (), "name_expressions": (), "source_dir": None}
 
     def nvrtc_options(self) -> list[str]:
         arch = self.arch if self.output == "cubin" else self.arch.replace("sm_", "compute_")
@@ -228,8 +222,7 @@ class CompileRequest:
         return kb.hexdigest()
 
 
-@dataclasses.dataclass(frozen=True)
-class CudaBinary:
+class CudaBinary(Record):
     """What NVRTC made: the code, its kind and arch, and the lowered names of name expressions.
 
     Examples
@@ -239,16 +232,22 @@ class CudaBinary:
     ('cubin', 'sm_90', b'\\x7fELF')
     """
 
-    code: bytes
-    kind: str  # "cubin" or "ptx"
-    arch: str
-    lowered_names: Mapping[str, str]
-    nvrtc_version: str
-    log: str
-    key: str
-    source: str = dataclasses.field(repr=False, default="")
-    name: str = "<cuda source>"
-    from_cache: bool = False
+    __slots__ = ("code", "kind", "arch", "lowered_names", "nvrtc_version", "log", "key", "source",
+                 "name", "from_cache")
+    _defaults = {"source": "", "name": "<cuda source>", "from_cache": False}
+
+    def __repr__(self) -> str:
+        return (f"CudaBinary(kind={self.kind!r}, arch={self.arch!r}, {len(self.code)} bytes, "
+                f"name={self.name!r}, lowered_names={dict(self.lowered_names)!r}, "
+                f"nvrtc_version={self.nvrtc_version!r}, from_cache={self.from_cache})")
+
+    def __hash__(self) -> int:
+        return hash(("CudaBinary", self.key, self.kind, self.arch))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not CudaBinary:
+            return NotImplemented
+        return (self.key, self.kind, self.code) == (other.key, other.kind, other.code)
 
 
 def make_request(source: str | os.PathLike, *, arch: str, output: str = "cubin",

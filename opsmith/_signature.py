@@ -10,12 +10,12 @@ the signature yourself: ``module.get_kernel("k", signature="const float* x, int 
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import re
 
 from ._errors import SpecError
+from ._record import Record
 
-__all__ = ["Param", "KernelDecl", "parse_kernels", "parse_params", "split_name_expression",
+__all__ = ["Param", "KernelDecl", "parse_kernels", "parse_params", "split_name_expression", "elem_size",
            "resolve_signature"]
 
 # C type (after qualifiers are removed) -> (torch dtype name, ctypes type, kind)
@@ -61,8 +61,7 @@ _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "_
 _TYPE_WORDS = {"int", "float", "double", "char", "short", "long", "unsigned", "signed", "bool", "void"}
 
 
-@dataclasses.dataclass(frozen=True)
-class Param:
+class Param(Record):
     """One kernel parameter: what a launch must pass there and how it is packed.
 
     ``kind`` is ``"tensor"`` (a pointer: pass a CUDA tensor), ``"int"``, ``"float"`` or
@@ -70,14 +69,8 @@ class Param:
     any, for ``void*`` and unknown structs); ``align`` is the address alignment required.
     """
 
-    index: int
-    name: str
-    ctype: str
-    kind: str
-    dtypes: tuple[str, ...] = ()
-    align: int = 1
-    ctypes_type: type = ctypes.c_uint64
-    range: tuple[int, int] | None = None
+    __slots__ = ("index", "name", "ctype", "kind", "dtypes", "align", "ctypes_type", "range")
+    _defaults = {"dtypes": (), "align": 1, "ctypes_type": ctypes.c_uint64, "range": None}
 
     def describe(self) -> str:
         return f"argument {self.index} {self.name!r} ({self.ctype})"
@@ -86,7 +79,7 @@ class Param:
         if self.kind == "tensor":
             dts = " or ".join(f"torch.{d}" for d in self.dtypes) or "any-dtype"
             extra = f", data pointer aligned to {self.align} bytes" if self.align > 1 and \
-                self.dtypes and self.align > _elem_size(self.dtypes[0]) else ""
+                self.dtypes and self.align > elem_size(self.dtypes[0]) else ""
             return f"a contiguous {dts} CUDA tensor{extra}"
         if self.kind == "float":
             return "a Python float (or int)"
@@ -96,20 +89,17 @@ class Param:
         return f"a Python int in [{lo}, {hi}]"
 
 
-def _elem_size(dtype: str) -> int:
+def elem_size(dtype: str) -> int:
+    """Bytes per element of a torch dtype name."""
     return {"float64": 8, "int64": 8, "uint64": 8, "float32": 4, "int32": 4, "uint32": 4,
             "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2}.get(dtype, 1)
 
 
-@dataclasses.dataclass(frozen=True)
-class KernelDecl:
-    """A ``__global__`` function found in the source."""
+class KernelDecl(Record):
+    """A ``__global__`` function found in the source: name, params_text, template_params
+    (names, in order), extern_c, line."""
 
-    name: str
-    params_text: str
-    template_params: tuple[str, ...]  # names, in order
-    extern_c: bool
-    line: int
+    __slots__ = ("name", "params_text", "template_params", "extern_c", "line")
 
 
 def _strip_comments(src: str) -> str:

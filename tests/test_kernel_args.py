@@ -236,3 +236,52 @@ def test_cubin_for_another_arch_is_explained(fake_driver):
     fake_driver(_FakeLibcuda(load_result=209, cc=(8, 0)))
     with pytest.raises(LaunchError, match=r"compiled for sm_90 but cuda:0 is sm_80.*arch='sm_80'"):
         _driver.load_module(b"\x7fELF", 0, kind="cubin", arch="sm_90", nvrtc_version="13.0", name="k.cu")
+
+
+class _LoadingLibcuda(_FakeLibcuda):
+    """A fake libcuda that loads modules and reports a spilling kernel."""
+
+    def __init__(self):
+        super().__init__(load_result=0)
+
+    def cuModuleLoadData(self, out, data):
+        out._obj.value = 0x1000
+        return 0
+
+    def cuModuleGetFunction(self, out, module, name):
+        out._obj.value = 0x2000
+        return 0
+
+    def cuFuncGetAttribute(self, out, attr, fn):
+        out._obj.value = {0: 1024, 1: 0, 3: 64, 4: 40, 8: 49152}.get(attr, 0)  # 64 B local: spills
+        return 0
+
+
+def test_kernel_state_reads_attributes_and_warns_on_spills(fake_driver):
+    fake_driver(_LoadingLibcuda())
+    k = opsmith.cuda_kernel('extern "C" __global__ void k(float* x, int n) {}', "k", arch="sm_90")
+    with pytest.warns(ResourceWarning, match="64 bytes of local memory"):
+        st = k._state(0)
+    a = st.attrs
+    assert (a.registers, a.local_bytes, a.max_threads_per_block, a.spills) == (40, 64, 1024, True)
+    assert st.fnp.value == 0x2000 and a._asdict()["max_dynamic_shared_bytes"] == 49152
+    with pytest.raises(LaunchError, match="at most 1024 per block|1024"):
+        LaunchConfig(1, 2048)
+    big = LaunchConfig(1, 256, shared_mem=60 * 1024)  # above 48 KiB: needs the smem opt-in
+    st.smem_limit = 227 * 1024
+    calls = []
+    k_fake = _driver_module()
+    orig = k_fake.func_set_attribute
+    k_fake.func_set_attribute = lambda fn, name, value: calls.append((fn, name, value))
+    try:
+        k._validate(big, st, 0)
+    finally:
+        k_fake.func_set_attribute = orig
+    assert calls == [(0x2000, "MAX_DYNAMIC_SHARED_SIZE_BYTES", 227 * 1024)]
+    with pytest.raises(LaunchError, match="exceed"):
+        k._validate(LaunchConfig(1, 256, shared_mem=300 * 1024), st, 0)
+
+
+def _driver_module():
+    from opsmith import _driver
+    return _driver
