@@ -178,7 +178,15 @@ def load_module(code: bytes, device: int, *, kind: str, arch: str, nvrtc_version
             f"newer than the driver fails to load. Compile to a cubin instead (output='cubin', "
             f"the default), or install an NVRTC no newer than the driver "
             f"(pip install 'nvidia-cuda-nvrtc=={major}.{minor}.*'), or update the driver.")
-    dev_arch = device_arch(device) if err in (_NO_BINARY, _INVALID_IMAGE) else None
+    dev_arch = device_arch(device) if err in (_NO_BINARY, _INVALID_IMAGE, _UNSUPPORTED_PTX) else None
+    if dev_arch is not None and kind == "cubin" and dev_arch == arch:
+        major, minor = driver_version()
+        raise LaunchError(
+            f"the driver could not load the cubin of {name} for {arch} ({error_name(err)}): it was "
+            f"made by NVRTC {nvrtc_version}, and this driver supports CUDA {major}.{minor}. A cubin "
+            f"from an NVRTC of a newer major version than the driver does not load. Install an "
+            f"NVRTC matching the driver (pip install 'nvidia-cuda-nvrtc=={major}.*' with "
+            f"cuda-bindings {major}.x), or update the driver.")
     if err == _NO_BINARY or (dev_arch is not None and kind == "cubin" and dev_arch != arch):
         raise LaunchError(
             f"{name} was compiled for {arch} but cuda:{device} is {dev_arch} ({error_name(err)}). "

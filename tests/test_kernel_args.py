@@ -285,3 +285,10 @@ def test_kernel_state_reads_attributes_and_warns_on_spills(fake_driver):
 def _driver_module():
     from opsmith import _driver
     return _driver
+
+
+def test_cubin_from_an_nvrtc_newer_than_the_driver_is_explained(fake_driver):
+    from opsmith import _driver
+    fake_driver(_FakeLibcuda(load_result=209, driver_version=12040, cc=(9, 0)))
+    with pytest.raises(LaunchError, match=r"NVRTC 13.0, and this driver supports CUDA 12.4"):
+        _driver.load_module(b"\x7fELF", 0, kind="cubin", arch="sm_90", nvrtc_version="13.0", name="k.cu")
