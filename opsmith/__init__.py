@@ -60,3 +60,5 @@ def __dir__():
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._extension import Artifact, build, build_inline, load, load_artifact, load_inline
+    from ._kernel import CudaModule, Kernel, KernelAttributes, LaunchConfig, cuda_kernel
+    from ._nvrtc import CudaBinary, compile_cuda
