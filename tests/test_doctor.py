@@ -188,7 +188,8 @@ def test_ninja_missing_is_a_problem_with_the_install_command(tmp_path):
 def test_no_cxx_compiler_is_a_problem(tmp_path):
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    rc, doc = _doctor_json({"PATH": str(empty), "CXX": None, "OPSMITH_CXX": None})
+    rc, doc = _doctor_json({"PATH": str(empty), "CXX": None, "OPSMITH_CXX": None},
+                           python_prelude="pass")  # run by absolute python: PATH has nothing
     row = _row(doc, "C++ compiler")
     assert row["status"] == "problem" and "apt-get install" in row["fix"]
     assert rc == 1
