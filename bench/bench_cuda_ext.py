@@ -80,11 +80,14 @@ else:
         m = load_inline(name, os.environ["BENCH_CPP"], cuda_sources=cu, functions=["relu"],
                         extra_cuda_cflags=["-O3"])
 t1 = time.perf_counter()
-ok = True
-for n in (1, 257, 1 << 20):
-    x = torch.randn(n, device="cuda")
-    ok = ok and bool(torch.equal(m.relu(x), torch.relu(x)))
-torch.cuda.synchronize()
+ok = None
+if torch.cuda.is_available():
+    ok = True
+    for n in (1, 257, 1 << 20):
+        x = torch.randn(n, device="cuda")
+        y = m.relu(x)
+        torch.cuda.synchronize()
+        ok = ok and bool(torch.equal(y, torch.relu(x)))
 print("RESULT", json.dumps({"load_s": t1 - t0, "correct": ok, **extra}))
 '''
 
@@ -114,6 +117,20 @@ for line in open(csv).read().splitlines()[1:]:
         phases[key] = round(phases.get(key, 0.0) + float(cols[-2]) / 1000, 2)
 print("RESULT", json.dumps({"wall_s": wall, "rc": r.returncode, "phases_s": phases, "stderr": r.stderr[-500:]}))
 '''
+
+
+_RES: dict = {}
+_OUT = [None]
+
+
+def record(key, value):
+    """Keep a phase's result, print it at once and rewrite the JSON: a run cut short keeps what it has."""
+    _RES[key] = value
+    print(f"[{time.strftime('%H:%M:%S')}] {key}: {json.dumps(value)[:400]}", flush=True)
+    if _OUT[0]:
+        with open(_OUT[0], "w") as f:
+            json.dump(_RES, f, indent=1)
+    return value
 
 
 def run(argv, env_extra, script=CHILD):
@@ -156,8 +173,12 @@ def main():
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="opsmith-bench-cuda-")
     ours_cache = os.path.join(base, "ours-cache")
-    res = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(),
-                       "cores": os.cpu_count()}}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    _OUT[0] = args.out
+    res = _RES
+    res["command"] = "python " + " ".join(sys.argv)
+    res["machine"] = {"python": sys.version.split()[0], "platform": platform.platform(),
+                      "cores": os.cpu_count()}
     try:
         import torch
         res["machine"].update(torch=torch.__version__, torch_cuda=torch.version.cuda,
@@ -169,28 +190,32 @@ def main():
     if not args.skip_torch:
         ta = project(base, uuid.uuid4().hex)
         tenv = {"TORCH_EXTENSIONS_DIR": os.path.join(base, "torch-ext"), "BENCH_DIR": ta}
-        res["torch_two_cold"] = run(["torch", "two", "myrelu"], tenv)
+        record("torch_two_cold", run(["torch", "two", "myrelu"], tenv))
     d1 = project(base, uuid.uuid4().hex)
-    res["ours_two_first"] = run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d1})
+    record("ours_two_first", run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d1}))
     d2 = project(base, uuid.uuid4().hex)
-    res["ours_two_cold"] = run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2})
+    record("ours_two_cold", run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2}))
     warm = [run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2}) for _ in range(7)]
-    res["ours_two_warm"] = {"load_ms_median": round(statistics.median(w.get("load_s", 1e9) for w in warm) * 1e3, 3),
-                            "load_ms_all": [round(w.get("load_s", 1e9) * 1e3, 3) for w in warm],
-                            "compiled_units": [w.get("compiled_units") for w in warm]}
+    record("ours_two_warm", {"load_ms_median": round(statistics.median(w.get("load_s", 1e9) for w in warm) * 1e3, 3),
+                             "load_ms_all": [round(w.get("load_s", 1e9) * 1e3, 3) for w in warm],
+                             "compiled_units": [w.get("compiled_units") for w in warm]})
     rewrite_identical(d2)
-    res["ours_rewrite"] = run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2})
+    record("ours_rewrite", run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2}))
     if not args.skip_torch:
         rewrite_identical(ta)
-        res["torch_rewrite"] = run(["torch", "two", "myrelu"], tenv)
+        record("torch_rewrite", run(["torch", "two", "myrelu"], tenv))
+    # --- the same at torch's own host optimisation level (torch's JIT passes no -O: -O0)
+    o0 = {"OPSMITH_CACHE_DIR": ours_cache + "-O0", "OPSMITH_OPT_LEVEL": "-O0"}
+    record("ours_two_first_O0", run(["ours", "two", "myrelu"], {**o0, "BENCH_DIR": project(base, uuid.uuid4().hex)}))
+    record("ours_two_cold_O0", run(["ours", "two", "myrelu"], {**o0, "BENCH_DIR": project(base, uuid.uuid4().hex)}))
     # --- one-file load_inline whose .cu includes torch headers
     cu = RELU_CU + f"// {uuid.uuid4().hex}\n"
     ienv = {"BENCH_CU": cu, "BENCH_CPP": RELU_CPP}
     if not args.skip_torch:
-        res["torch_inline_cold"] = run(["torch", "inline", "relu_ext"],
-                                       {**ienv, "TORCH_EXTENSIONS_DIR": os.path.join(base, "torch-ext2")})
-    res["ours_inline_cold"] = run(["ours", "inline", "relu_ext"], {**ours, **ienv})
-    res["nvcc_phases"] = run([], {**ours, **ienv, "BENCH_CU": cu + "// time\n"}, script=NVCC_TIME)
+        record("torch_inline_cold", run(["torch", "inline", "relu_ext"],
+                                       {**ienv, "TORCH_EXTENSIONS_DIR": os.path.join(base, "torch-ext2")}))
+    record("ours_inline_cold", run(["ours", "inline", "relu_ext"], {**ours, **ienv}))
+    record("nvcc_phases", run([], {**ours, **ienv, "BENCH_CU": cu + "// time\n"}, script=NVCC_TIME))
 
     def g(k, f="load_s"):
         return res.get(k, {}).get(f)
@@ -199,6 +224,8 @@ def main():
     if g("torch_two_cold") and g("ours_two_cold"):
         ratios["two_cold_ours_over_torch"] = round(g("ours_two_cold") / g("torch_two_cold"), 3)
         ratios["two_first_ever_ours_over_torch"] = round(g("ours_two_first") / g("torch_two_cold"), 3)
+        if g("ours_two_cold_O0"):
+            ratios["two_cold_O0_ours_over_torch"] = round(g("ours_two_cold_O0") / g("torch_two_cold"), 3)
     if g("torch_inline_cold") and g("ours_inline_cold"):
         ratios["inline_cold_ours_over_torch"] = round(g("ours_inline_cold") / g("torch_inline_cold"), 3)
     res["ratios"] = ratios
@@ -209,6 +236,7 @@ def main():
     rows = [("two-file cold, torch (s)", g("torch_two_cold")),
             ("two-file first ever (PCH built), ours (s)", g("ours_two_first")),
             ("two-file cold (PCH present), ours (s)", g("ours_two_cold")),
+            ("two-file cold (PCH present), ours at -O0 like torch (s)", g("ours_two_cold_O0")),
             ("warm load, fresh process, ours (ms, median)", res["ours_two_warm"]["load_ms_median"]),
             ("rewrite identical sources: ours compiled units", g("ours_rewrite", "compiled_units")),
             ("rewrite identical sources: ours (s)", g("ours_rewrite")),
@@ -216,7 +244,7 @@ def main():
             ("inline .cu with torch headers, torch (s)", g("torch_inline_cold")),
             ("inline .cu with torch headers, ours (s)", g("ours_inline_cold")),
             ("nvcc phases on that .cu (s)", res["nvcc_phases"].get("phases_s")),
-            ("correct (all phases)", all(v.get("correct", True) for v in res.values() if isinstance(v, dict)))]
+            ("correct (all phases)", all(v.get("correct", True) is not False for v in res.values() if isinstance(v, dict)))]
     print("\n== CUDA extension benchmark ==")
     for k, v in rows:
         print(f"{k:52s} {v if not isinstance(v, float) else round(v, 3)}")

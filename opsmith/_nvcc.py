@@ -388,22 +388,22 @@ def includes_torch_headers(text: bytes) -> bool:
 
 
 _EXPLAIN = (
-    (re.compile(r"Unsupported gpu architecture '(compute_\d+\w*)'"),
+    (r"Unsupported gpu architecture '(compute_\d+\w*)'",
      "nvcc cannot build {0}: set TORCH_CUDA_ARCH_LIST to compute capabilities this nvcc supports "
      "(`nvcc --list-gpu-arch`), e.g. 9.0 for H100, or unset it to build for the GPUs here; a CUDA "
      "version such as 12.0 is not a compute capability."),
-    (re.compile(r"unsupported (GNU|clang) version"),
+    (r"unsupported (GNU|clang) version",
      "nvcc refused its host compiler's version: set CC to a supported g++ (see `nvcc --version` release "
      "notes) or pass extra_cuda_cflags=['-allow-unsupported-compiler']."),
-    (re.compile(r"cannot find .*lcudart|cannot find -lcudart"),
+    (r"cannot find .*lcudart|cannot find -lcudart",
      "libcudart was not found: point CUDA_HOME at a full CUDA toolkit, or `pip install nvidia-cuda-runtime`."),
 )
 
 
 def explain_failure(output: str) -> str | None:
     """A one-line fix for nvcc failures that have a known cause, or None."""
-    for rx, text in _EXPLAIN:
-        m = rx.search(output)
+    for rx, text in _EXPLAIN:  # patterns compiled here, not at import: a warm load needs none
+        m = re.search(rx, output)
         if m:
             return text.format(*m.groups())
     return None
