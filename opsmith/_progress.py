@@ -16,6 +16,7 @@ import threading
 import time
 
 from ._config import settings
+from ._errors import ConfigError
 
 __all__ = ["Progress"]
 
@@ -52,7 +53,7 @@ class Progress:
         self._thread: threading.Thread | None = None
         try:
             enabled = bool(settings.progress)
-        except Exception:  # noqa: BLE001 - an invalid OPSMITH_PROGRESS must not fail a build
+        except ConfigError:  # an invalid OPSMITH_PROGRESS must not fail a build
             enabled = False
         if enabled and _is_tty(self._stream):
             self._thread = threading.Thread(target=self._run, name="opsmith-progress", daemon=True)
