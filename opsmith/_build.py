@@ -289,6 +289,7 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
         steps.append(Step(os.fspath(out), tuple(objects), link_cmd, f"link {out.name}"))
         for st in steps:
             log.info("%s: %s", st.label, " ".join(st.command))
+        progress.begin_steps(len(steps) - 1)  # compile steps; the last one links
         result = run_steps(build_dir, steps, jobs=max_jobs(), log_path=log_path,
                            on_progress=progress.step)
         progress.close()
