@@ -303,3 +303,14 @@ def test_setuptools_extension_objects():
     assert ext.name == "pkg.myrelu" and ext._opsmith_cuda is True and ext.language == "c++"
     assert CppExtension("a", ["a.cpp"])._opsmith_cuda is None
     assert BuildExtension.with_options(use_ninja=False) is BuildExtension
+
+
+def test_nvcc_std_is_the_one_torch_gives_nvcc(tmp_path):
+    from opsmith._nvcc import _read_torch_nvcc_std
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "cpp_extension.py").write_text(
+        "x = {'cxx': ['-std=c++20']}  # a docstring example\n"
+        "            if not any(flag.startswith('-std=') for flag in cuda_flags):\n"
+        "                cuda_flags.append('-std=c++17')\n")
+    assert _read_torch_nvcc_std(str(tmp_path)) == "c++17"
+    assert _read_torch_nvcc_std(str(tmp_path / "none")) is None
