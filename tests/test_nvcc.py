@@ -314,3 +314,44 @@ def test_nvcc_std_is_the_one_torch_gives_nvcc(tmp_path):
         "                cuda_flags.append('-std=c++17')\n")
     assert _read_torch_nvcc_std(str(tmp_path)) == "c++17"
     assert _read_torch_nvcc_std(str(tmp_path / "none")) is None
+
+
+MODULE_CU = r"""
+#include <Python.h>
+#include <cuda_runtime.h>
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define INIT2(n) PyInit_##n
+#define INIT(n) INIT2(n)
+__global__ void twice(float* x) { x[threadIdx.x] *= 2.f; }
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, STR(TORCH_EXTENSION_NAME), nullptr, -1, nullptr};
+PyMODINIT_FUNC INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&def); }
+"""
+
+SETUP_PY = """
+from setuptools import setup
+from opsmith.setuptools import CUDAExtension, BuildExtension
+setup(name="pkg", packages=["pkg"],
+      ext_modules=[CUDAExtension("pkg.fastmod", ["mod.cu"], extra_compile_args={"nvcc": ["-O2"]})],
+      cmdclass={"build_ext": BuildExtension})
+"""
+
+
+def test_setuptools_build_ext_inplace_with_the_real_module_name(nvcc, tmp_path, fresh_cache):
+    import sys
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "mod.cu").write_text(MODULE_CU)
+    (tmp_path / "setup.py").write_text(SETUP_PY)
+    env = dict(os.environ, TORCH_CUDA_ARCH_LIST="8.0", PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(opsmith.__file__)), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    built = list((tmp_path / "pkg").glob("fastmod*.so"))
+    assert len(built) == 1, r.stdout[-2000:]
+    syms = subprocess.run(["nm", "-D", str(built[0])], capture_output=True, text=True).stdout
+    assert "PyInit_fastmod" in syms  # TORCH_EXTENSION_NAME is the extension's own name
+    r = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "nothing compiled" in r.stdout, r.stdout[-2000:]
