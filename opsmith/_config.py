@@ -57,9 +57,11 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("max_jobs", ("MAX_JOBS",), _to_positive_int, lambda: None,
             "Parallel compile jobs. Default: the CPU cores, capped so that each job has "
             "about 1.5 GiB of available memory."),
-    Setting("opt_level", ("OPSMITH_OPT_LEVEL",), str, lambda: "-O2",
-            "Optimisation flag added to C++ compiles (torch adds none, which means -O0). "
-            "A `-O` flag in `extra_cflags` wins over it."),
+    Setting("opt_level", ("OPSMITH_OPT_LEVEL",), str, lambda: "",
+            "Optimisation flag added to C++ compiles, e.g. `-O2`. Default: none, as torch's JIT "
+            "builder (which means -O0): a drop-in build compiles the same code, and a torch "
+            "translation unit compiles in ~3.6 s instead of ~6.8 s with clang's precompiled "
+            "headers on 2 cores. A `-O` flag in `extra_cflags` always wins."),
     Setting("pch", ("OPSMITH_PCH",), _to_bool, lambda: True,
             "Use precompiled torch headers for sources that include `torch/extension.h`."),
     Setting("log_level", ("OPSMITH_LOG_LEVEL",), str.upper, lambda: None,
@@ -69,6 +71,10 @@ _SETTINGS: tuple[Setting, ...] = (
             "Show a progress display for long builds when stderr is a terminal."),
     Setting("cuda_home", ("CUDA_HOME", "CUDA_PATH"), str, lambda: None,
             "CUDA toolkit root, for nvcc and headers."),
+    Setting("cudacxx", ("CUDACXX",), str, lambda: None,
+            "The nvcc to use (path or name); wins over CUDA_HOME and PATH."),
+    Setting("cc", ("CC",), str, lambda: None,
+            "Host compiler nvcc uses (passed as -ccbin), as torch does."),
     Setting("cuda_arch_list", ("TORCH_CUDA_ARCH_LIST",), str, lambda: None,
             "CUDA archs for nvcc builds, as torch parses them (`8.0;9.0`, `9.0+PTX`). "
             "Default: the visible GPUs'."),

@@ -221,7 +221,7 @@ _DEFAULT_HOMES = ("/usr/local/cuda",)
 
 def locate_nvcc() -> tuple[str, str]:
     """(path of nvcc, how it was found). Raises ToolchainError with the fix when there is none."""
-    cudacxx = os.environ.get("CUDACXX")
+    cudacxx = settings.cudacxx
     if cudacxx:
         path = shutil.which(cudacxx) or cudacxx
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
@@ -280,7 +280,7 @@ def find_nvcc(cxx: Compiler, store=None) -> Nvcc:
 
 
 def _host_compiler(cxx: Compiler) -> str:
-    cc = os.environ.get("CC")  # torch passes $CC to nvcc as -ccbin; so do we
+    cc = settings.cc  # torch passes $CC to nvcc as -ccbin; so do we
     if cc:
         return shutil.which(cc) or cc
     if cxx.family == "gcc":

@@ -5,6 +5,7 @@ Layout of a :class:`LocalStore` root (mode 0700, owned by the user)::
     entries/<key>/manifest.json   kind, name, sha256 and size of every file, metadata
     entries/<key>/<files>         the artifacts (a .so, an object file, a cubin, ...)
     entries/<key>/uses            one byte appended per hit (its size is the hit count)
+    entries/<key>/verified        stat stamps of the files when their sha256 was last checked
     records/<ns>/<id>.json        small documents (the dependency index), replaced atomically
     locks/<key>.lock              OS locks (flock): released by the kernel when a process dies
     tmp/                          staging directories; an entry appears only by os.replace
@@ -40,6 +41,7 @@ log = logging.getLogger("opsmith.cache")
 
 MANIFEST = "manifest.json"
 USES = "uses"
+STAMPS = "verified"
 _FORMAT = 1
 _STALE_TMP_SECONDS = 3600.0
 
@@ -149,7 +151,7 @@ class LocalStore(Store):
             raw = f.read()
         manifest = _parse_manifest(raw, key)
         problem = "unreadable manifest" if manifest is None else (
-            _verify_files(path, manifest) if verify else None)
+            _verify_stamped(path, manifest) if verify else None)
         if problem is not None:
             log.warning("cache entry %s is corrupt (%s); removing it and rebuilding", key, problem)
             self.remove(key)
@@ -168,7 +170,7 @@ class LocalStore(Store):
         try:
             listing = {}
             for fname, src in files.items():
-                if "/" in fname or fname in (MANIFEST, USES) or fname.startswith("."):
+                if "/" in fname or fname in (MANIFEST, USES, STAMPS) or fname.startswith("."):
                     raise CacheError(f"invalid file name {fname!r} for a cache entry")
                 dst = stage / fname
                 if move:
@@ -189,6 +191,7 @@ class LocalStore(Store):
                 if existing is not None:  # another process published the same key first
                     return existing
                 os.replace(stage, final)  # the corrupt one was removed by get()
+            _write_stamps(final, manifest)
             return Entry(key, final, manifest)
         except OSError as exc:
             raise _disk_error(exc, self.root) from None
@@ -339,6 +342,50 @@ def _verify_files(path: Path, manifest: dict[str, Any]) -> str | None:
         if file_sha256(fpath) != info.get("sha256"):
             return f"{fname} does not match its sha256"
     return None
+
+
+def _stamp(st: os.stat_result) -> list[int]:
+    # ctime cannot be set by utime(): any write to the file moves it.
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _write_stamps(path: Path, manifest: dict[str, Any]) -> None:
+    """Remember each file's stat stamp after its bytes were hashed (see _verify_stamped)."""
+    try:
+        stamps = {f: _stamp(os.stat(path / f)) for f in manifest["files"]}
+        tmp = path / f".{STAMPS}.{uuid.uuid4().hex[:8]}"
+        tmp.write_text(json.dumps(stamps))
+        os.replace(tmp, path / STAMPS)
+    except OSError:
+        pass  # without stamps the next read re-hashes: slower, never wrong
+
+
+def _verify_stamped(path: Path, manifest: dict[str, Any]) -> str | None:
+    """Verify an entry, re-hashing only files whose stat stamp moved since they were hashed.
+
+    Hashing a large artifact on every warm load costs milliseconds; a file whose size,
+    mtime, ctime and inode are those recorded right after its sha256 was checked has not
+    been written since. Any write (truncation, a flipped byte, a replacement) moves ctime,
+    so it is re-hashed and a mismatch is caught before the file is loaded.
+    """
+    try:
+        stamps = json.loads((path / STAMPS).read_bytes())
+    except (OSError, ValueError):
+        stamps = {}
+    rehash = []
+    for fname in manifest["files"]:
+        try:
+            st = os.stat(path / fname)
+        except OSError:
+            return f"{fname} is missing"
+        if not isinstance(stamps, dict) or stamps.get(fname) != _stamp(st):
+            rehash.append(fname)
+    if not rehash:
+        return None
+    problem = _verify_files(path, {"files": {f: manifest["files"][f] for f in rehash}})
+    if problem is None:
+        _write_stamps(path, manifest)
+    return problem
 
 
 def _record_use(path: Path) -> None:

@@ -25,7 +25,7 @@ __all__ = ["Compiler", "TorchInfo", "find_cxx", "torch_info", "find_ninja", "max
            "python_include_dir", "probe_compiler"]
 
 _RECORD_NS = "toolchain"
-_PROBE_FORMAT = 2
+_PROBE_FORMAT = 3
 
 
 class Compiler(Record):
@@ -213,7 +213,7 @@ def _torch_cxx_std(root: str, store=None) -> str:
         st = os.stat(path)
     except OSError:
         return "c++17"
-    rec_id = "std-" + KeyBuilder("torch-std").str("file", path).str(
+    rec_id = "std-" + KeyBuilder("torch-std-2").str("file", path).str(
         "stat", f"{st.st_size}:{st.st_mtime_ns}").hexdigest()
     if store is not None:
         rec = store.get_record(_RECORD_NS, rec_id)
@@ -223,10 +223,24 @@ def _torch_cxx_std(root: str, store=None) -> str:
         text = Path(path).read_text(errors="replace")
     except OSError:
         return "c++17"
-    std = "c++20" if "'-std=c++20'" in text or '"-std=c++20"' in text else "c++17"
+    std = torch_std_from_source(text)
     if store is not None:
         store.put_record(_RECORD_NS, rec_id, {"std": std})
     return std
+
+
+def torch_std_from_source(text: str) -> str:
+    """The ``-std`` torch's JIT builder gives C++ sources, from its ``cpp_extension.py`` text.
+
+    The flag list of the ninja build (``cflags = common_cflags + ['-fPIC', '-std=c++NN']``)
+    is what counts; docstrings mention other standards (torch 2.11 uses c++17 but shows a
+    c++20 example), so a bare search would be wrong.
+    """
+    import re
+    m = re.search(r"cflags\s*=\s*common_cflags\s*\+\s*\[\s*['\"]-fPIC['\"]\s*,\s*['\"]-std=(c\+\+\d+)['\"]", text)
+    if m is None:
+        m = re.search(r"common_cflags\s*\+=\s*\[\s*['\"]-std=(c\+\+\d+)['\"]", text)
+    return m.group(1) if m else "c++17"
 
 
 @functools.lru_cache(maxsize=1)

@@ -298,3 +298,34 @@ def test_nvcc_error_format_and_link_error():
     assert isinstance(err, opsmith.LinkError)
     assert "undefined symbol `relu_cuda_launcher(float const*, float*, int)`" in str(err)
     assert "CUDA source" in str(err)
+
+
+def test_torch_std_comes_from_the_ninja_flags_not_docstrings():
+    from opsmith._toolchain import torch_std_from_source
+    torch_211_like = ("    minimum required compiler flags (e.g. ``-std=c++20``)\n"
+                      "        cflags = common_cflags + ['-fPIC', '-std=c++17'] + extra_cflags\n"
+                      "                cuda_flags.append('-std=c++17')\n")
+    assert torch_std_from_source(torch_211_like) == "c++17"
+    assert torch_std_from_source("cflags = common_cflags + ['-fPIC', '-std=c++20'] + extra") == "c++20"
+    assert torch_std_from_source("nothing here") == "c++17"
+
+
+def test_store_rewrite_with_restored_mtime_is_still_caught(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    e = _put(store, "k1", tmp_path, b"a" * 4096)
+    assert store.get("k1") is not None  # stamped: no re-hash needed
+    f = e.file("lib.so")
+    st = f.stat()
+    with open(f, "r+b") as fh:
+        fh.seek(100)
+        fh.write(b"b")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime; ctime moved
+    assert store.get("k1") is None
+
+
+def test_store_reads_without_stamps_rehash_and_restamp(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    e = _put(store, "k1", tmp_path)
+    (e.path / "verified").unlink()
+    assert store.get("k1") is not None
+    assert (e.path / "verified").exists()
