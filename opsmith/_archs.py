@@ -19,6 +19,7 @@ import logging
 import os
 import re
 
+from ._record import Record
 from ._errors import ConfigError
 
 __all__ = ["Arch", "parse_arch_list", "gencode_flags", "resolve_archs", "visible_gpu_archs",
@@ -54,10 +55,10 @@ _GPU_NAMES = {"7.0": "V100", "7.5": "T4 / RTX 20xx", "8.0": "A100", "8.6": "RTX 
 _RECORD_NS = "toolchain"
 
 
-class Arch(collections.namedtuple("Arch", "major minor suffix ptx")):
+class Arch(Record):
     """One target: compute capability ``major.minor`` (``suffix`` ``"a"`` for 9.0a), ``ptx``: also embed PTX."""
 
-    __slots__ = ()
+    __slots__ = ("major", "minor", "suffix", "ptx")
 
     @property
     def cc(self) -> str:

@@ -12,7 +12,6 @@ CUDA toolkit whose major version differs from torch's (a minor difference is a l
 """
 from __future__ import annotations
 
-import collections
 import functools
 import logging
 import os
@@ -22,6 +21,7 @@ import subprocess
 import tempfile
 
 from ._config import settings
+from ._record import Record
 from ._errors import ToolchainError
 from ._keys import KeyBuilder
 from ._toolchain import Compiler, probe_compiler
@@ -58,9 +58,7 @@ TORCH_HEADERS_HINT = (
     "docs/cuda_extensions.md.")
 
 
-class Nvcc(collections.namedtuple(
-        "Nvcc", "path home version version_text host host_family host_version archs include_dirs "
-                "lib_dirs cudart fingerprint")):
+class Nvcc(Record):
     """An nvcc and the host compiler it drives.
 
     Attributes
@@ -81,7 +79,8 @@ class Nvcc(collections.namedtuple(
         Identity of nvcc and its host compiler, for cache keys.
     """
 
-    __slots__ = ()
+    __slots__ = ("path", "home", "version", "version_text", "host", "host_family", "host_version",
+                 "archs", "include_dirs", "lib_dirs", "cudart", "fingerprint")
 
     @property
     def major(self) -> int:

@@ -180,9 +180,17 @@ def _run_probe(path: str) -> Compiler:
     return Compiler(path, family, version, target, fp, tuple(dirs))
 
 
-@functools.lru_cache(maxsize=None)
+_TORCH_INFO: list[TorchInfo] = []
+
+
 def torch_info(store=None) -> TorchInfo:
-    """Versions, include and library directories and ABI of the installed torch."""
+    """Versions, include and library directories and ABI of the installed torch (once per process)."""
+    if not _TORCH_INFO:
+        _TORCH_INFO.append(_torch_info(store))
+    return _TORCH_INFO[0]
+
+
+def _torch_info(store) -> TorchInfo:
     try:
         import torch
     except ImportError:
