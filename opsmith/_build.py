@@ -16,7 +16,7 @@ from pathlib import Path
 from ._record import Record
 from . import _deps
 from ._config import settings
-from ._errors import CompileError, SpecError
+from ._errors import CompileError
 from ._keys import KeyBuilder
 from ._spec import ExtensionSpec, Source
 from ._store import Entry, LocalStore, open_store
@@ -374,7 +374,3 @@ def _split_inline(text: str):
     if name is not None:
         yield name, "\n".join(lines)
 
-
-def check_kind_args(is_python_module, is_standalone) -> None:
-    if not isinstance(is_python_module, bool) or not isinstance(is_standalone, bool):
-        raise SpecError("is_python_module and is_standalone must be True or False")
