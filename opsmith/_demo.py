@@ -68,7 +68,11 @@ def run_demo(fresh: bool = False) -> int:
     what = "built" if cold["built"] else "found in the cache"
     print(f"  CPU relu: {what} in {cold['load_s']:.2f} s (process {cold_wall:.1f} s; the first build on "
           f"a machine also precompiles torch's headers, once)")
-    print(f"  CPU relu: warm load in a fresh process {warm['load_s'] * 1e3:.1f} ms (after import torch)")
+    note = ""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        note = ("; PYTHONDONTWRITEBYTECODE is set, so Python compiles opsmith's modules from source "
+                "at every import: unset it for the real figure")
+    print(f"  CPU relu: warm load in a fresh process {warm['load_s'] * 1e3:.1f} ms (after import torch{note})")
     print(f"  CPU relu: matches torch.relu on 1M random floats: {'yes' if cold['ok'] and warm['ok'] else 'NO'}")
     ok = cold["ok"] and warm["ok"]
     ok = _cuda_part(env) and ok
