@@ -7,6 +7,7 @@ into the process for its ``TORCH_LIBRARY`` registrations and its path returned; 
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import logging
@@ -63,7 +64,7 @@ def build_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfl
         keep_intermediates=keep_intermediates)
     from ._config import settings
     with _verbose(verbose), (settings.override(pch=bool(use_pch)) if use_pch is not None
-                             else _nullcontext()):
+                             else contextlib.nullcontext()):
         return build_spec(spec)
 
 
@@ -178,14 +179,6 @@ def _import_module(name: str, path: str, key: str):
         f"{path} is not a Python extension module: it defines no PyInit_{name}. Add "
         f"`PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ ... }}` to a source (or pass functions= "
         f"to load_inline), or pass is_python_module=False for a library of TORCH_LIBRARY ops.")
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 class _verbose:

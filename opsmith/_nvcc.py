@@ -24,7 +24,7 @@ from ._config import settings
 from ._record import Record
 from ._errors import ToolchainError
 from ._keys import KeyBuilder
-from ._toolchain import Compiler, probe_compiler
+from ._toolchain import _which, Compiler, probe_compiler
 
 __all__ = ["Nvcc", "find_nvcc", "COMMON_NVCC_FLAGS", "TORCH_HEADERS_HINT", "hint_torch_headers",
            "explain_failure"]
@@ -218,11 +218,15 @@ def _pip_nvccs() -> list[str]:
 _DEFAULT_HOMES = ("/usr/local/cuda",)
 
 
-def locate_nvcc() -> tuple[str, str]:
-    """(path of nvcc, how it was found). Raises ToolchainError with the fix when there is none."""
+def locate_nvcc(store=None) -> tuple[str, str]:
+    """(path of nvcc, how it was found). Raises ToolchainError with the fix when there is none.
+
+    PATH lookups go through ``_toolchain._which``: remembered in the store while PATH's
+    directories are unchanged, so a warm load does not rescan PATH.
+    """
     cudacxx = settings.cudacxx
     if cudacxx:
-        path = shutil.which(cudacxx) or cudacxx
+        path = _which(cudacxx, store) or cudacxx
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise ToolchainError(f"CUDACXX={cudacxx!r} is not an executable nvcc. Point it at nvcc "
                                  f"(e.g. /usr/local/cuda/bin/nvcc) or unset it.")
@@ -243,9 +247,9 @@ def locate_nvcc() -> tuple[str, str]:
         raise ToolchainError(f"{var}={home} has no nvcc ({path} is missing){hint}. Set {var} to the "
                              f"CUDA toolkit root, the directory holding bin/nvcc (e.g. /usr/local/cuda)."
                              f"{also}")
-    found = shutil.which("nvcc")
+    found = _which("nvcc", store)
     if found:
-        return os.path.abspath(found), "PATH"
+        return found, "PATH"
     for h in _DEFAULT_HOMES:
         path = os.path.join(h, "bin", "nvcc")
         if os.path.isfile(path) and os.access(path, os.X_OK):
@@ -264,8 +268,8 @@ def locate_nvcc() -> tuple[str, str]:
 
 def find_nvcc(cxx: Compiler, store=None) -> Nvcc:
     """The nvcc to use with host compiler ``cxx``'s family, checked against torch's CUDA."""
-    path, how = locate_nvcc()
-    host = _host_compiler(cxx)
+    path, how = locate_nvcc(store)
+    host = _host_compiler(cxx, store)
     try:
         st = os.stat(path)
     except OSError:
@@ -278,14 +282,13 @@ def find_nvcc(cxx: Compiler, store=None) -> Nvcc:
     return nv
 
 
-def _host_compiler(cxx: Compiler) -> str:
+def _host_compiler(cxx: Compiler, store=None) -> str:
     cc = settings.cc  # torch passes $CC to nvcc as -ccbin; so do we
     if cc:
-        return shutil.which(cc) or cc
+        return _which(cc, store) or cc
     if cxx.family == "gcc":
         return cxx.path
-    gxx = shutil.which("g++")  # nvcc's default and best-tested host compiler
-    return os.path.abspath(gxx) if gxx else cxx.path
+    return _which("g++", store) or cxx.path  # nvcc's default and best-tested host compiler
 
 
 @functools.lru_cache(maxsize=None)

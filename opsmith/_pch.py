@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -120,5 +121,4 @@ def _build(store: LocalStore, key: str, compiler: Compiler, flags: list[str]):
     except FileNotFoundError as exc:
         raise ToolchainError(f"cannot run the compiler {compiler.path}: {exc}") from None
     finally:
-        import shutil
         shutil.rmtree(build_dir, ignore_errors=True)
