@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import hashlib
 import logging
 import os
 import re
@@ -156,18 +155,8 @@ def _can_run(arch: Arch, gpu: str) -> bool:
 
 
 def _gpu_fingerprint() -> str:
-    """Cheap identity of this boot's visible GPU set: no CUDA call, a few small file reads."""
-    parts = [os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"), os.environ.get("NVIDIA_VISIBLE_DEVICES", "")]
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            parts.append(f.read().strip())
-    except OSError:
-        parts.append("no-boot-id")
-    try:
-        parts.extend(sorted(os.listdir("/proc/driver/nvidia/gpus")))
-    except OSError:
-        parts.append("no-nvidia-proc")
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    from ._memo import gpu_fingerprint
+    return gpu_fingerprint()
 
 
 def visible_gpu_archs(store=None) -> list[str]:

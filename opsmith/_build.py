@@ -54,17 +54,21 @@ class Artifact(Record):
         How many translation units this call compiled (0 for a hit).
     seconds : float
         Wall time of this call's build (0 for a hit).
+    inputs : tuple of str
+        The files this answer rests on (sources, their own headers, the compilers, torch's
+        headers): the warm index re-checks their stat stamps.
     """
 
-    __slots__ = ('name', 'kind', 'path', 'key', 'built', 'compiled_units', 'seconds')
-    _defaults = {'built': False, 'compiled_units': 0, 'seconds': 0.0}
+    __slots__ = ('name', 'kind', 'path', 'key', 'built', 'compiled_units', 'seconds', 'inputs')
+    _defaults = {'built': False, 'compiled_units': 0, 'seconds': 0.0, 'inputs': ()}
 
 
 
 class _Unit:
     """One translation unit of a build; ``key`` and ``object_entry`` are filled in as found."""
 
-    __slots__ = ("source", "compiler", "flags", "prekey", "uses_pch", "rule", "key", "object_entry")
+    __slots__ = ("source", "compiler", "flags", "prekey", "uses_pch", "rule", "key", "object_entry",
+                 "deps")
 
     def __init__(self, source: Source, compiler: str, flags: list[str], prekey: str,
                  uses_pch: bool, rule: str) -> None:
@@ -76,6 +80,7 @@ class _Unit:
         self.rule = rule              # "cxx" or "nvcc"
         self.key: str | None = None
         self.object_entry: Entry | None = None
+        self.deps: list[str] = []     # the user headers the key covers
 
 
 class _Toolchain:
@@ -202,7 +207,21 @@ def _resolve(store: LocalStore, units: list[_Unit]) -> None:
     index = _deps.DepIndex(store)
     for u in units:
         if u.key is None:
-            u.key = index.resolve(u.prekey)
+            found = index.resolve_with_deps(u.prekey)
+            if found is not None:
+                u.key, u.deps = found
+
+
+def _inputs(spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit]) -> tuple[str, ...]:
+    """The files an artifact of ``spec`` rests on, for the warm index's stat check."""
+    files = [u.source.path for u in units if u.source.path]
+    for u in units:
+        files.extend(u.deps)
+    files.append(os.path.realpath(tc.cxx.path))
+    if spec.with_cuda:
+        files.append(os.path.realpath(tc.nvcc.path))
+    files.append(os.path.join(tc.torch.include_dirs[0], "torch", "extension.h"))
+    return tuple(dict.fromkeys(files))
 
 
 def build_spec(spec: ExtensionSpec) -> Artifact:
@@ -239,7 +258,7 @@ def _lookup(store, spec, tc, units, ldflags) -> Artifact | None:
     if fname not in entry.manifest["files"]:
         return None
     log.debug("cache hit for %s (%s)", spec.name, link_key)
-    return Artifact(spec.name, spec.kind, entry.file(fname), link_key)
+    return Artifact(spec.name, spec.kind, entry.file(fname), link_key, inputs=_inputs(spec, tc, units))
 
 
 def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit],
@@ -312,6 +331,7 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
             snap = _deps.snapshot([d for d in deps[1:] if os.path.realpath(d) not in own], system,
                                   base=os.fspath(build_dir))
             u.key = index.record(u.prekey, snap)
+            u.deps = [s[0] for s in snap]
             if spec.keep_intermediates:
                 store.put(u.key, {"unit.o": obj}, kind="object", name=u.source.display, move=True)
         link_key = _link_key(spec, tc, units, ldflags)
@@ -320,7 +340,8 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
                                 "seconds": round(time.perf_counter() - t0, 3)})
         seconds = time.perf_counter() - t0
         log.info("built %s in %.2f s (%d of %d units compiled)", spec.name, seconds, len(todo), len(units))
-        return Artifact(spec.name, spec.kind, entry.file(out.name), link_key, True, len(todo), seconds)
+        return Artifact(spec.name, spec.kind, entry.file(out.name), link_key, True, len(todo), seconds,
+                        _inputs(spec, tc, units))
     finally:
         progress.close()
         shutil.rmtree(build_dir, ignore_errors=True)

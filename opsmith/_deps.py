@@ -81,13 +81,18 @@ class DepIndex:
         self.namespace = namespace
 
     def resolve(self, prekey: str) -> str | None:
+        found = self.resolve_with_deps(prekey)
+        return None if found is None else found[0]
+
+    def resolve_with_deps(self, prekey: str) -> tuple[str, list[str]] | None:
+        """The key of the recorded header set that matches the disk, and those headers' paths."""
         rec = self.store.get_record(self.namespace, prekey)
         if not isinstance(rec, dict):
             return None
         for variant in reversed(rec.get("variants", [])):
             try:
                 if all(_dep_matches(*dep) for dep in variant["deps"]):
-                    return variant["key"]
+                    return variant["key"], [dep[0] for dep in variant["deps"]]
             except (TypeError, ValueError, KeyError):
                 continue
         return None

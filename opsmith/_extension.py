@@ -4,6 +4,9 @@
 a Python module by default; with ``is_python_module=False`` the shared library is loaded
 into the process for its ``TORCH_LIBRARY`` registrations and its path returned; with
 ``is_standalone=True`` an executable is built and its path returned.
+
+``load``/``load_inline`` first ask the warm index (:mod:`opsmith._memo`): an exact repeat of
+a call whose files are all unchanged loads its artifact without importing the build modules.
 """
 from __future__ import annotations
 
@@ -14,9 +17,8 @@ import logging
 import os
 import threading
 
-from ._build import MODULE_NAME, Artifact, build_spec
+from . import _memo
 from ._errors import OpsmithError, SpecError
-from ._spec import ExtensionSpec
 
 __all__ = ["load", "load_inline", "build", "build_inline", "load_artifact", "Artifact"]
 
@@ -38,6 +40,8 @@ def build(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_ldflag
     >>> art.path.name, art.built                                  # doctest: +SKIP
     ('relu_ext.so', True)
     """
+    from ._build import build_spec
+    from ._spec import ExtensionSpec
     kind = ExtensionSpec.kind_of(is_python_module, is_standalone)
     spec = ExtensionSpec.from_files(
         name, sources, kind=kind, with_cuda=with_cuda, extra_cflags=extra_cflags,
@@ -54,6 +58,8 @@ def build_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfl
                  with_pytorch_error_handling=True, keep_intermediates=True, use_pch=None,
                  no_implicit_headers=False, is_standalone=False) -> Artifact:
     """Compile source strings into a cached artifact without loading it (see :func:`load_inline`)."""
+    from ._build import build_spec
+    from ._spec import ExtensionSpec
     kind = ExtensionSpec.kind_of(is_python_module, is_standalone)
     spec = ExtensionSpec.from_inline(
         name, cpp_sources, cuda_sources, functions, kind=kind, with_cuda=with_cuda,
@@ -107,9 +113,17 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_ldflags
     >>> m.add(torch.ones(2), torch.ones(2))                          # doctest: +SKIP
     tensor([2., 2.])
     """
-    return load_artifact(build(name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags,
-                               extra_include_paths, build_directory, verbose, with_cuda,
-                               is_python_module, is_standalone, keep_intermediates))
+    key = _memo.call_key("load", (
+        name, _abs_sources(sources), extra_cflags, extra_cuda_cflags, extra_ldflags,
+        _abs_sources(extra_include_paths), build_directory, with_cuda, is_python_module, is_standalone,
+        keep_intermediates))
+    hit = _memo.lookup(key, build_directory)
+    if hit is not None:
+        return load_artifact(hit)
+    art = build(name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
+                build_directory, verbose, with_cuda, is_python_module, is_standalone, keep_intermediates)
+    _memo.remember(key, art, _init_names(name), build_directory)
+    return load_artifact(art)
 
 
 def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
@@ -132,14 +146,47 @@ def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfla
     >>> m.twice(torch.ones(2))                                          # doctest: +SKIP
     tensor([2., 2.])
     """
-    return load_artifact(build_inline(
+    key = _memo.call_key("load_inline", (
+        name, cpp_sources, cuda_sources, functions, extra_cflags, extra_cuda_cflags, extra_ldflags,
+        _abs_sources(extra_include_paths), build_directory, with_cuda, is_python_module,
+        with_pytorch_error_handling, keep_intermediates, use_pch, no_implicit_headers, is_standalone))
+    hit = _memo.lookup(key, build_directory)
+    if hit is not None:
+        return load_artifact(hit)
+    art = build_inline(
         name, cpp_sources, cuda_sources, functions, extra_cflags, extra_cuda_cflags, extra_ldflags,
         extra_include_paths, build_directory, verbose, with_cuda, is_python_module,
-        with_pytorch_error_handling, keep_intermediates, use_pch, no_implicit_headers, is_standalone))
+        with_pytorch_error_handling, keep_intermediates, use_pch, no_implicit_headers, is_standalone)
+    _memo.remember(key, art, _init_names(name), build_directory)
+    return load_artifact(art)
 
 
-def load_artifact(artifact: Artifact):
-    """Load a built artifact: a module, a library's path, or an executable's path."""
+def _abs_sources(paths):
+    """Paths as the build will resolve them (relative ones against today's directory)."""
+    if paths is None:
+        return None
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    try:
+        return tuple(os.path.abspath(os.fspath(p)) for p in paths)
+    except TypeError:
+        return tuple(paths)  # not paths at all: build() explains the error
+
+
+def _init_names(name: str) -> tuple[str, ...]:
+    from ._build import MODULE_NAME
+    return (MODULE_NAME, name)
+
+
+def __getattr__(name: str):
+    if name == "Artifact":  # imported lazily: the warm path never needs the build modules
+        from ._build import Artifact
+        return Artifact
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def load_artifact(artifact):
+    """Load a built artifact (:class:`Artifact`): a module, a library's path, or an executable's path."""
     path = os.fspath(artifact.path)
     if artifact.kind == "executable":
         return path
@@ -151,15 +198,16 @@ def load_artifact(artifact: Artifact):
             torch.ops.load_library(path)
             result = path
         else:
-            result = _import_module(artifact.name, path, artifact.key)
+            init_names = getattr(artifact, "init_names", None) or _init_names(artifact.name)
+            result = _import_module(artifact.name, path, artifact.key, init_names)
         _loaded[path] = result
         return result
 
 
-def _import_module(name: str, path: str, key: str):
+def _import_module(name: str, path: str, key: str, init_names: tuple[str, ...]):
     # The init symbol is PyInit_<TORCH_EXTENSION_NAME> (a constant) for sources that use the
     # macro, or PyInit_<name> for sources that spell the module name out, as torch allows.
-    for init_name in (MODULE_NAME, name):
+    for init_name in init_names:
         # CPython calls PyInit_<last dotted component>; pybind11 (3.x) caches initialised
         # modules by the spec's full name, so that name must differ per artifact.
         spec_name = f"_opsmith_{key[:16]}.{init_name}"
