@@ -6,9 +6,11 @@ Every phase runs in a fresh process. Phases:
 
 - torch_two_cold / ours_two_first / ours_two_cold: the tutorial's two-file project
   (relu.cpp with torch headers + relu_kernel.cu without) through ``load([...])``. ``first``
-  starts from an empty cache (includes precompiling torch headers once per toolchain);
+  starts from an empty cache (it compiles without precompiled torch headers while a
+  background process builds them; the run waits for them before the next phase);
   ``cold`` is new sources with those headers already precompiled (the common cold build).
-- ours_two_warm: load again in fresh processes (median of 7), timed after ``import torch``.
+- ours_two_warm: ``opsmith.load`` again in fresh processes (median of 7 after one that
+  records the call in the warm index), timed after ``import torch``, ``import opsmith`` included.
 - ours_rewrite / torch_rewrite: the sources re-written with identical bytes (new mtimes, as
   after a fresh checkout): opsmith compiles nothing, torch rebuilds.
 - torch_inline_cold / ours_inline_cold: one-file ``load_inline`` whose .cu includes
@@ -59,7 +61,11 @@ extra = {}
 if mode == "two":
     d = os.environ["BENCH_DIR"]
     srcs = [os.path.join(d, "relu.cpp"), os.path.join(d, "relu_kernel.cu")]
-    if tool == "ours":
+    if tool == "ours" and os.environ.get("BENCH_WARM"):
+        import opsmith
+        m = opsmith.load(name, srcs)  # what a user calls: the warm index answers a repeat
+        extra = {"full_lookup": "opsmith._build" in sys.modules}
+    elif tool == "ours":
         import opsmith
         art = opsmith.build(name, srcs)
         m = opsmith.load_artifact(art)
@@ -146,6 +152,22 @@ def run(argv, env_extra, script=CHILD):
     return {"error": (p.stdout + p.stderr)[-4000:], "process_wall_s": wall}
 
 
+def wait_for_pch(cache, limit=600):
+    """Seconds until the background PCH entry appears in ``cache`` (polled every 0.5 s)."""
+    t = time.perf_counter()
+    entries = os.path.join(cache, "entries")
+    while time.perf_counter() - t < limit:
+        for key in (os.listdir(entries) if os.path.isdir(entries) else []):
+            try:
+                with open(os.path.join(entries, key, "manifest.json")) as f:
+                    if json.load(f).get("kind") == "pch":
+                        return {"ready_after_s": round(time.perf_counter() - t, 2)}
+            except (OSError, ValueError):
+                pass
+        time.sleep(0.5)
+    return {"error": f"no PCH after {limit} s"}
+
+
 def project(base, nonce):
     d = os.path.join(base, f"proj-{nonce[:8]}")
     shutil.copytree(EXAMPLE, d)
@@ -193,21 +215,19 @@ def main():
         record("torch_two_cold", run(["torch", "two", "myrelu"], tenv))
     d1 = project(base, uuid.uuid4().hex)
     record("ours_two_first", run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d1}))
+    # The first build started the precompiled torch headers in the background: wait for them.
+    record("pch_background", wait_for_pch(ours_cache))
     d2 = project(base, uuid.uuid4().hex)
     record("ours_two_cold", run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2}))
-    warm = [run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2}) for _ in range(7)]
+    warm = [run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2, "BENCH_WARM": "1"}) for _ in range(8)][1:]
     record("ours_two_warm", {"load_ms_median": round(statistics.median(w.get("load_s", 1e9) for w in warm) * 1e3, 3),
                              "load_ms_all": [round(w.get("load_s", 1e9) * 1e3, 3) for w in warm],
-                             "compiled_units": [w.get("compiled_units") for w in warm]})
+                             "full_lookup": [w.get("full_lookup") for w in warm]})
     rewrite_identical(d2)
     record("ours_rewrite", run(["ours", "two", "myrelu"], {**ours, "BENCH_DIR": d2}))
     if not args.skip_torch:
         rewrite_identical(ta)
         record("torch_rewrite", run(["torch", "two", "myrelu"], tenv))
-    # --- the same at torch's own host optimisation level (torch's JIT passes no -O: -O0)
-    o0 = {"OPSMITH_CACHE_DIR": ours_cache + "-O0", "OPSMITH_OPT_LEVEL": "-O0"}
-    record("ours_two_first_O0", run(["ours", "two", "myrelu"], {**o0, "BENCH_DIR": project(base, uuid.uuid4().hex)}))
-    record("ours_two_cold_O0", run(["ours", "two", "myrelu"], {**o0, "BENCH_DIR": project(base, uuid.uuid4().hex)}))
     # --- one-file load_inline whose .cu includes torch headers
     cu = RELU_CU + f"// {uuid.uuid4().hex}\n"
     ienv = {"BENCH_CU": cu, "BENCH_CPP": RELU_CPP}
@@ -224,8 +244,6 @@ def main():
     if g("torch_two_cold") and g("ours_two_cold"):
         ratios["two_cold_ours_over_torch"] = round(g("ours_two_cold") / g("torch_two_cold"), 3)
         ratios["two_first_ever_ours_over_torch"] = round(g("ours_two_first") / g("torch_two_cold"), 3)
-        if g("ours_two_cold_O0"):
-            ratios["two_cold_O0_ours_over_torch"] = round(g("ours_two_cold_O0") / g("torch_two_cold"), 3)
     if g("torch_inline_cold") and g("ours_inline_cold"):
         ratios["inline_cold_ours_over_torch"] = round(g("ours_inline_cold") / g("torch_inline_cold"), 3)
     res["ratios"] = ratios
@@ -234,9 +252,9 @@ def main():
         json.dump(res, f, indent=1)
     shutil.rmtree(base, ignore_errors=True)
     rows = [("two-file cold, torch (s)", g("torch_two_cold")),
-            ("two-file first ever (PCH built), ours (s)", g("ours_two_first")),
+            ("two-file first ever (PCH in background), ours (s)", g("ours_two_first")),
+            ("  PCH ready after the first build returned (s)", g("pch_background", "ready_after_s")),
             ("two-file cold (PCH present), ours (s)", g("ours_two_cold")),
-            ("two-file cold (PCH present), ours at -O0 like torch (s)", g("ours_two_cold_O0")),
             ("warm load, fresh process, ours (ms, median)", res["ours_two_warm"]["load_ms_median"]),
             ("rewrite identical sources: ours compiled units", g("ours_rewrite", "compiled_units")),
             ("rewrite identical sources: ours (s)", g("ours_rewrite")),

@@ -64,6 +64,15 @@ _SETTINGS: tuple[Setting, ...] = (
             "headers on 2 cores. A `-O` flag in `extra_cflags` always wins."),
     Setting("pch", ("OPSMITH_PCH",), _to_bool, lambda: True,
             "Use precompiled torch headers for sources that include `torch/extension.h`."),
+    Setting("pch_wait", ("OPSMITH_PCH_WAIT",), _to_bool, lambda: False,
+            "When the precompiled torch headers are missing: 0 builds them in a background "
+            "process (at low priority) and compiles this build without them, so a first build "
+            "costs what torch's does; 1 builds them first and waits. `opsmith warm` always waits."),
+    Setting("nvcc_split", ("OPSMITH_NVCC_SPLIT",), _to_bool, lambda: True,
+            "Run nvcc's phases for a `.cu` that includes torch headers as separate build "
+            "steps, so that its host (`cudafe++`) and device (`cicc`) front ends run in "
+            "parallel; `0` runs nvcc as one step. Falls back to one step by itself when "
+            "`nvcc --dryrun` shows anything it does not know."),
     Setting("log_level", ("OPSMITH_LOG_LEVEL",), str.upper, lambda: None,
             "Level for the `opsmith` logger (DEBUG, INFO, WARNING). Unset: the library "
             "configures no logging."),
@@ -80,6 +89,10 @@ _SETTINGS: tuple[Setting, ...] = (
             "Default: the visible GPUs'."),
     Setting("cuda_arch", ("OPSMITH_CUDA_ARCH",), str, lambda: None,
             "Target arch for NVRTC kernels (`sm_90`). Default: the current device's."),
+    Setting("c_launch", ("OPSMITH_C_LAUNCH",), _to_bool, lambda: True,
+            "Launch NVRTC kernels through the C fast path (`opsmith._claunch`, built at install "
+            "when a C compiler is present); `0` forces the Python launcher. Read when a kernel "
+            "is taken from its module."),
 )
 _BY_NAME = {s.name: s for s in _SETTINGS}
 

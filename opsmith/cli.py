@@ -192,7 +192,8 @@ def warm(*, with_cuda: bool = False, extra_cflags=(), verbose: bool = False):
         if with_cuda:
             tc.nvcc  # noqa: B018 - find nvcc (and say so clearly) before building anything
         with Progress("warm", verbose=verbose) as progress:
-            pch = _pch.ensure_pch(store, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=progress.status)
+            pch = _pch.ensure_pch(store, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=progress.status,
+                                  wait=True)
     if pch is None:
         raise ToolchainError(f"the precompiled torch headers could not be built with {tc.cxx.path}; "
                              f"builds still work, only slower. Run with -v to see the compiler's output.")

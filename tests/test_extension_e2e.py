@@ -79,7 +79,7 @@ def wrapper_cxx(tmp_path_factory) -> Path:
 def pch_cache(tmp_path_factory, wrapper_cxx) -> Path:
     """A session cache in which the torch PCH for the default flags has been built once."""
     root = tmp_path_factory.mktemp("pch-session") / "cache"
-    env = dict(os.environ, OPSMITH_CACHE_DIR=str(root), OPSMITH_CXX=str(wrapper_cxx))
+    env = dict(os.environ, OPSMITH_CACHE_DIR=str(root), OPSMITH_CXX=str(wrapper_cxx), OPSMITH_PCH_WAIT="1")
     env.pop("COUNT_LOG", None)
     code = ("import opsmith; opsmith.load_inline('pch_seed', 'int seed_fn() { return 1; }', "
             "functions=['seed_fn'])")
