@@ -300,8 +300,13 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
             extra = list(pch.use_flags) if (pch is not None and u.uses_pch) else []
             cmd = (u.compiler, *extra, *u.flags, "-MD", "-MF", f"{obj}.d", "-c", os.fspath(src_path),
                    "-o", os.fspath(obj))
-            steps.append(Step(os.fspath(obj), (os.fspath(src_path),), cmd,
-                              f"compile {u.source.display}", depfile=True))
+            split = None
+            if u.rule == "nvcc" and settings.nvcc_split and includes_torch_headers(u.source.text):
+                from ._nvcc_split import split_steps  # nvcc's phases as parallel steps
+                split = split_steps(cmd, os.fspath(src_path), os.fspath(obj), f"{obj}.d",
+                                    build_dir / f"{u.source.stem}.nvcc", f"compile {u.source.display}")
+            steps.extend(split or [Step(os.fspath(obj), (os.fspath(src_path),), cmd,
+                                        f"compile {u.source.display}", depfile=True)])
             objects.append(os.fspath(obj))
         out = build_dir / _artifact_filename(spec)
         link_cmd = (tc.cxx.path, *objects, *ldflags, "-o", os.fspath(out))
