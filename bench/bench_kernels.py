@@ -11,7 +11,8 @@ Phases (each its own process, so that imports and caches are honest):
           initialised, (b) CUDA untouched and the arch given by OPSMITH_CUDA_ARCH, (c) CUDA
           untouched and the arch read from the device.
   launch  per-call overhead from Python for a 1-element tensor: 20000 calls, then synchronize
-          (the anchors' method).
+          (the anchors' method); the C launcher and the Python one side by side.
+  cpu_launch  (only with --phase; no GPU) the C launcher against the Python one on a C no-op.
   bw      ReLU over 1 GiB of fp32 (2^28 elements) against a device-to-device copy of the same
           bytes, median of triton.testing.do_bench.
 Writes the JSON to --out, else $OUT/bench_kernels.json, else bench/results/; prints a table last.
@@ -132,7 +133,10 @@ def phase_ours_launch():
     sy = torch.empty_like(small)
     cfg = opsmith.LaunchConfig(1, 256)
     out = {}
+    out["c_launcher"] = k._claunch is not None  # opsmith._claunch built and OPSMITH_C_LAUNCH on
     out["call_us_launch_config"] = bench_call(lambda: k.launch(cfg, small, sy, 1))
+    py_launch = k._py_launch  # the generated Python launcher (the C one's fallback)
+    out["call_us_launch_config_python"] = bench_call(lambda: py_launch(cfg, small, sy, 1))
     out["call_us_cupy_style"] = bench_call(lambda: k((1,), (256,), (small, sy, 1)))
     out["call_us_launch_n"] = bench_call(lambda: k.launch_n(1, small, sy, 1))
     launch = k.launch
@@ -141,6 +145,13 @@ def phase_ours_launch():
         launch(cfg, small, sy, 1)
     torch.cuda.synchronize()
     out["call_us_launch_direct_loop"] = (time.perf_counter() - t) / N_CALLS * 1e6
+    t = time.perf_counter()
+    for _ in range(N_CALLS):
+        py_launch(cfg, small, sy, 1)
+    torch.cuda.synchronize()
+    out["call_us_launch_direct_loop_python"] = (time.perf_counter() - t) / N_CALLS * 1e6
+    # calls the C launcher handed to Python (1 expected: the first launch, which loads the module)
+    out["c_fallbacks"] = getattr(launch, "fallbacks", None)
     # the same pre-packed launch through other routes (which is fastest?)
     from opsmith import _driver
     st = k._states[0]
@@ -171,6 +182,55 @@ def phase_ours_launch():
     out["call_us_torch_relu"] = bench_call(lambda: torch.relu(small))
     out["call_us_torch_empty_like"] = bench_call(lambda: torch.empty_like(small))
     torch.cuda.synchronize()
+    emit(out)
+
+
+def phase_cpu_launch():
+    """No GPU: the C launcher against the Python one, both on a C no-op as the driver.
+
+    CPU tensors report device -1, so both launchers are told that -1 is torch's current
+    device; the Python launcher's ``if dev < 0: fail_device(...)`` line then calls ``slice``
+    (a cheap builtin no-op, timed alone as ``call_us_slice_builtin``) instead of raising.
+        python bench/bench_kernels.py --phase cpu_launch
+    """
+    import ctypes
+    import timeit
+    import torch
+    import opsmith
+    from opsmith import _claunch
+    from opsmith._kernel import KernelAttributes, _DeviceState
+    k = opsmith.cuda_kernel(RAW, "relu_kernel", arch="sm_90")
+    x, y = torch.randn(1), torch.empty(1)
+    cfg = opsmith.LaunchConfig(1, 256)
+    getdev, rawstream = (-1).__int__, abs  # C builtins, like torch._C's
+    noop = ctypes.CDLL(_claunch.__file__).opsmith_claunch_noop  # untyped, as _driver.launch_ex()
+    noop.restype = ctypes.c_int
+    c = k._c_launcher(getdev=getdev, rawstream=rawstream)
+    c.set_launch(_claunch.noop_address())
+    c.set_function(-1, 1)
+    c.set_config(-1, cfg)
+    attrs = KernelAttributes(registers=8, static_shared_bytes=0, max_dynamic_shared_bytes=0, local_bytes=0,
+                             const_bytes=0, max_threads_per_block=1024, ptx_version=90, binary_version=90)
+    st = _DeviceState(1, attrs, 0)
+    st.ok[id(cfg)] = cfg
+    k._states[-1] = st
+    ns = k._namespaces[0]
+    ns.update(getdev=getdev, rawstream=rawstream, launch_ex=noop, fail_device=slice)
+    py = k._py_launch
+    c(cfg, x, y, 1)
+    py(cfg, x, y, 1)
+    assert c.fallbacks == 0
+
+    def per_call(stmt, env, number=200_000):
+        return min(timeit.repeat(stmt, globals=env, number=number, repeat=7)) / number * 1e6
+    env = {"c": c, "py": py, "cfg": cfg, "x": x, "y": y, "noop": noop,
+           "p": ctypes.c_void_p(1), "q": ctypes.c_void_p(2)}
+    out = {"call_us_c_launcher": per_call("c(cfg, x, y, 1)", env),
+           "call_us_python_launcher": per_call("py(cfg, x, y, 1)", env),
+           "call_us_slice_builtin": per_call("slice(0, x, -1)", env),
+           "call_us_ctypes_noop_4_void_p": per_call("noop(p, q, p, None)", env),
+           "call_us_tensor_data_ptr": per_call("x.data_ptr()", env),
+           "c_fallbacks": c.fallbacks}
     emit(out)
 
 
@@ -438,6 +498,9 @@ def print_table(res):
         ("launch (cuda.core)", _g(res, "cuda_core", "call_us"), "us"),
         ("launch (Triton)", _g(res, "triton_warm", "call_us"), "us"),
         ("launch (torch.relu)", best([k for k in res if k.startswith("ours_launch")], "call_us_torch_relu"), "us"),
+        ("launch, LaunchConfig, Python launcher (ours)", best([k for k in res if k.startswith("ours_launch")], "call_us_launch_config_python"), "us"),
+        ("launch, direct loop, C launcher (ours)", best([k for k in res if k.startswith("ours_launch")], "call_us_launch_direct_loop"), "us"),
+        ("launch, direct loop, Python launcher (ours)", best([k for k in res if k.startswith("ours_launch")], "call_us_launch_direct_loop_python"), "us"),
         ("1 GiB ReLU f32x4 (ours)", _g(res, "ours_bw", "GBps_ours_relu_f32x4"), "GB/s"),
         ("1 GiB device copy", _g(res, "ours_bw", "GBps_copy"), "GB/s"),
         ("1 GiB ReLU scalar kernel (ours)", _g(res, "ours_bw", "GBps_ours_relu_scalar"), "GB/s"),

@@ -7,7 +7,9 @@ whose launches are checked against that signature before any driver call, then g
 
 The launch path is generated per kernel (one small Python function with the checks for
 each parameter unrolled) and writes into ctypes slots that a ``void**`` array already
-points to, so that a launch costs a few attribute reads and one foreign call. The CUDA
+points to, so that a launch costs a few attribute reads and one foreign call. When the
+optional C extension ``opsmith._claunch`` is built, ``kernel.launch`` is a C object that does
+the same checks on the fast path and hands every other call to that Python launcher. The CUDA
 context is touched only at the first launch on a device, which loads the module there.
 """
 from __future__ import annotations
@@ -385,7 +387,36 @@ class Kernel:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._namespaces: list[dict[str, Any]] = []
-        self.launch = self._build_launcher(threading.get_ident())
+        self._py_launch = self._build_launcher(threading.get_ident())
+        # the C fast path (opsmith._claunch) when built and enabled; it falls back to _py_launch
+        self._claunch = self._c_launcher()
+        self.launch = self._claunch if self._claunch is not None else self._py_launch
+
+    def _c_launcher(self, fallback=None, getdev=None, rawstream=None):
+        """A C launcher (``opsmith._claunch.Launcher``) in front of ``fallback``, or None.
+
+        None when the extension is not built, ``OPSMITH_C_LAUNCH=0``, or a parameter is of a
+        kind it does not pack. ``getdev``/``rawstream`` default to torch's; tests pass fakes.
+        """
+        c = _claunch_module()
+        if c is None or len(self.params) > c.MAX_PARAMS:
+            return None
+        import torch
+        desc: list[tuple] = []
+        for p in self.params:
+            if p.kind == "tensor":
+                desc.append(("tensor", tuple(getattr(torch, d) for d in p.dtypes), _checked_align(p)))
+            elif p.kind == "int":
+                desc.append(("int", ctypes.sizeof(p.ctypes_type), *p.range))  # type: ignore[misc]
+            elif p.kind in ("float", "bool"):
+                desc.append((p.kind, ctypes.sizeof(p.ctypes_type)))
+            else:
+                return None
+        return c.Launcher(
+            self.name, desc, fallback if fallback is not None else self._py_launch, torch.Tensor,
+            getdev if getdev is not None else getattr(torch._C, "_cuda_getDevice", _no_cuda_torch),
+            rawstream if rawstream is not None else getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda_torch),
+            _ACCEPTED_SHARED_CONFIGS)
 
     # -- the generated fast path ------------------------------------------------------------
     def _build_launcher(self, owner: int):
@@ -431,8 +462,7 @@ class Kernel:
                     ns[f"D{i}"] = tuple(getattr(torch, d) for d in p.dtypes)
                     body.append(f"    if {a}.dtype not in D{i}: fail({i}, {a})")
                 body.append(f"    if not {a}.is_contiguous(): fail({i}, {a})")
-                # torch aligns every tensor to its element size; only vector types need a check
-                if p.align > 1 and (not p.dtypes or p.align > sig.elem_size(p.dtypes[0])):
+                if _checked_align(p) > 1:
                     body.append(f"    p = {a}.data_ptr()")
                     body.append(f"    if p & {p.align - 1}: fail({i}, {a})")
                     body.append(f"    S{i}.value = p")
@@ -567,6 +597,8 @@ class Kernel:
                     f"register limit (__launch_bounds__, -maxrregcount).", ResourceWarning, stacklevel=3)
             smem_limit = _driver.device_attribute(dev, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
             st = self._states[dev] = _DeviceState(fn, attrs, smem_limit)
+            if self._claunch is not None and 0 <= dev < _claunch_state[0].MAX_DEVICE:
+                self._claunch.set_function(dev, fn)
             return st
 
     def _validate(self, config: Any, st: _DeviceState, dev: int) -> None:
@@ -591,9 +623,15 @@ class Kernel:
             _driver.func_set_attribute(st.fn, "MAX_DYNAMIC_SHARED_SIZE_BYTES",
                                        st.smem_limit - a.static_shared_bytes)
             st.smem_set = st.smem_limit - a.static_shared_bytes
-        if len(st.ok) >= _ACCEPTED_SHARED_CONFIGS:
+        full = len(st.ok) >= _ACCEPTED_SHARED_CONFIGS
+        if full:
             st.ok.clear()
         st.ok[id(config)] = config
+        c = self._claunch
+        if c is not None and 0 <= dev < _claunch_state[0].MAX_DEVICE:  # the C launcher's copy
+            if full:
+                c.forget_configs(dev)
+            c.set_config(dev, config)
 
     def _launch_slow(self, config, dev: int, stream, params) -> None:
         import torch
@@ -603,6 +641,8 @@ class Kernel:
         launch_ex = _driver.launch_ex()
         for ns in self._namespaces:
             ns["launch_ex"] = launch_ex
+        if self._claunch is not None:
+            self._claunch.set_launch(ctypes.cast(launch_ex, ctypes.c_void_p).value or 0)
         s = torch._C._cuda_getCurrentRawStream(dev) if stream is None else _stream_handle(stream, dev)
         c = config._ex.get(s) or _ex_config(config, s)
         r = _driver.CUDA_ERROR_INVALID_CONTEXT
@@ -701,6 +741,31 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"Kernel({self.name}({', '.join(p.ctype for p in self.params)}))"
+
+
+def _checked_align(p: sig.Param) -> int:
+    """The address alignment a launch checks for tensor parameter ``p`` (1: none)."""
+    # torch aligns every tensor to its element size; only vector types need a check
+    if p.align > 1 and (not p.dtypes or p.align > sig.elem_size(p.dtypes[0])):
+        return p.align
+    return 1
+
+
+_claunch_state: list[Any] = []  # [module or None] once looked for
+
+
+def _claunch_module():
+    """``opsmith._claunch`` when built and ``OPSMITH_C_LAUNCH`` is on, else None."""
+    from ._config import settings
+    if not settings.c_launch:
+        return None
+    if not _claunch_state:
+        try:
+            from . import _claunch
+        except ImportError:  # not built (no compiler at install): the Python launcher does it all
+            _claunch = None
+        _claunch_state.append(_claunch)
+    return _claunch_state[0]
 
 
 def _show(a: Any) -> str:
