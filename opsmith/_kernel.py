@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import _signature as sig
-from ._errors import LaunchError, SpecError, ToolchainError
+from ._errors import CacheError, LaunchError, SpecError, ToolchainError
 from ._nvrtc import CudaBinary, compile_request, make_request, normalize_arch
 from ._record import Record
 
@@ -227,7 +227,7 @@ class CudaModule:
                                  options=options, include_paths=include_paths, defines=defines,
                                  headers=headers, name_expressions=name_expressions, name=name)
             text = probe.source
-            self._decls = sig.parse_kernels(text)
+            self._decls = _parsed_kernels(text)
             auto = [d.name for d in self._decls.values() if not d.extern_c and not d.template_params]
             self._request = probe._replace(
                 name_expressions=tuple(dict.fromkeys([*probe.name_expressions, *auto])))
@@ -320,6 +320,34 @@ class CudaModule:
 
     def __repr__(self) -> str:
         return f"CudaModule({self._name!r}, kernels={self.kernel_names})"
+
+
+def _parsed_kernels(text: str) -> dict[str, sig.KernelDecl]:
+    """``sig.parse_kernels(text)``, remembered in the store's records by the text's hash.
+
+    Parsing compiles a dozen regular expressions (~0.5 ms on the GPU machine): a warm load
+    reads the earlier parse instead.
+    """
+    import hashlib
+
+    from ._store import open_store
+    from ._version import __version__
+    store = open_store()
+    ident = hashlib.sha256(f"{__version__}\0{text}".encode()).hexdigest()[:40]
+    rec = store.get_record("kernel-decls", ident)
+    if isinstance(rec, list):
+        try:
+            return {d[0]: sig.KernelDecl(d[0], d[1], tuple(d[2]), bool(d[3]), int(d[4])) for d in rec}
+        except (TypeError, ValueError, IndexError):
+            pass  # not what this version writes: parse again
+    decls = sig.parse_kernels(text)
+    try:
+        store.put_record("kernel-decls", ident, [[d.name, d.params_text, list(d.template_params),
+                                                  d.extern_c, d.line] for d in decls.values()])
+    except (OSError, CacheError) as exc:  # an optimisation only: a full disk must not fail a load
+        import logging
+        logging.getLogger("opsmith").debug("kernel parse not recorded: %s", exc)
+    return decls
 
 
 def _current_arch() -> str:

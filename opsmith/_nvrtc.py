@@ -124,7 +124,7 @@ def _nvrtc_identity(store) -> tuple[str, int, int, str]:
 
 
 # -- arch -------------------------------------------------------------------------------------
-_ARCH_RE = re.compile(r"^(?:sm_|compute_|sm|compute)?(\d)\.?(\d+)([af]?)$")
+_ARCH_RE = r"^(?:sm_|compute_|sm|compute)?(\d)\.?(\d+)([af]?)$"  # compiled on first use
 
 
 def normalize_arch(arch: str | int) -> str:
@@ -135,8 +135,10 @@ def normalize_arch(arch: str | int) -> str:
     >>> normalize_arch("9.0"), normalize_arch(80), normalize_arch("compute_90a")
     ('sm_90', 'sm_80', 'sm_90a')
     """
+    if isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit() and len(arch) > 4:
+        return arch  # the canonical form already (the warm path's case)
     text = str(arch).strip().lower()
-    m = _ARCH_RE.match(text)
+    m = re.match(_ARCH_RE, text)
     if m is None:
         raise SpecError(f"cannot read the CUDA arch {arch!r}; write it as sm_90, 90 or 9.0 "
                         f"(OPSMITH_CUDA_ARCH takes the same forms).")
@@ -144,7 +146,7 @@ def normalize_arch(arch: str | int) -> str:
 
 
 # -- what to compile ----------------------------------------------------------------------------
-_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+_INCLUDE_RE = r'(?m)^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]'  # compiled on first use
 
 
 class CompileRequest(Record):
@@ -184,7 +186,7 @@ class CompileRequest(Record):
         todo = [(self.source, Path(self.source_dir) if self.source_dir else None)]
         while todo:
             text, here = todo.pop()
-            for quote, inc in _INCLUDE_RE.findall(text):
+            for quote, inc in (re.findall(_INCLUDE_RE, text) if "include" in text else ()):
                 inc = inc.strip()
                 if inc in in_memory:
                     key = "mem:" + inc
@@ -427,13 +429,13 @@ def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
                       nvrtc_version=version, log=text, key=key, source=req.source, name=req.name)
 
 
-_LOG_LINE = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<kind>catastrophic error|error|warning)"
-                       r"\s*:?\s*(?P<msg>.*)$", re.M)
+_LOG_LINE = (r"(?m)^(?P<file>.*?)\((?P<line>\d+)\): (?P<kind>catastrophic error|error|warning)"
+             r"\s*:?\s*(?P<msg>.*)$")  # compiled on first use (errors only)
 
 
 def _compile_error(req: CompileRequest, text: str, opts: Sequence[str]) -> CompileError:
     """The NVRTC log as a CompileError that leads with the first error at the user's line."""
-    errors = [m for m in _LOG_LINE.finditer(text) if "error" in m.group("kind")]
+    errors = [m for m in re.finditer(_LOG_LINE, text) if "error" in m.group("kind")]
     first = next((m for m in errors if m.group("file") == req.name), errors[0] if errors else None)
     if first is None:
         return CompileError(f"NVRTC failed to compile {req.name}:\n{text.strip()}", command=["nvrtc", *opts],

@@ -108,15 +108,17 @@ def _strip_comments(src: str) -> str:
     return re.sub(r"//[^\n]*", "", src)
 
 
-_ATTR_CALLS = re.compile(r"\b(__launch_bounds__|__maxnreg__|__cluster_dims__|__align__|"
-                         r"__attribute__)\s*\(")
-_GLOBAL = re.compile(r"\b__global__\b")
+# Pattern texts, compiled by `re` on first use (its cache): a warm load that finds the parse
+# in the store compiles none of them.
+_ATTR_CALLS = (r"\b(__launch_bounds__|__maxnreg__|__cluster_dims__|__align__|"
+               r"__attribute__)\s*\(")
+_GLOBAL = r"\b__global__\b"
 
 
 def _remove_calls(text: str) -> str:
     """Remove ``__launch_bounds__(...)`` and friends (balanced parentheses)."""
     out, pos = [], 0
-    for m in _ATTR_CALLS.finditer(text):
+    for m in re.finditer(_ATTR_CALLS, text):
         if m.start() < pos:
             continue
         depth, i = 1, m.end()
@@ -141,7 +143,7 @@ def parse_kernels(source: str) -> dict[str, KernelDecl]:
     """
     text = _remove_calls(_strip_comments(source))
     found: dict[str, KernelDecl] = {}
-    for m in _GLOBAL.finditer(text):
+    for m in re.finditer(_GLOBAL, text):
         # the declaration: from __global__ to the parameter list's opening parenthesis
         head = re.match(r"[^;{}()]*?\b([A-Za-z_]\w*)\s*\(", text[m.end():])
         if head is None:
