@@ -110,8 +110,7 @@ def ensure_pch(store: LocalStore, compiler: Compiler, torch: TorchInfo, flags: l
 def _start_background(store: LocalStore, key: str, compiler: Compiler, flags: list[str]) -> bool:
     """Start ``python -m opsmith._pch`` detached, unless one is building this PCH already."""
     import filelock
-    store.ensure()
-    probe = filelock.FileLock(os.fspath(store.root / "locks" / f"{key}.lock"), mode=0o600)
+    probe = filelock.FileLock(store.lock_path(key), mode=0o600)
     try:
         probe.acquire(timeout=0)
     except filelock.Timeout:

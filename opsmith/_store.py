@@ -203,8 +203,7 @@ class LocalStore(Store):
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         import filelock  # imported here: a warm load never locks, and filelock costs ~9 ms to import
-        self.ensure()
-        lk = filelock.FileLock(os.fspath(self.root / "locks" / f"{key}.lock"), mode=0o600)
+        lk = filelock.FileLock(self.lock_path(key), mode=0o600)
         try:
             lk.acquire(timeout=2.0)
         except filelock.Timeout:
@@ -214,6 +213,11 @@ class LocalStore(Store):
             yield
         finally:
             lk.release()
+
+    def lock_path(self, key: str) -> str:
+        """The OS lock file that :meth:`lock` holds for ``key``."""
+        self.ensure()
+        return os.fspath(self.root / "locks" / f"{key}.lock")
 
     # -- list / remove ----------------------------------------------------------------
     def list(self) -> Iterator[EntryInfo]:
