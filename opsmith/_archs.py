@@ -154,11 +154,6 @@ def _can_run(arch: Arch, gpu: str) -> bool:
     return arch.major == major and arch.minor <= minor
 
 
-def _gpu_fingerprint() -> str:
-    from ._memo import gpu_fingerprint
-    return gpu_fingerprint()
-
-
 def visible_gpu_archs(store=None) -> list[str]:
     """Compute capabilities of the visible GPUs (``["9.0"]``), clamped to what torch supports.
 
@@ -169,7 +164,8 @@ def visible_gpu_archs(store=None) -> list[str]:
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch.cuda, "is_initialized", lambda: False)():
         return _query_torch()
-    return _visible_cached(_gpu_fingerprint(), store)
+    from ._memo import gpu_fingerprint  # one identity of the GPU set, shared with the warm index
+    return _visible_cached(gpu_fingerprint(), store)
 
 
 @functools.lru_cache(maxsize=8)

@@ -113,17 +113,12 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_ldflags
     >>> m.add(torch.ones(2), torch.ones(2))                          # doctest: +SKIP
     tensor([2., 2.])
     """
-    key = _memo.call_key("load", (
+    return _load_indexed("load", (
         name, _abs_sources(sources), extra_cflags, extra_cuda_cflags, extra_ldflags,
         _abs_sources(extra_include_paths), build_directory, with_cuda, is_python_module, is_standalone,
-        keep_intermediates))
-    hit = _memo.lookup(key, build_directory)
-    if hit is not None:
-        return load_artifact(hit)
-    art = build(name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
-                build_directory, verbose, with_cuda, is_python_module, is_standalone, keep_intermediates)
-    _memo.remember(key, art, _init_names(name), build_directory)
-    return load_artifact(art)
+        keep_intermediates), name, build_directory, lambda: build(
+            name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
+            build_directory, verbose, with_cuda, is_python_module, is_standalone, keep_intermediates))
 
 
 def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
@@ -146,17 +141,23 @@ def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfla
     >>> m.twice(torch.ones(2))                                          # doctest: +SKIP
     tensor([2., 2.])
     """
-    key = _memo.call_key("load_inline", (
+    return _load_indexed("load_inline", (
         name, cpp_sources, cuda_sources, functions, extra_cflags, extra_cuda_cflags, extra_ldflags,
         _abs_sources(extra_include_paths), build_directory, with_cuda, is_python_module,
-        with_pytorch_error_handling, keep_intermediates, use_pch, no_implicit_headers, is_standalone))
+        with_pytorch_error_handling, keep_intermediates, use_pch, no_implicit_headers, is_standalone),
+        name, build_directory, lambda: build_inline(
+            name, cpp_sources, cuda_sources, functions, extra_cflags, extra_cuda_cflags, extra_ldflags,
+            extra_include_paths, build_directory, verbose, with_cuda, is_python_module,
+            with_pytorch_error_handling, keep_intermediates, use_pch, no_implicit_headers, is_standalone))
+
+
+def _load_indexed(kind: str, args: tuple, name: str, build_directory, build_artifact):
+    """Load through the warm index: its answer when nothing changed, else build and record."""
+    key = _memo.call_key(kind, args)
     hit = _memo.lookup(key, build_directory)
     if hit is not None:
         return load_artifact(hit)
-    art = build_inline(
-        name, cpp_sources, cuda_sources, functions, extra_cflags, extra_cuda_cflags, extra_ldflags,
-        extra_include_paths, build_directory, verbose, with_cuda, is_python_module,
-        with_pytorch_error_handling, keep_intermediates, use_pch, no_implicit_headers, is_standalone)
+    art = build_artifact()
     _memo.remember(key, art, _init_names(name), build_directory)
     return load_artifact(art)
 
