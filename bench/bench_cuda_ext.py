@@ -69,7 +69,8 @@ if mode == "two":
         import opsmith
         art = opsmith.build(name, srcs)
         m = opsmith.load_artifact(art)
-        extra = {"built": art.built, "compiled_units": art.compiled_units}
+        extra = {"built": art.built, "compiled_units": art.compiled_units, "build_s": round(art.seconds, 3),
+                 "steps": [[label, s] for label, s in art.steps]}
     else:
         from torch.utils.cpp_extension import load
         m = load(name, srcs)

@@ -57,10 +57,13 @@ class Artifact(Record):
     inputs : tuple of str
         The files this answer rests on (sources, their own headers, the compilers, torch's
         headers): the warm index re-checks their stat stamps.
+    steps : tuple of (str, float)
+        This call's build steps (``"compile relu.cpp"``, ``"link ..."``) and the wall time of
+        each, in seconds; empty for a hit.
     """
 
-    __slots__ = ('name', 'kind', 'path', 'key', 'built', 'compiled_units', 'seconds', 'inputs')
-    _defaults = {'built': False, 'compiled_units': 0, 'seconds': 0.0, 'inputs': ()}
+    __slots__ = ('name', 'kind', 'path', 'key', 'built', 'compiled_units', 'seconds', 'inputs', 'steps')
+    _defaults = {'built': False, 'compiled_units': 0, 'seconds': 0.0, 'inputs': (), 'steps': ()}
 
 
 
@@ -342,11 +345,13 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
         link_key = _link_key(spec, tc, units, ldflags)
         entry = store.put(link_key, {out.name: out}, kind=spec.kind, name=spec.name, move=True,
                           meta={"file": out.name, "units": [u.source.display for u in units],
-                                "seconds": round(time.perf_counter() - t0, 3)})
+                                "seconds": round(time.perf_counter() - t0, 3),
+                                "steps": [[label, s] for label, s in result.timings]})
         seconds = time.perf_counter() - t0
-        log.info("built %s in %.2f s (%d of %d units compiled)", spec.name, seconds, len(todo), len(units))
+        log.info("built %s in %.2f s (%d of %d units compiled; %s)", spec.name, seconds, len(todo),
+                 len(units), ", ".join(f"{label} {s:.2f} s" for label, s in result.timings))
         return Artifact(spec.name, spec.kind, entry.file(out.name), link_key, True, len(todo), seconds,
-                        _inputs(spec, tc, units))
+                        _inputs(spec, tc, units), result.timings)
     finally:
         progress.close()
         shutil.rmtree(build_dir, ignore_errors=True)

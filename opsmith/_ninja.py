@@ -34,6 +34,23 @@ class NinjaResult:
     failed_step: Step | None = None
     failed_output: str = ""
     seconds: float = 0.0
+    timings: tuple[tuple[str, float], ...] = ()  # (step label, seconds), from ninja's own log
+
+
+def _timings(build_dir: Path, steps: list[Step]) -> tuple[tuple[str, float], ...]:
+    """Each finished step's wall time, read from ``.ninja_log`` (``start_ms end_ms mtime output hash``)."""
+    try:
+        text = (build_dir / ".ninja_log").read_text(errors="replace")
+    except OSError:
+        return ()
+    by_output = {s.output: s.label for s in steps}
+    by_output.update({os.path.relpath(s.output, build_dir): s.label for s in steps})
+    out = []
+    for line in text.splitlines():
+        cols = line.split("\t")
+        if len(cols) >= 4 and cols[0].isdigit() and cols[1].isdigit() and cols[3] in by_output:
+            out.append((by_output[cols[3]], (int(cols[1]) - int(cols[0])) / 1000))
+    return tuple(out)
 
 
 def _esc_path(p: str) -> str:
@@ -86,10 +103,11 @@ def run_steps(build_dir: Path, steps: list[Step], *, jobs: int, log_path: Path,
         rc = proc.wait()
     seconds = time.perf_counter() - start
     output = "\n".join(lines)
+    timings = _timings(build_dir, steps)
     if rc == 0:
-        return NinjaResult(True, output, seconds=seconds)
+        return NinjaResult(True, output, seconds=seconds, timings=timings)
     failed, failed_out = _failure(lines, steps)
-    return NinjaResult(False, output, failed, failed_out, seconds)
+    return NinjaResult(False, output, failed, failed_out, seconds, timings)
 
 
 def _failure(lines: list[str], steps: list[Step]) -> tuple[Step | None, str]:

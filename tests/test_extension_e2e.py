@@ -219,6 +219,11 @@ def test_editing_one_of_two_sources_recompiles_one(cache, tmp_path):
     b.write_text('extern "C" int fb() { return 3; }\n')
     art2 = opsmith.build("two", [str(a), str(b)], is_python_module=False)
     assert art2.compiled_units == 1 and compiles(tmp_path) == 3
+    # Each step this call ran, timed from ninja's own log; a hit ran none.
+    labels = [label for label, _ in art2.steps]
+    assert labels[0].startswith("compile ") and labels[0].endswith("b.cpp") and labels[-1].startswith("link ") and len(labels) == 2
+    assert all(0 <= s < 60 for _, s in art2.steps)
+    assert opsmith.build("two", [str(a), str(b)], is_python_module=False).steps == ()
     import ctypes
     assert ctypes.CDLL(str(art2.path)).fb() == 3
 
