@@ -55,6 +55,8 @@ def sh(cmd, **kw):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=tempfile.mkdtemp())
+    ap.add_argument("--alternate", type=int, default=0,
+                    help="only alternate N times: an opsmith cold build, then its relu.cpp command by hand")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     res = {}
@@ -80,6 +82,9 @@ def main():
     # 1. the PCH, waited for (first build)
     t, p = sh([sys.executable, "-c", COLD], env=dict(env, D=project()))
     rec("first_build_with_pch_wait_s", round(t, 2))
+    if args.alternate:
+        alternate(args.alternate, env, project, rec)
+        return
     # 2. cold, PCH present, twice
     for i in range(2):
         t, p = sh([sys.executable, "-c", COLD], env=dict(env, D=project()))
@@ -133,6 +138,28 @@ def main():
     t, p = sh(["sh", "-c", "gcc --version | head -1; cat /sys/kernel/mm/transparent_hugepage/enabled; "
                "ls $(gcc -print-file-name=plugin)/include 2>&1 | head -3; lscpu | grep 'Model name'"])
     rec("machine", p.stdout)
+
+
+def alternate(n, env, project, rec):
+    """Is relu.cpp slower inside opsmith's ninja run than by hand? The same command, interleaved."""
+    import shlex
+    for i in range(n):
+        d = project()
+        t, p = sh([sys.executable, "-c", COLD], env=dict(env, D=d))
+        line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        r = json.loads(line[0][7:]) if line else {"err": p.stderr[-2000:]}
+        rec(f"alt_{i}_opsmith", {"process_s": round(t, 2), "steps": r.get("steps")})
+        cmd = None  # the build's info line for the step carries its command
+        for ln in p.stderr.splitlines():
+            if "compile " in ln and "relu.cpp: " in ln:
+                cmd = ln.split("relu.cpp: ", 1)[1]
+        if not cmd:
+            rec(f"alt_{i}_hand", {"err": "command not found"})
+            continue
+        argv = shlex.split(cmd)
+        argv[argv.index("-o") + 1] = "/tmp/diag_alt.o"
+        t, p = sh(argv)
+        rec(f"alt_{i}_hand", {"s": round(t, 3), "rc": p.returncode})
 
 
 if __name__ == "__main__":

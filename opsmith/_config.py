@@ -16,7 +16,7 @@ from typing import Any
 from ._record import Record
 from ._errors import ConfigError
 
-__all__ = ["Setting", "Settings", "settings"]
+__all__ = ["Setting", "Settings", "settings", "configure_logging"]
 
 
 def _to_bool(text: str) -> bool:
@@ -33,6 +33,16 @@ def _to_positive_int(text: str) -> int:
     if value < 1:
         raise ValueError(f"expected a whole number of at least 1, got {text!r}")
     return value
+
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _to_log_level(text: str) -> str:
+    level = text.strip().upper()
+    if level not in _LEVELS:
+        raise ValueError(f"expected one of {', '.join(_LEVELS)}")
+    return level
 
 
 def _default_cache_dir() -> str:
@@ -73,9 +83,10 @@ _SETTINGS: tuple[Setting, ...] = (
             "steps, so that its host (`cudafe++`) and device (`cicc`) front ends run in "
             "parallel; `0` runs nvcc as one step. Falls back to one step by itself when "
             "`nvcc --dryrun` shows anything it does not know."),
-    Setting("log_level", ("OPSMITH_LOG_LEVEL",), str.upper, lambda: None,
-            "Level for the `opsmith` logger (DEBUG, INFO, WARNING). Unset: the library "
-            "configures no logging."),
+    Setting("log_level", ("OPSMITH_LOG_LEVEL",), _to_log_level, lambda: None,
+            "Level for the `opsmith` logger (DEBUG, INFO, WARNING, ERROR), printed to stderr "
+            "from the first build or compile on (INFO: each command and each step's time). "
+            "Unset: the library configures no logging."),
     Setting("progress", ("OPSMITH_PROGRESS",), _to_bool, lambda: True,
             "Show a progress display for long builds when stderr is a terminal."),
     Setting("cuda_home", ("CUDA_HOME", "CUDA_PATH"), str, lambda: None,
@@ -162,3 +173,25 @@ class Settings:
 
 
 settings = Settings()
+
+
+_applied_level: list[str | None] = [None]
+
+
+def configure_logging() -> None:
+    """Apply ``OPSMITH_LOG_LEVEL``: the ``opsmith`` logger at that level, printed to stderr.
+
+    Called where a build or compile begins (not at import). Unset, nothing is configured; an
+    application's own logging setup (a root handler) is left to print the records itself.
+    """
+    level = settings.log_level
+    if level is None or _applied_level[0] == level:
+        return
+    import logging
+    logger = logging.getLogger("opsmith")
+    logger.setLevel(level)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("opsmith: %(message)s"))
+        logger.addHandler(handler)
+    _applied_level[0] = level

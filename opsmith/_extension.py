@@ -238,6 +238,8 @@ class _verbose:
         self.handler = None
 
     def __enter__(self):
+        from ._config import configure_logging
+        configure_logging()
         logger = logging.getLogger("opsmith")
         if self.on and not logger.handlers and not logging.getLogger().handlers:
             self.handler = logging.StreamHandler()
@@ -245,7 +247,7 @@ class _verbose:
             logger.addHandler(self.handler)
         if self.on:
             self.old_level = logger.level
-            logger.setLevel(logging.INFO)
+            logger.setLevel(min(logger.level or logging.WARNING, logging.INFO))
         return self
 
     def __exit__(self, *exc):

@@ -385,6 +385,8 @@ def _check(nvrtc, result, what: str) -> None:
 
 
 def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
+    from ._config import configure_logging
+    configure_logging()
     nvrtc = _nvrtc()
     hnames = [n.encode() for n, _ in req.headers]
     hsrcs = [s.encode() for _, s in req.headers]

@@ -56,6 +56,11 @@ def test_settings_bad_values_name_the_variable(monkeypatch):
     with pytest.raises(opsmith.ConfigError, match="unknown setting"):
         with settings.override(nope=1):
             pass
+    monkeypatch.setenv("OPSMITH_LOG_LEVEL", "loud")
+    with pytest.raises(opsmith.ConfigError, match="OPSMITH_LOG_LEVEL='loud'.*DEBUG, INFO"):
+        settings.log_level
+    monkeypatch.setenv("OPSMITH_LOG_LEVEL", "info")
+    assert settings.log_level == "INFO"
 
 
 def test_max_jobs_is_capped_by_memory(monkeypatch):

@@ -383,3 +383,15 @@ def test_pch_rejected_by_the_compiler_falls_back_and_is_removed(cache, tmp_path,
     x = torch.randn(50)
     assert torch.equal(m.relu(x), torch.relu(x))
     assert not [i for i in LocalStore(cache).list() if i.kind == "pch"]  # the rejected PCH is gone
+
+
+def test_log_level_variable_prints_commands_and_step_times(cache, tmp_path):
+    """OPSMITH_LOG_LEVEL=INFO: the build's commands and its per-step times on stderr."""
+    src = tmp_path / "lv.cpp"
+    src.write_text('extern "C" int lv() { return 7; }\n')
+    code = f"import opsmith; opsmith.build('lv', [{str(src)!r}], is_python_module=False)"
+    env = dict(os.environ, OPSMITH_LOG_LEVEL="info", PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert f"opsmith: compile {src}: " in p.stderr
+    assert "opsmith: built lv in " in p.stderr and "link lv.so " in p.stderr
