@@ -158,8 +158,10 @@ def alternate(n, env, project, rec):
             continue
         argv = shlex.split(cmd)
         argv[argv.index("-o") + 1] = "/tmp/diag_alt.o"
+        if "-MF" in argv:
+            argv[argv.index("-MF") + 1] = "/tmp/diag_alt.o.d"
         t, p = sh(argv)
-        rec(f"alt_{i}_hand", {"s": round(t, 3), "rc": p.returncode})
+        rec(f"alt_{i}_hand", {"s": round(t, 3), "rc": p.returncode, "err": p.stderr[-300:]})
 
 
 if __name__ == "__main__":
