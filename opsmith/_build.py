@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ._record import Record
-from . import _deps
+from . import _deps, _linkstubs
 from ._config import settings
 from ._errors import CompileError
 from ._keys import KeyBuilder
@@ -176,7 +176,7 @@ def _link_key(spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit], ldflags: 
     kb = (KeyBuilder("link").str("opsmith", __version__).str("kind", spec.kind)
           .strs("units", [u.key or "" for u in units]).strs("ldflags", ldflags)
           .str("compiler", tc.cxx.fingerprint).str("torch", tc.torch.fingerprint)
-          .str("python", python_abi()))
+          .str("python", python_abi()).str("link-stubs", "1" if _linkstubs.wanted(spec.kind, ldflags) else "0"))
     return kb.hexdigest()
 
 
@@ -312,7 +312,8 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
                                         f"compile {u.source.display}", depfile=True)])
             objects.append(os.fspath(obj))
         out = build_dir / _artifact_filename(spec)
-        link_cmd = (tc.cxx.path, *objects, *ldflags, "-o", os.fspath(out))
+        link_flags = _linkstubs.link_flags(store, tc.cxx, tc.torch, spec.kind, ldflags)
+        link_cmd = (tc.cxx.path, *objects, *link_flags, "-o", os.fspath(out))
         steps.append(Step(os.fspath(out), tuple(objects), link_cmd, f"link {out.name}"))
         for st in steps:
             log.info("%s: %s", st.label, " ".join(st.command))
@@ -327,6 +328,16 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
             store.remove(pch.key)
             with settings.override(pch=False):
                 return build_spec(spec)
+        if not result.ok and link_flags != ldflags and result.failed_step is steps[-1]:
+            # A linker that refuses the stubs (an option it lacks): link against the real
+            # libraries; ninja re-runs the link step alone (the objects are up to date).
+            log.warning("linking against torch's link stubs failed; linking against the real "
+                        "libraries instead (OPSMITH_LINK_STUBS=0 skips the stubs):\n%s",
+                        result.failed_output[-1000:])
+            link_cmd = (tc.cxx.path, *objects, *ldflags, "-o", os.fspath(out))
+            log.info("%s: %s", steps[-1].label, " ".join(link_cmd))
+            steps[-1] = Step(os.fspath(out), tuple(objects), link_cmd, steps[-1].label)
+            result = run_steps(build_dir, steps, jobs=max_jobs(), log_path=log_path)
         if not result.ok:
             raise _failure(spec, result, steps, log_path)
         # Publish each new object under its key (found from the compiler's depfile), then the link.

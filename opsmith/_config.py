@@ -83,6 +83,12 @@ _SETTINGS: tuple[Setting, ...] = (
             "steps, so that its host (`cudafe++`) and device (`cicc`) front ends run in "
             "parallel; `0` runs nvcc as one step. Falls back to one step by itself when "
             "`nvcc --dryrun` shows anything it does not know."),
+    Setting("link_stubs", ("OPSMITH_LINK_STUBS",), _to_bool, lambda: True,
+            "Link extensions against stand-ins of torch's shared libraries that carry only "
+            "their names (`SONAME`), so that the linker does not read 400+ MB of symbol tables "
+            "(about 0.3 s of every build); the loader binds to the real libraries at import, "
+            "as before. `0` links against the real libraries; executables and `-z defs` "
+            "links always do."),
     Setting("log_level", ("OPSMITH_LOG_LEVEL",), _to_log_level, lambda: None,
             "Level for the `opsmith` logger (DEBUG, INFO, WARNING, ERROR), printed to stderr "
             "from the first build or compile on (INFO: each command and each step's time). "

@@ -45,12 +45,13 @@ def _timings(build_dir: Path, steps: list[Step]) -> tuple[tuple[str, float], ...
         return ()
     by_output = {s.output: s.label for s in steps}
     by_output.update({os.path.relpath(s.output, build_dir): s.label for s in steps})
-    out = []
+    last: dict[str, tuple[str, float]] = {}  # a step run twice in this build dir: its last run
     for line in text.splitlines():
         cols = line.split("\t")
         if len(cols) >= 4 and cols[0].isdigit() and cols[1].isdigit() and cols[3] in by_output:
-            out.append((by_output[cols[3]], (int(cols[1]) - int(cols[0])) / 1000))
-    return tuple(out)
+            last.pop(cols[3], None)
+            last[cols[3]] = (by_output[cols[3]], (int(cols[1]) - int(cols[0])) / 1000)
+    return tuple(last.values())
 
 
 def _esc_path(p: str) -> str:

@@ -310,7 +310,7 @@ def test_compile_error_points_at_the_users_inline_line(cache, tmp_path):
     assert os.path.isfile(log_path) and "undefined_name" in Path(log_path).read_text()
     assert info.value.command and info.value.line == 3
     # nothing half-built was published
-    assert all(i.kind in ("pch", "object") for i in LocalStore(cache).list())
+    assert all(i.kind in ("pch", "object", "link-stubs") for i in LocalStore(cache).list())
 
 
 def test_compile_error_in_a_file_and_bad_flag(cache, tmp_path):
