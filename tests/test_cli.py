@@ -120,7 +120,9 @@ def test_build_then_hit_then_ls_stats(srcdir, fresh_cache):
     assert any(line.split()[:2] == ["arith", "library"] for line in text[1:])
 
     stats = json.loads(opsmith("cache", "stats", "--json").stdout)
-    assert stats["entries"] == 3 and stats["by_kind"]["library"]["entries"] == 1
+    # the library, its two objects, and the link stubs for torch's libraries
+    assert stats["entries"] == 4 and stats["by_kind"]["library"]["entries"] == 1
+    assert stats["by_kind"]["link-stubs"]["entries"] == 1
     assert 0 < stats["hit_rate"] < 1
     assert "hit rate" in opsmith("cache", "stats").stdout
 
@@ -134,14 +136,15 @@ def test_build_flags_reach_the_compiler(srcdir, fresh_cache):
 
 
 def test_prune_keeps_busy_entries_and_force_removes_them(srcdir, fresh_cache):
+    # Three entries: the library, its object and the link stubs for torch's libraries.
     assert opsmith("build", "add.cpp", "--library", cwd=srcdir).returncode == 0
     proc = opsmith("cache", "prune", "--max-size", "0")
     assert proc.returncode == 0 and "removed 0 entries" in proc.stdout and "--force" in proc.stdout
     proc = opsmith("cache", "prune", "--max-size", "0", "--dry-run", "--force")
-    assert "would remove 2 entries" in proc.stdout
-    assert len(json.loads(opsmith("cache", "ls", "--json").stdout)) == 2
+    assert "would remove 3 entries" in proc.stdout
+    assert len(json.loads(opsmith("cache", "ls", "--json").stdout)) == 3
     proc = opsmith("cache", "prune", "--max-size", "0", "--force")
-    assert "removed 2 entries" in proc.stdout
+    assert "removed 3 entries" in proc.stdout
     assert json.loads(opsmith("cache", "ls", "--json").stdout) == []
 
 
@@ -155,10 +158,10 @@ def test_prune_older_than_and_clear(srcdir, fresh_cache):
         man["created"] = old
         (entry / "manifest.json").write_text(json.dumps(man))
     proc = opsmith("cache", "prune", "--older-than", "7d")
-    assert proc.returncode == 0 and "removed 2 entries" in proc.stdout
+    assert proc.returncode == 0 and "removed 3 entries" in proc.stdout
     assert opsmith("build", "add.cpp", "--library", cwd=srcdir).returncode == 0
     proc = opsmith("cache", "clear", "--force")
-    assert "removed 2 entries" in proc.stdout
+    assert "removed 3 entries" in proc.stdout
     assert json.loads(opsmith("cache", "ls", "--json").stdout) == []
 
 
@@ -177,7 +180,7 @@ def test_verify_removes_a_corrupt_entry_and_it_rebuilds(srcdir, fresh_cache):
     proc = opsmith("cache", "verify", "--keep")
     assert proc.returncode == 1 and "does not match its sha256 (kept)" in proc.stdout
     proc = opsmith("cache", "verify")
-    assert proc.returncode == 0 and "verified 2 entries: 1 corrupt, removed" in proc.stdout
+    assert proc.returncode == 0 and "verified 3 entries: 1 corrupt, removed" in proc.stdout
     assert not so.parent.exists()
     again = json.loads(opsmith("build", "add.cpp", "--library", "--json", cwd=srcdir).stdout)
     assert again["built"] is True and again["compiled_units"] == 0  # the object was still good
