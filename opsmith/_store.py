@@ -219,6 +219,36 @@ class LocalStore(Store):
         self.ensure()
         return os.fspath(self.root / "locks" / f"{key}.lock")
 
+    def sweep_locks(self, idle_seconds: float = 3600.0) -> int:
+        """Delete lock files that no process holds and none has opened for ``idle_seconds``.
+
+        Each is taken (``flock``, without waiting) before it is unlinked, so a held lock is
+        never removed, and only if the path still names the file taken. Locks only save
+        duplicate work here (entries are published atomically), so the one remaining race (a
+        process that opened an idle lock file in the instant before it was unlinked) can
+        cost a duplicate build, never a wrong entry. Returns how many were deleted.
+        """
+        import fcntl
+        removed = 0
+        now = time.time()
+        for path in (self.root / "locks").glob("*.lock"):
+            try:
+                if now - path.stat().st_mtime < idle_seconds:
+                    continue
+                fd = os.open(path, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.fstat(fd).st_ino == path.stat().st_ino:
+                    path.unlink()
+                    removed += 1
+            except OSError:
+                pass  # held by a process, or gone: leave it
+            finally:
+                os.close(fd)  # releases the flock
+        return removed
+
     # -- list / remove ----------------------------------------------------------------
     def list(self) -> Iterator[EntryInfo]:
         self.ensure()

@@ -100,7 +100,9 @@ def _report_removal(result, verb: str, dry_run: bool = False) -> None:
         print(f"{'would remove' if dry_run else 'removed'} {e.key[:16]}  {e.kind:<10} {e.name or '-':<24} "
               f"{format_size(e.size)}")
     n = len(result.removed)
-    print(f"{verb}: {'would remove' if dry_run else 'removed'} {n} entr{'y' if n == 1 else 'ies'}, "
+    locks = f" (and {result.locks_removed} idle lock file{'' if result.locks_removed == 1 else 's'})" \
+        if result.locks_removed else ""
+    print(f"{verb}: {'would remove' if dry_run else 'removed'} {n} entr{'y' if n == 1 else 'ies'}{locks}, "
           f"{format_size(result.freed)}; {format_size(result.remaining_bytes)} remain")
     if result.skipped_busy:
         k = len(result.skipped_busy)

@@ -155,3 +155,32 @@ def test_clear_removes_everything_but_entries_in_use(store, tmp_path):
     assert [e.key for e in store.list()] == ["busy"]
     admin.clear(store)
     assert not list(store.list())
+
+
+def test_prune_sweeps_idle_lock_files_but_never_a_held_one(store):
+    old = time.time() - 7200
+    for key in ("idle", "held"):
+        with store.lock(key):
+            pass
+        os.utime(store.lock_path(key), (old, old))
+    with store.lock("fresh"):
+        pass
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(str(store.root), "held", ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        os.utime(store.lock_path("held"), (old, old))
+        result = admin.prune(store, older_than=10 * 86400)
+        assert result.locks_removed == 1
+        locks = sorted(p.name for p in (store.root / "locks").iterdir())
+        assert locks == ["fresh.lock", "held.lock"]
+        # clear (forced) removes every lock that nobody holds, however recent
+        assert admin.clear(store).locks_removed == 1
+        assert sorted(p.name for p in (store.root / "locks").iterdir()) == ["held.lock"]
+    finally:
+        release.set()
+        holder.join(30)
+    with store.lock("held"):  # the lock still works after a sweep
+        pass
