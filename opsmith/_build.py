@@ -249,6 +249,27 @@ def build_spec(spec: ExtensionSpec) -> Artifact:
         return _build_locked(store, spec, tc, units, ldflags)
 
 
+def warm_spec(spec: ExtensionSpec, on_status=None):
+    """Build now what every build like ``spec`` shares: the precompiled torch headers (waited
+    for, not left to the background) and the link stubs. Returns ``(Pch or None, Compiler)``.
+    """
+    from . import _pch
+    from ._errors import ToolchainError
+    store = open_store(spec.build_directory)
+    store.ensure()
+    tc = _Toolchain(store, spec)
+    if not _pch.supported(tc.cxx):
+        raise ToolchainError(f"the compiler {tc.cxx.path} ({tc.cxx.family}) cannot build "
+                             f"precompiled headers; opsmith uses them with gcc and clang. "
+                             f"Set CXX=clang++ or CXX=g++.")
+    if spec.with_cuda:
+        tc.nvcc  # noqa: B018 - find nvcc (and say so clearly) before building anything
+    if _linkstubs.wanted(spec.kind, _ldflags(spec, tc)):
+        _linkstubs.ensure(store, tc.cxx, tc.torch)
+    pch = _pch.ensure_pch(store, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=on_status, wait=True)
+    return pch, tc.cxx
+
+
 def _lookup(store, spec, tc, units, ldflags) -> Artifact | None:
     _resolve(store, units)
     if any(u.key is None for u in units):

@@ -25,7 +25,7 @@ from ._keys import KeyBuilder
 from ._store import LocalStore
 from ._toolchain import Compiler, TorchInfo
 
-__all__ = ["TORCH_LIBS", "wanted", "link_flags", "elf_soname"]
+__all__ = ["TORCH_LIBS", "wanted", "link_flags", "ensure", "elf_soname"]
 
 log = logging.getLogger("opsmith.build")
 
@@ -44,7 +44,7 @@ def link_flags(store: LocalStore, cxx: Compiler, torch: TorchInfo, kind: str,
     """``ldflags`` with each torch ``-lNAME`` replaced by its stub; unchanged when none applies."""
     if not wanted(kind, ldflags):
         return ldflags
-    stubs = _ensure(store, cxx, torch)
+    stubs = ensure(store, cxx, torch)
     if not stubs:
         return ldflags
     out: list[str] = []
@@ -63,7 +63,7 @@ def _key(cxx: Compiler, torch: TorchInfo) -> str:
         .strs("libs", TORCH_LIBS).hexdigest()
 
 
-def _ensure(store: LocalStore, cxx: Compiler, torch: TorchInfo) -> dict[str, Path]:
+def ensure(store: LocalStore, cxx: Compiler, torch: TorchInfo) -> dict[str, Path]:
     """The stubs entry's files by library name, built on first use; {} when they cannot be."""
     key = _key(cxx, torch)
     entry = store.get(key)

@@ -165,41 +165,29 @@ def _build(args) -> int:
 
 
 def warm(*, with_cuda: bool = False, extra_cflags=(), verbose: bool = False):
-    """Build the precompiled torch headers that builds with these flags use; returns the Pch.
+    """Build the precompiled torch headers (and the link stubs) that builds with these flags use;
+    returns ``(Pch, Compiler)``.
 
     The PCH is keyed by the compiler, torch and the exact flags, so ``extra_cflags`` (and
     ``with_cuda``, which adds CUDA's include directories) must match the later builds'.
     """
-    from . import _pch
-    from ._build import _cxx_flags, _Toolchain
+    from ._build import warm_spec
     from ._config import settings
     from ._errors import ToolchainError
     from ._extension import _verbose
     from ._progress import Progress
     from ._spec import ExtensionSpec
-    from ._store import open_store
     if not settings.pch:
         raise ToolchainError("precompiled headers are switched off (OPSMITH_PCH=0): there is "
                              "nothing to warm. Unset OPSMITH_PCH to use them.")
-    store = open_store()
-    store.ensure()
     spec = ExtensionSpec.from_inline("warm", "// opsmith warm", kind="module", with_cuda=with_cuda,
                                      extra_cflags=list(extra_cflags), verbose=verbose)
-    with _verbose(verbose):
-        tc = _Toolchain(store, spec)
-        if not _pch.supported(tc.cxx):
-            raise ToolchainError(f"the compiler {tc.cxx.path} ({tc.cxx.family}) cannot build "
-                                 f"precompiled headers; opsmith uses them with gcc and clang. "
-                                 f"Set CXX=clang++ or CXX=g++.")
-        if with_cuda:
-            tc.nvcc  # noqa: B018 - find nvcc (and say so clearly) before building anything
-        with Progress("warm", verbose=verbose) as progress:
-            pch = _pch.ensure_pch(store, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=progress.status,
-                                  wait=True)
+    with _verbose(verbose), Progress("warm", verbose=verbose) as progress:
+        pch, cxx = warm_spec(spec, on_status=progress.status)
     if pch is None:
-        raise ToolchainError(f"the precompiled torch headers could not be built with {tc.cxx.path}; "
+        raise ToolchainError(f"the precompiled torch headers could not be built with {cxx.path}; "
                              f"builds still work, only slower. Run with -v to see the compiler's output.")
-    return pch, tc.cxx
+    return pch, cxx
 
 
 def _warm(args) -> int:
