@@ -290,6 +290,10 @@ def split_steps(command: Sequence[str], source: str, obj: str, depfile: str, wor
     if fatbin_c is None or os.path.basename(fatbin_c) != stub_cicc[0].option("--include_file_name"):
         return None
 
+    # The host compile of a torch-including .cu writes a large object: its assembler reads
+    # the compiler's output as it comes (-pipe changes how, not what, is compiled).
+    if "-pipe" not in host_cc.argv:
+        host_cc.argv.insert(1, "-pipe")
     # The module id that cudafe++ would generate, written here: cicc no longer waits for it.
     mid_path = cudafe.option("--module_id_file_name")
     cudafe.argv.remove("--gen_module_id_file")

@@ -8,6 +8,8 @@
 #     ext:     nvcc-extension gpu tests + CUDA-extension benchmark (~8 min)
 #     all (default): both, ~12 min: more than one 600 s device call allows, so run the parts
 #     in two calls there. --skip-torch-ext: no torch load_inline anchor in the kernel benchmark.
+#   EXT_BENCH_ARGS="--parts two" (or "--parts inline --inline-repeat 2") is passed to
+#   bench/bench_cuda_ext.py, to fit the ext part into one call.
 set -uo pipefail
 PART=all; case "${1:-}" in kernels|ext|all) PART=$1; shift;; esac
 cd "$(dirname "$0")/.."
@@ -28,8 +30,9 @@ if [ "$PART" != ext ]; then
 fi
 if [ "$PART" != kernels ]; then
   python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_cuda_ext_gpu.py tests/test_doctor.py \
-    tests/test_nvcc_split.py >"$L/pytest_cuda_ext.log" 2>&1; rc_x=$?
-  python3 bench/bench_cuda_ext.py --out "$OUT/bench_cuda_ext.json" >"$L/bench_cuda_ext.log" 2>&1
+    tests/test_nvcc_split.py tests/test_linkstubs.py >"$L/pytest_cuda_ext.log" 2>&1; rc_x=$?
+  # shellcheck disable=SC2086
+  python3 bench/bench_cuda_ext.py --out "$OUT/bench_cuda_ext.json" ${EXT_BENCH_ARGS:-} >"$L/bench_cuda_ext.log" 2>&1
 fi
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
 X=$(mktemp -d); tar -xzf "$OUT/logs.tgz" -C "$X" && L="$X/logs"
@@ -39,5 +42,5 @@ show "demo (rc=$rc_demo)" demo.log 8
 show "profile_warm" profile_warm.log 24
 show "bench_kernels" bench_kernels.log 36
 show "cuda-ext gpu tests (rc=$rc_x)" pytest_cuda_ext.log 3
-show "bench_cuda_ext" bench_cuda_ext.log 16
+show "bench_cuda_ext" bench_cuda_ext.log 20
 exit $(( rc_k || rc_x || rc_demo ))
