@@ -50,10 +50,11 @@ _CLANG_BOUNDS = {"12.0": (7, 15), "12.1": (7, 15), "12.2": (7, 16), "12.3": (7, 
 # Measured on the H100 machine (16 cores, gcc 13, nvcc 13.0, torch 2.11): see docs/cuda_extensions.md.
 TORCH_HEADERS_HINT = (
     "{src} includes torch headers, so nvcc parses all of them three times (its host front end, "
-    "its device front end and the host compiler; no precompiled header can help nvcc): 46-54 s "
+    "its device front end and the host compiler; no precompiled header can help nvcc): 46-59 s "
     "of nvcc for the tutorial's ReLU written this way on a 16-core H100 machine (gcc 13, nvcc "
-    "13.0), 36 s for the whole build with opsmith running the two front ends side by side, "
-    "against under a second for the same kernel without torch headers. Faster layout: keep the kernel and a plain launcher (raw pointers, sizes) in the .cu "
+    "13.0), 34-50 s for the whole build with opsmith running the two front ends side by side, "
+    "against about a second for the same kernel without torch headers. Faster layout: keep "
+    "the kernel and a plain launcher (raw pointers, sizes) in the .cu "
     "with only <cuda_runtime.h>, and the torch-facing wrapper (torch::Tensor, checks, "
     "PYBIND11_MODULE) in a .cpp, which opsmith compiles with precompiled torch headers. See "
     "docs/cuda_extensions.md.")
