@@ -87,7 +87,7 @@ def _build(store: LocalStore, key: str, cxx: Compiler, torch: TorchInfo):
                 log.info("no SONAME found in %s: linking against the real torch libraries", real)
                 return None
             out = build_dir / real.name
-            cmd = [cxx.path, "-shared", "-nostdlib", f"-Wl,-soname,{soname}", "-x", "c", os.devnull,
+            cmd = [cxx.path, "-shared", "-nostdlib", f"-Wl,-soname,{soname}", "-x", "c++", os.devnull,
                    "-o", os.fspath(out)]
             proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
             if proc.returncode != 0 or elf_soname(out) != soname:
