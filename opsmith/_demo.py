@@ -44,6 +44,10 @@ else:  # what a user's later runs call: load_inline (answered by the warm index)
     m = opsmith.load_inline("opsmith_demo_relu", RELU_CPP, functions=["relu"])
     built = None  # load_inline does not say; "full_lookup" tells whether the warm index answered
 t2 = time.perf_counter()
+if sys.argv[1] == "cold":
+    # As a user's first run calls it: load_inline records this call in the warm index, so
+    # that later runs (the warm phase) are answered by stat stamps alone.
+    m = opsmith.load_inline("opsmith_demo_relu", RELU_CPP, functions=["relu"])
 x = torch.randn(1 << 20)
 ok = bool(torch.equal(m.relu(x), torch.relu(x)))
 print(json.dumps({"load_s": t2 - t1, "built": built, "ok": ok, "full_lookup": "opsmith._build" in sys.modules}))

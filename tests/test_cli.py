@@ -382,3 +382,19 @@ def test_warm_builds_the_precompiled_headers_once(fresh_cache, tmp_path):
     assert proc.returncode == 0, proc.stderr
     kinds = [e["kind"] for e in json.loads(opsmith("cache", "ls", "--json").stdout)]
     assert kinds.count("pch") == 1 and kinds.count("link-stubs") == 1 and "module" in kinds
+
+
+def test_demo_cpu_part_builds_checks_and_warm_loads_through_the_warm_index(fresh_cache):
+    """The README's main job: `opsmith demo` (its CPU part here; CUDA skips without a GPU)."""
+    pytest.importorskip("torch")
+    from opsmith import _demo
+    env = dict(os.environ, OPSMITH_PCH="0")  # no background PCH build competing with other tests
+    cold = _demo._child(env, "cold")
+    assert cold["ok"] and cold["built"] is True
+    warm = _demo._child(env, "warm")
+    # The cold run recorded its load_inline call: the warm run is answered by stat stamps.
+    assert warm["ok"] and warm["full_lookup"] is False
+    proc = opsmith("demo", env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert "CPU relu: found in the cache" in proc.stdout
+    assert "matches torch.relu on 1M random floats: yes" in proc.stdout
