@@ -85,8 +85,9 @@ def run_demo(fresh: bool = False) -> int:
     cold_wall = time.perf_counter() - t
     warm = _child(env, "warm")
     what = "built" if cold["built"] else "found in the cache"
-    print(f"  CPU relu: {what} in {cold['load_s']:.2f} s (process {cold_wall:.1f} s; a first build on a "
-          f"machine goes without precompiled torch headers and starts building them in the background)")
+    first = ("; a first build on a machine goes without precompiled torch headers and starts "
+             "building them in the background") if cold["built"] else ""
+    print(f"  CPU relu: {what} in {cold['load_s']:.2f} s (process {cold_wall:.1f} s{first})")
     note = ""
     if os.environ.get("PYTHONDONTWRITEBYTECODE") and not _bytecode_present():
         note = ("; PYTHONDONTWRITEBYTECODE is set and opsmith has no .pyc files, so Python compiles "
