@@ -186,16 +186,11 @@ def prune(store: Store, *, max_size: int | None = None, older_than: float | None
             total -= info.size
     result.remaining_bytes = total
     if not dry_run:
-        result.locks_removed = _sweep_locks(store, LOCK_IDLE_SECONDS)
+        result.locks_removed = store.sweep_locks(LOCK_IDLE_SECONDS)
     return result
 
 
 LOCK_IDLE_SECONDS = 3600.0
-
-
-def _sweep_locks(store: Store, idle_seconds: float) -> int:
-    sweep = getattr(store, "sweep_locks", None)  # a local store's lock files; others have none
-    return sweep(idle_seconds) if sweep is not None else 0
 
 
 def clear(store: Store, *, force: bool = True) -> PruneResult:
@@ -206,7 +201,7 @@ def clear(store: Store, *, force: bool = True) -> PruneResult:
         _remove(store, info, force=force, now=now, result=result, dry_run=False)
     result.remaining_bytes = sum(e.size for e in store.list())
     # Every lock nobody holds (force) or nobody has opened for a while: none guards an entry now.
-    result.locks_removed = _sweep_locks(store, 0.0 if force else LOCK_IDLE_SECONDS)
+    result.locks_removed = store.sweep_locks(0.0 if force else LOCK_IDLE_SECONDS)
     return result
 
 

@@ -43,8 +43,7 @@ def _timings(build_dir: Path, steps: list[Step]) -> tuple[tuple[str, float], ...
         text = (build_dir / ".ninja_log").read_text(errors="replace")
     except OSError:
         return ()
-    by_output = {s.output: s.label for s in steps}
-    by_output.update({os.path.relpath(s.output, build_dir): s.label for s in steps})
+    by_output = {s.output: s.label for s in steps}  # absolute paths, as ninja logs them
     last: dict[str, tuple[str, float]] = {}  # a step run twice in this build dir: its last run
     for line in text.splitlines():
         cols = line.split("\t")

@@ -101,6 +101,13 @@ class Store(abc.ABC):
     def put_record(self, namespace: str, ident: str, value: Any) -> None:
         """Replace a small JSON document atomically."""
 
+    def sweep_locks(self, idle_seconds: float = 3600.0) -> int:
+        """Delete lock files nobody holds or has opened for ``idle_seconds``; how many.
+
+        A store whose locks leave no files has nothing to sweep.
+        """
+        return 0
+
 
 class LocalStore(Store):
     """A store in a private directory on the local filesystem."""
