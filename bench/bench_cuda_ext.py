@@ -66,7 +66,7 @@ if mode == "two":
     if tool == "ours" and os.environ.get("BENCH_WARM"):
         import opsmith
         m = opsmith.load(name, srcs)  # what a user calls: the warm index answers a repeat
-        extra = {"full_lookup": "opsmith._build" in sys.modules}
+        extra = {"full_lookup": "opsmith._build._engine" in sys.modules}
     elif tool == "ours":
         import opsmith
         art = opsmith.build(name, srcs)
@@ -104,9 +104,9 @@ print("RESULT", json.dumps({"load_s": t1 - t0, "correct": ok, **extra}))
 NVCC_TIME = r'''
 import json, os, subprocess, sys, tempfile
 import opsmith
-from opsmith._build import _Toolchain, _plan
+from opsmith._build._engine import _Toolchain, _plan
 from opsmith._spec import ExtensionSpec
-from opsmith._store import open_store
+from opsmith._cache._store import open_store
 spec = ExtensionSpec.from_inline("relu_ext", os.environ["BENCH_CPP"], os.environ["BENCH_CU"],
                                  ["relu"], kind="module", extra_cuda_cflags=["-O3"])
 store = open_store(None); store.ensure()

@@ -88,7 +88,7 @@ def phase_ours_cold():
     k.launch_n(x.numel(), x, y, x.numel())
     torch.cuda.synchronize()
     t2 = time.perf_counter()
-    from opsmith import _nvrtc
+    from opsmith._build import _nvrtc
     emit({"compile_s": t1 - t0, "first_launch_s": t2 - t1, "total_s": t2 - t0,
           "nvrtc_compiles": _nvrtc.nvrtc_stats["compiles"], "correct": bool(torch.equal(y, torch.relu(x)))})
 
@@ -107,7 +107,7 @@ def phase_ours_warm():
     k = opsmith.cuda_kernel(RAW, "relu_kernel")
     t1 = time.perf_counter()
     import sys
-    from opsmith import _nvrtc
+    from opsmith._build import _nvrtc
     nvrtc_used = _nvrtc.nvrtc_stats["library_loads"] > 0 or "cuda.bindings.nvrtc" in sys.modules
     x = torch.randn(1 << 20, device="cuda")
     y = torch.empty_like(x)
@@ -116,7 +116,7 @@ def phase_ours_warm():
     k.launch_n(x.numel(), x, y, x.numel())
     torch.cuda.synchronize()
     t3 = time.perf_counter()
-    from opsmith import _nvrtc
+    from opsmith._build import _nvrtc
     emit({"mode": mode, "import_s": ti - t0, "load_s": t1 - ti, "import_and_load_s": t1 - t0,
           "first_launch_s": t3 - t2,
           "nvrtc_compiles": _nvrtc.nvrtc_stats["compiles"], "nvrtc_loaded_or_imported": nvrtc_used,
@@ -133,7 +133,7 @@ def phase_ours_launch():
     sy = torch.empty_like(small)
     cfg = opsmith.LaunchConfig(1, 256)
     out = {}
-    out["c_launcher"] = k._claunch is not None  # opsmith._claunch built and OPSMITH_C_LAUNCH on
+    out["c_launcher"] = k._claunch is not None  # opsmith._runtime._claunch built and OPSMITH_C_LAUNCH on
     out["call_us_launch_config"] = bench_call(lambda: k.launch(cfg, small, sy, 1))
     py_launch = k._py_launch  # the generated Python launcher (the C one's fallback)
     out["call_us_launch_config_python"] = bench_call(lambda: py_launch(cfg, small, sy, 1))
@@ -153,7 +153,7 @@ def phase_ours_launch():
     # calls the C launcher handed to Python (1 expected: the first launch, which loads the module)
     out["c_fallbacks"] = getattr(launch, "fallbacks", None)
     # the same pre-packed launch through other routes (which is fastest?)
-    from opsmith import _driver
+    from opsmith._runtime import _driver
     st = k._states[0]
     ns = k._namespaces[0]
     params = ns["params"].value
@@ -197,8 +197,8 @@ def phase_cpu_launch():
     import timeit
     import torch
     import opsmith
-    from opsmith import _claunch
-    from opsmith._kernel import KernelAttributes, _DeviceState
+    from opsmith._runtime import _claunch
+    from opsmith._torch._kernel import KernelAttributes, _DeviceState
     k = opsmith.cuda_kernel(RAW, "relu_kernel", arch="sm_90")
     x, y = torch.randn(1), torch.empty(1)
     cfg = opsmith.LaunchConfig(1, 256)

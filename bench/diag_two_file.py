@@ -96,10 +96,10 @@ def main():
     # 3. the commands themselves
     sys.path.insert(0, ROOT)
     os.environ.update(OPSMITH_CACHE_DIR=cache)
-    from opsmith import _pch
-    from opsmith._build import _cxx_flags, _Toolchain, _plan, _ldflags
+    from opsmith._build import _pch
+    from opsmith._build._engine import _cxx_flags, _Toolchain, _plan, _ldflags
     from opsmith._spec import ExtensionSpec
-    from opsmith._store import open_store
+    from opsmith._cache._store import open_store
     d = project()
     spec = ExtensionSpec.from_files("myrelu", [os.path.join(d, "relu.cpp"), os.path.join(d, "relu_kernel.cu")],
                                     kind="module")

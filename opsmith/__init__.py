@@ -14,28 +14,28 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ._config import settings
-from ._errors import (CacheError, CompileError, ConfigError, LaunchError, LinkError, OpsmithError,
+from opsmith._config import settings
+from opsmith._errors import (CacheError, CompileError, ConfigError, LaunchError, LinkError, OpsmithError,
                       SpecError, ToolchainError)
-from ._version import __version__
+from opsmith._version import __version__
 
 # public name -> private module that defines it (imported lazily on first access)
 _LAZY = {
     # C++ / CUDA extensions (torch.utils.cpp_extension drop-ins)
-    "load": "._extension",
-    "load_inline": "._extension",
-    "build": "._extension",
-    "build_inline": "._extension",
-    "load_artifact": "._extension",
-    "Artifact": "._extension",
+    "load": "opsmith._torch._extension",
+    "load_inline": "opsmith._torch._extension",
+    "build": "opsmith._torch._extension",
+    "build_inline": "opsmith._torch._extension",
+    "load_artifact": "opsmith._torch._extension",
+    "Artifact": "opsmith._torch._extension",
     # --- NVRTC kernels (issue 3): add names here ---
-    "CudaModule": "._kernel",
-    "Kernel": "._kernel",
-    "LaunchConfig": "._kernel",
-    "KernelAttributes": "._kernel",
-    "cuda_kernel": "._kernel",
-    "compile_cuda": "._nvrtc",
-    "CudaBinary": "._nvrtc",
+    "CudaModule": "opsmith._torch._kernel",
+    "Kernel": "opsmith._torch._kernel",
+    "LaunchConfig": "opsmith._torch._kernel",
+    "KernelAttributes": "opsmith._torch._kernel",
+    "cuda_kernel": "opsmith._torch._kernel",
+    "compile_cuda": "opsmith._build._nvrtc",
+    "CudaBinary": "opsmith._build._nvrtc",
     # --- end NVRTC kernels ---
 }
 
@@ -59,6 +59,6 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._extension import Artifact, build, build_inline, load, load_artifact, load_inline
-    from ._kernel import CudaModule, Kernel, KernelAttributes, LaunchConfig, cuda_kernel
-    from ._nvrtc import CudaBinary, compile_cuda
+    from opsmith._torch._extension import Artifact, build, build_inline, load, load_artifact, load_inline
+    from opsmith._torch._kernel import CudaModule, Kernel, KernelAttributes, LaunchConfig, cuda_kernel
+    from opsmith._build._nvrtc import CudaBinary, compile_cuda

@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-from ._record import Record
-from ._errors import SpecError
+from opsmith._record import Record
+from opsmith._errors import SpecError
 
 __all__ = ["Source", "ExtensionSpec", "CUDA_SUFFIXES", "CXX_SUFFIXES"]
 

@@ -99,9 +99,9 @@ class BuildExtension(build_ext):
         super().__init__(*args, **kwargs)
 
     def build_extension(self, ext) -> None:
-        from ._build import build_spec
-        from ._extension import _verbose
-        from ._spec import ExtensionSpec
+        from opsmith._build._engine import build_spec
+        from opsmith._torch._extension import _verbose
+        from opsmith._spec import ExtensionSpec
 
         cxx_args, nvcc_args = _split_args(ext.extra_compile_args)
         macros = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in (ext.define_macros or [])]

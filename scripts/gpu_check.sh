@@ -19,7 +19,7 @@ export PYTHONUNBUFFERED=1
   | tee "$L/versions.txt"
 python3 -m pip install --no-deps --no-build-isolation -e . >"$L/pip.log" 2>&1 || { tail -20 "$L/pip.log"; exit 1; }
 python3 -m compileall -q opsmith >/dev/null   # as a regular install would: warm loads read .pyc
-python3 -c "import opsmith._claunch as c; print('C launcher:', c.__file__)" 2>&1 | tee -a "$L/versions.txt"
+python3 -c "import opsmith._runtime._claunch as c; print('C launcher:', c.__file__)" 2>&1 | tee -a "$L/versions.txt"
 rc_k=0; rc_x=0; rc_demo=0
 if [ "$PART" != ext ]; then
   python3 -m pytest -q -p no:cacheprovider tests/test_nvrtc.py tests/test_kernel_args.py tests/test_kernel_gpu.py \

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from opsmith import ConfigError
-from opsmith import _cache_admin as admin
-from opsmith._store import open_store
+from opsmith._cache import _admin as admin
+from opsmith._cache._store import open_store
 
 
 def _put(store, key: str, size: int, *, name: str = "", kind: str = "module", age: float = 0.0,
@@ -104,7 +104,7 @@ def test_prune_needs_a_limit(store):
 
 
 def _hold_lock(root, key, ready, release):
-    from opsmith._store import LocalStore
+    from opsmith._cache._store import LocalStore
     s = LocalStore(root)
     with s.lock(key):
         ready.set()

@@ -1,4 +1,4 @@
-"""The C launcher (opsmith._claunch) without a GPU.
+"""The C launcher (opsmith._runtime._claunch) without a GPU.
 
 The driver is a ctypes callback standing in for ``cuLaunchKernelEx`` that records what it
 was given; torch's current device is a fake that answers -1, so that CPU tensors (device -1)
@@ -16,10 +16,10 @@ import pytest
 
 import opsmith
 from opsmith import LaunchConfig, LaunchError
-from opsmith._kernel import _CULaunchConfig
+from opsmith._torch._kernel import _CULaunchConfig
 
 torch = pytest.importorskip("torch")
-claunch = pytest.importorskip("opsmith._claunch", reason="the C launcher is not built (no C compiler at install)")
+claunch = pytest.importorskip("opsmith._runtime._claunch", reason="the C launcher is not built (no C compiler at install)")
 
 SRC = r"""
 extern "C" __global__ void relu(const float* __restrict__ x, float* __restrict__ y, long long n) {}
@@ -236,7 +236,7 @@ def test_exceptions_inside_the_checks_fall_back_but_interrupts_propagate(module)
 
 
 def test_validated_configs_are_mirrored_and_forgotten_with_the_python_side(module):
-    from opsmith._kernel import _ACCEPTED_SHARED_CONFIGS, _DeviceState, KernelAttributes
+    from opsmith._torch._kernel import _ACCEPTED_SHARED_CONFIGS, _DeviceState, KernelAttributes
     with opsmith.settings.override(c_launch=True):
         k = opsmith.CudaModule(SRC, arch="sm_90").get_kernel("relu")
     attrs = KernelAttributes(registers=8, static_shared_bytes=0, max_dynamic_shared_bytes=48 << 10,

@@ -274,7 +274,7 @@ def test_cache_dir_writable_by_others_is_refused_with_the_fix(srcdir, fresh_cach
 
 
 # -- progress ----------------------------------------------------------------------------------
-_PROGRESS_PRELUDE = "import opsmith._progress as p; p._DELAY = 0.0"
+_PROGRESS_PRELUDE = "import opsmith._build._progress as p; p._DELAY = 0.0"
 
 
 def test_progress_shows_the_steps_on_a_terminal(srcdir, fresh_cache):
@@ -294,7 +294,7 @@ class _FakeTerminal(io.StringIO):
 
 
 def test_progress_timer_draws_a_long_step_and_stays_silent_for_short_builds(monkeypatch):
-    from opsmith import _progress
+    from opsmith._build import _progress
     monkeypatch.setattr(_progress, "_DELAY", 0.05)
     term = _FakeTerminal()
     p = _progress.Progress("building relu", stream=term)
@@ -323,7 +323,7 @@ def test_progress_timer_draws_a_long_step_and_stays_silent_for_short_builds(monk
 
 
 def test_progress_switched_off_by_setting(monkeypatch):
-    from opsmith import _progress
+    from opsmith._build import _progress
     monkeypatch.setattr(_progress, "_DELAY", 0.0)
     monkeypatch.setenv("OPSMITH_PROGRESS", "0")
     term = _FakeTerminal()
@@ -342,7 +342,7 @@ def test_settings_command_shows_values_and_sources(monkeypatch):
 
 
 def test_docs_settings_page_is_up_to_date():
-    from opsmith.cli import settings_markdown
+    from opsmith._config import settings_markdown
     page = REPO / "docs" / "settings.md"
     assert page.read_text() == settings_markdown(), (
         "docs/settings.md is out of date: run `opsmith settings --markdown > docs/settings.md`")
@@ -387,7 +387,7 @@ def test_warm_builds_the_precompiled_headers_once(fresh_cache, tmp_path):
 def test_demo_cpu_part_builds_checks_and_warm_loads_through_the_warm_index(fresh_cache):
     """The README's main job: `opsmith demo` (its CPU part here; CUDA skips without a GPU)."""
     pytest.importorskip("torch")
-    from opsmith import _demo
+    from opsmith.cli import _demo
     env = dict(os.environ, OPSMITH_PCH="0")  # no background PCH build competing with other tests
     cold = _demo._child(env, "cold")
     assert cold["ok"] and cold["built"] is True

@@ -31,7 +31,7 @@ def shared_cache(tmp_path_factory):
 @pytest.fixture
 def cache(shared_cache, monkeypatch):
     monkeypatch.setenv("OPSMITH_CACHE_DIR", str(shared_cache))
-    from opsmith import _store
+    from opsmith._cache import _store
     _store._STORES.clear()
     return shared_cache
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from opsmith import _doctor
+from opsmith.cli import _doctor
 
 OPSMITH = shutil.which("opsmith")
 
@@ -113,8 +113,8 @@ def test_cuda_home_set_to_a_missing_directory(tmp_path):
     assert rc == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("opsmith._nvcc") is None,
-                    reason="opsmith._nvcc (nvcc support) is not in this tree yet")
+@pytest.mark.skipif(importlib.util.find_spec("opsmith._toolchain._nvcc") is None,
+                    reason="opsmith._toolchain._nvcc (nvcc support) is not in this tree yet")
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on PATH")
 def test_nvcc_found_with_its_version():
     ctx = _doctor._Context()
@@ -145,8 +145,8 @@ def test_cuda_version_rule_major_blocks_minor_does_not():
 
 
 # -- TORCH_CUDA_ARCH_LIST ----------------------------------------------------------------------
-@pytest.mark.skipif(importlib.util.find_spec("opsmith._archs") is None,
-                    reason="opsmith._archs (the arch-list parser) is not in this tree yet")
+@pytest.mark.skipif(importlib.util.find_spec("opsmith._toolchain._archs") is None,
+                    reason="opsmith._toolchain._archs (the arch-list parser) is not in this tree yet")
 def test_arch_list_of_a_cuda_version_is_a_problem_with_the_fix(monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "12.8")  # torch's CUDA version in the tutorial
     rc, doc = _doctor_json()
@@ -320,7 +320,7 @@ def test_cache_write_failing_with_enospc_is_reported_as_full(fresh_cache, monkey
 
 
 def test_cache_contents_are_counted(fresh_cache, tmp_path):
-    from opsmith._store import open_store
+    from opsmith._cache._store import open_store
     store = open_store()
     (tmp_path / "f").write_bytes(b"abc")
     store.put("k1", {"f": tmp_path / "f"}, kind="module", name="m")
@@ -334,8 +334,8 @@ def test_mount_of_finds_the_longest_mount_point():
     assert point == "/proc" and fstype == "proc"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("opsmith._archs") is None,
-                    reason="opsmith._archs (the arch-list parser) is not in this tree yet")
+@pytest.mark.skipif(importlib.util.find_spec("opsmith._toolchain._archs") is None,
+                    reason="opsmith._toolchain._archs (the arch-list parser) is not in this tree yet")
 def test_arch_list_12_0_with_a_cuda_12_0_nvcc_is_the_tutorials_compute_120_failure(monkeypatch):
     """The tutorial: TORCH_CUDA_ARCH_LIST=12.0 with nvcc 12.0 -> `Unsupported gpu architecture
     'compute_120'`. The nvcc here is described (its version and archs), not installed."""
@@ -350,8 +350,8 @@ def test_arch_list_12_0_with_a_cuda_12_0_nvcc_is_the_tutorials_compute_120_failu
     assert row.status == "problem" and "compute_120" in row.fix and "CUDA version" in row.fix
 
 
-@pytest.mark.skipif(importlib.util.find_spec("opsmith._archs") is None,
-                    reason="opsmith._archs (the arch-list parser) is not in this tree yet")
+@pytest.mark.skipif(importlib.util.find_spec("opsmith._toolchain._archs") is None,
+                    reason="opsmith._toolchain._archs (the arch-list parser) is not in this tree yet")
 def test_arch_list_that_no_gpu_here_can_run_is_a_warning(monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     ctx = _doctor._Context()

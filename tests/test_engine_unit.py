@@ -12,11 +12,12 @@ import textwrap
 import pytest
 
 import opsmith
-from opsmith import _deps, _diagnostics
+from opsmith._cache import _deps
+from opsmith._build import _diagnostics
 from opsmith._config import settings
-from opsmith._keys import KeyBuilder
+from opsmith._cache._keys import KeyBuilder
 from opsmith._spec import ExtensionSpec
-from opsmith._store import LocalStore
+from opsmith._cache._store import LocalStore
 
 
 # -- keys -------------------------------------------------------------------------------
@@ -64,7 +65,7 @@ def test_settings_bad_values_name_the_variable(monkeypatch):
 
 
 def test_max_jobs_is_capped_by_memory(monkeypatch):
-    from opsmith import _toolchain
+    from opsmith._toolchain import _cxx as _toolchain
     monkeypatch.setattr(_toolchain, "_available_memory_bytes", lambda: 3 << 30)  # 3 GiB
     assert _toolchain.max_jobs(per_job_bytes=3 << 29) == min(2, os.cpu_count() or 1)
     monkeypatch.setattr(_toolchain, "_available_memory_bytes", lambda: 1 << 20)
@@ -181,7 +182,7 @@ def test_lock_excludes_other_processes(tmp_path):
     store = LocalStore(tmp_path / "c")
     script = textwrap.dedent(f"""
         import sys, time
-        from opsmith._store import LocalStore
+        from opsmith._cache._store import LocalStore
         s = LocalStore({str(tmp_path / 'c')!r})
         with s.lock("k"):
             print("got", flush=True)
@@ -196,7 +197,7 @@ def test_lock_excludes_other_processes(tmp_path):
 def test_lock_of_killed_holder_is_released(tmp_path):
     store = LocalStore(tmp_path / "c")
     store.ensure()
-    script = (f"from opsmith._store import LocalStore\nimport time\n"
+    script = (f"from opsmith._cache._store import LocalStore\nimport time\n"
               f"s = LocalStore({str(tmp_path / 'c')!r})\n"
               f"with s.lock('k'):\n    print('held', flush=True)\n    time.sleep(60)\n")
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -306,7 +307,7 @@ def test_nvcc_error_format_and_link_error():
 
 
 def test_torch_std_comes_from_the_ninja_flags_not_docstrings():
-    from opsmith._toolchain import torch_std_from_source
+    from opsmith._toolchain._cxx import torch_std_from_source
     torch_211_like = ("    minimum required compiler flags (e.g. ``-std=c++20``)\n"
                       "        cflags = common_cflags + ['-fPIC', '-std=c++17'] + extra_cflags\n"
                       "                cuda_flags.append('-std=c++17')\n")

@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import opsmith  # noqa: E402
-from opsmith._store import LocalStore  # noqa: E402
+from opsmith._cache._store import LocalStore  # noqa: E402
 
 ADD_SRC = r'''
 #include <torch/extension.h>
@@ -352,7 +352,7 @@ def test_torch_extensions_dir_is_honoured(cache, tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "tx"))
     src = tmp_path / "a.cpp"
     src.write_text(PLAIN_LIB)
-    from opsmith import _store
+    from opsmith._cache import _store
     _store._STORES.clear()
     p = opsmith.load("txdir", [str(src)], extra_cflags=["-DVALUE=1"], is_python_module=False)
     assert p.startswith(str(tmp_path / "tx"))
@@ -370,7 +370,7 @@ def test_gcc_builds_a_torch_module_without_pch(fresh_cache, monkeypatch, tmp_pat
 
 def test_pch_rejected_by_the_compiler_falls_back_and_is_removed(cache, tmp_path, pch_cache):
     """clang refuses a PCH whose header changed since it was built: opsmith builds without it."""
-    from opsmith._toolchain import find_cxx
+    from opsmith._toolchain._cxx import find_cxx
     if find_cxx().family != "clang":
         pytest.skip("only clang validates the PCH's input files by mtime")
     header = pch_cache / "pch-src" / "torch_extension_pch.h"

@@ -11,7 +11,7 @@ import pytest
 
 import opsmith
 from opsmith import LaunchConfig, LaunchError, SpecError
-from opsmith._signature import parse_kernels, parse_params, resolve_signature, split_name_expression
+from opsmith._runtime._signature import parse_kernels, parse_params, resolve_signature, split_name_expression
 
 torch = pytest.importorskip("torch")
 
@@ -80,7 +80,7 @@ def relu():
 @pytest.fixture
 def no_driver(monkeypatch):
     """Fail the test if anything reaches the CUDA driver."""
-    from opsmith import _driver
+    from opsmith._runtime import _driver
 
     def boom(*a, **k):
         raise AssertionError("a driver call happened before the arguments were checked")
@@ -164,7 +164,7 @@ def test_launch_on_cpu_only_torch_is_a_clear_error():
 
 def test_compiling_and_taking_kernels_touches_no_driver():
     import subprocess
-    code = ("import opsmith; from opsmith import _driver\n"
+    code = ("import opsmith; from opsmith._runtime import _driver\n"
             "k = opsmith.cuda_kernel('extern \"C\" __global__ void k(float* x, int n) {}', 'k', arch='sm_90')\n"
             "print(_driver._lib is None, _driver._contexts)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -214,7 +214,7 @@ class _FakeLibcuda:
 
 @pytest.fixture
 def fake_driver(monkeypatch):
-    from opsmith import _driver
+    from opsmith._runtime import _driver
 
     def install(lib):
         monkeypatch.setattr(_driver, "_lib", lib)
@@ -223,7 +223,7 @@ def fake_driver(monkeypatch):
 
 
 def test_ptx_newer_than_the_driver_is_explained(fake_driver):
-    from opsmith import _driver
+    from opsmith._runtime import _driver
     fake_driver(_FakeLibcuda(load_result=222, driver_version=12080))
     with pytest.raises(LaunchError) as info:
         _driver.load_module(b".version 9.0\n", 0, kind="ptx", arch="sm_90", nvrtc_version="13.0", name="k.cu")
@@ -232,7 +232,7 @@ def test_ptx_newer_than_the_driver_is_explained(fake_driver):
 
 
 def test_cubin_for_another_arch_is_explained(fake_driver):
-    from opsmith import _driver
+    from opsmith._runtime import _driver
     fake_driver(_FakeLibcuda(load_result=209, cc=(8, 0)))
     with pytest.raises(LaunchError, match=r"compiled for sm_90 but cuda:0 is sm_80.*arch='sm_80'"):
         _driver.load_module(b"\x7fELF", 0, kind="cubin", arch="sm_90", nvrtc_version="13.0", name="k.cu")
@@ -283,12 +283,12 @@ def test_kernel_state_reads_attributes_and_warns_on_spills(fake_driver):
 
 
 def _driver_module():
-    from opsmith import _driver
+    from opsmith._runtime import _driver
     return _driver
 
 
 def test_cubin_from_an_nvrtc_newer_than_the_driver_is_explained(fake_driver):
-    from opsmith import _driver
+    from opsmith._runtime import _driver
     fake_driver(_FakeLibcuda(load_result=209, driver_version=12040, cc=(9, 0)))
     with pytest.raises(LaunchError, match=r"NVRTC 13.0, and this driver supports CUDA 12.4"):
         _driver.load_module(b"\x7fELF", 0, kind="cubin", arch="sm_90", nvrtc_version="13.0", name="k.cu")

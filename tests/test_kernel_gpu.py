@@ -265,7 +265,7 @@ def test_context_is_created_only_at_first_launch_and_warm_load_skips_nvrtc(tmp_p
     script = textwrap.dedent(f"""
         import sys, time, torch
         import opsmith
-        from opsmith import _nvrtc
+        from opsmith._build import _nvrtc
         import ctypes
         src = {RELU!r}
         cu = ctypes.CDLL("libcuda.so.1")

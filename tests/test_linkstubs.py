@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from opsmith import _linkstubs
+from opsmith._build import _linkstubs
 from opsmith._config import settings
 
 
@@ -78,8 +78,8 @@ def test_module_links_against_stubs_and_imports(tmp_path, caplog, stubs):
 def test_a_linker_that_refuses_the_stubs_falls_back_to_the_real_libraries(tmp_path, caplog, monkeypatch):
     pytest.importorskip("torch")
     import opsmith
-    from opsmith._toolchain import find_cxx
-    from opsmith._store import open_store
+    from opsmith._toolchain._cxx import find_cxx
+    from opsmith._cache._store import open_store
     real = find_cxx(open_store(None)).path
     wrapper = tmp_path / "old-ld-cxx"
     wrapper.write_text("#!/bin/sh\ncase \"$*\" in *--push-state*) "

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from opsmith import _archs
-from opsmith._archs import Arch, gencode_flags, parse_arch_list, resolve_archs
+from opsmith._toolchain import _archs
+from opsmith._toolchain._archs import Arch, gencode_flags, parse_arch_list, resolve_archs
 from opsmith._errors import CompileError, ConfigError, LinkError, ToolchainError
 
 torch = pytest.importorskip("torch")
@@ -21,7 +21,7 @@ import opsmith  # noqa: E402
 
 
 def _nvcc_or_skip():
-    from opsmith._nvcc import locate_nvcc
+    from opsmith._toolchain._nvcc import locate_nvcc
     try:
         return locate_nvcc()[0]
     except ToolchainError as exc:
@@ -111,7 +111,7 @@ def test_unsupported_arch_for_this_nvcc(no_gpu):
 # --- finding nvcc and its errors ----------------------------------------------------------------
 
 def test_cuda_home_wrong_is_a_clear_error(cache_dir_env, tmp_path, monkeypatch):
-    from opsmith._nvcc import locate_nvcc
+    from opsmith._toolchain._nvcc import locate_nvcc
     monkeypatch.delenv("CUDACXX", raising=False)
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nope"))
     with pytest.raises(ToolchainError, match=r"CUDA_HOME=.*has no nvcc.*does not exist.*toolkit root"):
@@ -125,7 +125,7 @@ def test_cuda_home_wrong_is_a_clear_error(cache_dir_env, tmp_path, monkeypatch):
 
 
 def test_nvcc_missing_is_a_clear_error(tmp_path, monkeypatch):
-    from opsmith import _nvcc
+    from opsmith._toolchain import _nvcc
     for v in ("CUDA_HOME", "CUDA_PATH", "CUDACXX"):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -141,7 +141,8 @@ def test_nvcc_missing_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_torch_cuda_major_mismatch_is_an_error_minor_a_note(monkeypatch, caplog):
-    from opsmith import _nvcc, _toolchain
+    from opsmith._toolchain import _nvcc
+    from opsmith._toolchain import _cxx as _toolchain
     real = _toolchain.torch_info()
     monkeypatch.setattr(_toolchain, "torch_info", lambda: real._replace(cuda="12.8"))
     _nvcc._check_torch.cache_clear()
@@ -155,7 +156,7 @@ def test_torch_cuda_major_mismatch_is_an_error_minor_a_note(monkeypatch, caplog)
 
 
 def test_unsupported_host_compiler_is_refused_with_the_fix():
-    from opsmith._nvcc import Nvcc
+    from opsmith._toolchain._nvcc import Nvcc
     nv = Nvcc("/x/nvcc", "/x", "12.4", "", "/usr/bin/g++-15", "gcc", "15.1", ("9.0",), (), (), "-lcudart", "f")
     with pytest.raises(ToolchainError, match=r"supports gcc versions 6 to 13.*CC=g\+\+-13"):
         nv.check_host()
@@ -185,16 +186,16 @@ def cache_dir_env():
 @pytest.fixture
 def nvcc(fresh_cache):
     _nvcc_or_skip()
-    from opsmith._store import open_store
-    from opsmith._nvcc import find_nvcc
-    from opsmith._toolchain import find_cxx
+    from opsmith._cache._store import open_store
+    from opsmith._toolchain._nvcc import find_nvcc
+    from opsmith._toolchain._cxx import find_cxx
     store = open_store(None)
     store.ensure()
     return find_nvcc(find_cxx(store), store)
 
 
 def test_nvcc_is_probed_once_and_remembered(nvcc, fresh_cache):
-    from opsmith import _nvcc
+    from opsmith._toolchain import _nvcc
     assert nvcc.version.count(".") == 1 and nvcc.archs and "9.0" in nvcc.archs
     assert any(os.path.isfile(os.path.join(d, "cuda_runtime.h")) for d in nvcc.include_dirs)
     _nvcc._probe_cached.cache_clear()
@@ -202,8 +203,8 @@ def test_nvcc_is_probed_once_and_remembered(nvcc, fresh_cache):
     real_run = subprocess.run
     try:
         subprocess.run = lambda *a, **k: calls.append(a) or real_run(*a, **k)
-        from opsmith._store import open_store
-        from opsmith._toolchain import find_cxx
+        from opsmith._cache._store import open_store
+        from opsmith._toolchain._cxx import find_cxx
         store = open_store(None)
         again = _nvcc.find_nvcc(find_cxx(store), store)
     finally:
@@ -212,9 +213,9 @@ def test_nvcc_is_probed_once_and_remembered(nvcc, fresh_cache):
 
 
 def test_nvcc_compiles_a_cu_without_torch_headers_to_an_object(nvcc, tmp_path, no_gpu, monkeypatch):
-    from opsmith._build import _Toolchain
+    from opsmith._build._engine import _Toolchain
     from opsmith._spec import ExtensionSpec
-    from opsmith._store import open_store
+    from opsmith._cache._store import open_store
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
     src = tmp_path / "relu_kernel.cu"
     src.write_text(KERNEL)
@@ -236,9 +237,9 @@ def test_nvcc_compiles_a_cu_without_torch_headers_to_an_object(nvcc, tmp_path, n
 
 
 def test_user_arch_flags_win_as_in_torch(nvcc, tmp_path, no_gpu, monkeypatch):
-    from opsmith._build import _Toolchain
+    from opsmith._build._engine import _Toolchain
     from opsmith._spec import ExtensionSpec
-    from opsmith._store import open_store
+    from opsmith._cache._store import open_store
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     src = tmp_path / "k.cu"
     src.write_text(KERNEL)
@@ -306,7 +307,7 @@ def test_setuptools_extension_objects():
 
 
 def test_nvcc_std_is_the_one_torch_gives_nvcc(tmp_path):
-    from opsmith._nvcc import _read_torch_nvcc_std
+    from opsmith._toolchain._nvcc import _read_torch_nvcc_std
     (tmp_path / "utils").mkdir()
     (tmp_path / "utils" / "cpp_extension.py").write_text(
         "x = {'cxx': ['-std=c++20']}  # a docstring example\n"

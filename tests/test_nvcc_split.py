@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from opsmith import _nvcc_split
-from opsmith._nvcc_split import parse_dryrun, split_steps
+from opsmith._build import _nvcc_split
+from opsmith._build._nvcc_split import parse_dryrun, split_steps
 
 # `nvcc -std=c++17 -MD -MF /b/k.o.d -c /b/k.cu -o /b/k.o -arch=sm_90 --dryrun` (nvcc 13.0)
 DRYRUN = r'''#$ _NVVM_BRANCH_=nvvm
@@ -50,7 +50,7 @@ void launch_twice(float* x, int n) { twice<<<(n + 255) / 256, 256>>>(x, n); hidd
 
 def _nvcc_or_skip() -> str:
     from opsmith._errors import ToolchainError
-    from opsmith._nvcc import locate_nvcc
+    from opsmith._toolchain._nvcc import locate_nvcc
     try:
         return locate_nvcc()[0]
     except ToolchainError as exc:
@@ -104,7 +104,7 @@ def _symbols(obj: Path, mid: str) -> list[str]:
 
 
 def _split_build(tmp_path: Path, src: Path, flags: list[str]):
-    from opsmith._ninja import run_steps
+    from opsmith._build._ninja import run_steps
     nvcc = _nvcc_or_skip()
     out = tmp_path / "split"
     out.mkdir(exist_ok=True)
@@ -149,7 +149,7 @@ def test_split_object_matches_plain_nvcc(tmp_path):
     assert _symbols(obj, ours_mid) == _symbols(ref, _module_id_of_nvcc_object(ref))
 
     # the depfile means what nvcc's means: the object, the source, host and device headers
-    from opsmith._deps import parse_depfile
+    from opsmith._cache._deps import parse_depfile
     ours = parse_depfile(Path(f"{obj}.d").read_text())
     theirs = parse_depfile(Path(f"{ref}.d").read_text())
     assert Path(f"{obj}.d").read_text().startswith(f"{obj}:")
@@ -165,7 +165,7 @@ def test_split_object_matches_plain_nvcc(tmp_path):
 
 
 def test_compile_error_is_reported_at_the_users_line(tmp_path):
-    from opsmith import _diagnostics
+    from opsmith._build import _diagnostics
     src = tmp_path / "bad.cu"
     src.write_text(KERNEL.replace("x[i] * 2.f", "undefined_thing(x[i])"))
     _obj, _steps, result = _split_build(tmp_path, src, ["-std=c++17", "-arch=sm_90"])
@@ -182,7 +182,8 @@ def test_the_build_uses_the_split_for_torch_including_cu(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     _nvcc_or_skip()
     import opsmith
-    from opsmith import _archs, _nvcc
+    from opsmith._toolchain import _archs
+    from opsmith._toolchain import _nvcc
     from opsmith._errors import CompileError
     monkeypatch.setattr(_archs, "visible_gpu_archs", lambda store=None: [])
     monkeypatch.setattr(_nvcc, "includes_torch_headers", lambda text: True)

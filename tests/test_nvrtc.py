@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 import opsmith
-from opsmith import CompileError, ToolchainError, _nvrtc
+from opsmith import CompileError, ToolchainError
+from opsmith._build import _nvrtc
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed (opsmith[cuda])")
 
@@ -159,7 +160,7 @@ def test_arch_from_setting(monkeypatch):
 def test_warm_load_in_a_fresh_process_does_not_load_nvrtc(tmp_path):
     script = textwrap.dedent(f"""
         import time, opsmith
-        from opsmith import _nvrtc
+        from opsmith._build import _nvrtc
         t = time.perf_counter()
         k = opsmith.cuda_kernel({RELU!r}, "relu", arch="sm_90")
         dt = time.perf_counter() - t

@@ -1,0 +1,1 @@
+"""The build engine: compile and link units through ninja, nvcc and NVRTC; profiles per target."""

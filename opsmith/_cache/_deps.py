@@ -1,0 +1,150 @@
+"""Header dependencies: reading compiler depfiles, and the index that turns a pre-key into a key.
+
+A translation unit's final key covers its headers' bytes, which are known only after the
+compiler ran (from its ``-MD`` depfile). So each unit has a *pre-key* (its source bytes,
+flags and toolchain) and the store keeps, under that pre-key, the header sets seen so far,
+each with the key it produced. A lookup re-checks a recorded header set against the files
+now on disk (by size and mtime first, by sha256 when those moved) and yields that key.
+
+Headers inside the toolchain (torch's, Python's, the compiler's own and the CUDA toolkit's)
+are covered by those tools' fingerprints rather than hashed one by one: torch/extension.h
+alone pulls in over a thousand files, and re-checking them would cost a warm load its budget.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from opsmith._cache._keys import KeyBuilder, file_sha256
+
+__all__ = ["parse_depfile", "DepIndex"]
+
+_MAX_VARIANTS = 8
+
+
+def parse_depfile(text: str) -> list[str]:
+    """The prerequisites in a Makefile-syntax depfile (``-MD``), unescaped, targets dropped."""
+    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
+    deps: list[str] = []
+    for rule in text.splitlines():
+        if ":" not in rule:
+            continue
+        # The target ends at the first ': ' that is not escaped (paths may hold 'C:' on Windows).
+        idx = _target_end(rule)
+        if idx < 0:
+            continue
+        tokens, cur, i, body = [], [], 0, rule[idx + 1:]
+        while i < len(body):
+            c = body[i]
+            if c == "\\" and i + 1 < len(body) and body[i + 1] in " #\\":
+                cur.append(body[i + 1])
+                i += 2
+                continue
+            if c == "$" and i + 1 < len(body) and body[i + 1] == "$":
+                cur.append("$")
+                i += 2
+                continue
+            if c.isspace():
+                if cur:
+                    tokens.append("".join(cur))
+                    cur = []
+            else:
+                cur.append(c)
+            i += 1
+        if cur:
+            tokens.append("".join(cur))
+        deps.extend(tokens)
+    seen, out = set(), []
+    for d in deps:
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def _target_end(rule: str) -> int:
+    i = 0
+    while True:
+        i = rule.find(":", i)
+        if i < 0:
+            return -1
+        if i + 1 >= len(rule) or rule[i + 1] in " \t":
+            return i
+        i += 1
+
+
+class DepIndex:
+    """Pre-key -> [(header set, key)] records kept in a store."""
+
+    def __init__(self, store, namespace: str = "deps") -> None:
+        self.store = store
+        self.namespace = namespace
+
+    def resolve(self, prekey: str) -> str | None:
+        found = self.resolve_with_deps(prekey)
+        return None if found is None else found[0]
+
+    def resolve_with_deps(self, prekey: str) -> tuple[str, list[str]] | None:
+        """The key of the recorded header set that matches the disk, and those headers' paths."""
+        rec = self.store.get_record(self.namespace, prekey)
+        if not isinstance(rec, dict):
+            return None
+        for variant in reversed(rec.get("variants", [])):
+            try:
+                if all(_dep_matches(*dep) for dep in variant["deps"]):
+                    return variant["key"], [dep[0] for dep in variant["deps"]]
+            except (TypeError, ValueError, KeyError):
+                continue
+        return None
+
+    def record(self, prekey: str, deps: list[list]) -> str:
+        """Record a header set for ``prekey``; returns the key it yields."""
+        key = key_for(prekey, deps)
+        rec = self.store.get_record(self.namespace, prekey)
+        variants = rec.get("variants", []) if isinstance(rec, dict) else []
+        variants = [v for v in variants if v.get("key") != key]
+        variants.append({"deps": deps, "key": key})
+        self.store.put_record(self.namespace, prekey, {"variants": variants[-_MAX_VARIANTS:]})
+        return key
+
+
+def key_for(prekey: str, deps: list[list]) -> str:
+    kb = KeyBuilder("unit").str("prekey", prekey)
+    for path, sha, _size, _mtime in sorted(deps):
+        kb.str("dep", path).str("sha", sha)
+    return kb.hexdigest()
+
+
+def snapshot(paths: Iterable[str], exclude_roots: Iterable[str], base: str = ".") -> list[list]:
+    """``[path, sha256, size, mtime_ns]`` for each user header (toolchain headers excluded).
+
+    Relative paths in ``paths`` are relative to ``base`` (the directory the compiler ran in).
+    """
+    roots = tuple(r.rstrip("/") + "/" for r in exclude_roots if r)
+    out = []
+    for p in paths:
+        ap = os.path.realpath(os.path.join(base, p))
+        if ap.startswith(roots):
+            continue
+        try:
+            st = os.stat(ap)
+            out.append([ap, file_sha256(ap), st.st_size, st.st_mtime_ns])
+        except OSError:
+            continue  # a header that vanished: the compiler saw it, the next lookup will miss
+    return out
+
+
+def _dep_matches(path: str, sha: str, size: int, mtime_ns: int) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if st.st_size != size:
+        return False
+    if st.st_mtime_ns == mtime_ns:
+        return True
+    # Same size, new mtime (a fresh checkout, a copy): compare the bytes.
+    try:
+        return file_sha256(path) == sha
+    except OSError:
+        return False

@@ -1,0 +1,1 @@
+"""Loading built artifacts and launching kernels: libraries, driver modules, signatures. Never compiles."""

@@ -1,0 +1,143 @@
+"""The warm index: an exact repeat of a ``load`` call, answered by ``stat`` alone.
+
+The full lookup of a built extension re-derives the plan (spec, toolchain, flags, unit keys)
+and imports the build modules to do it: about 5 ms of a warm load on the GPU machine. The
+warm index remembers, per call — its arguments, every setting, the environment variables
+that steer a build, Python, torch and the visible GPUs — the artifact it gave and the stat
+stamps (size, mtime, ctime, inode) of every file that answer rests on: the sources, their
+own headers, the compilers, torch's headers and the artifact itself. When all stamps are
+unchanged the artifact is loaded at once. Any change (an edit, a fresh checkout, a new
+compiler, a pruned entry) is a miss, and the full lookup runs — which still compiles
+nothing when only stamps moved. ctime cannot be set by a user, so an edit that restores
+size and mtime is still seen.
+
+It lives in the store's records (``records/warm/<key>.json``), written atomically, read
+only from a cache directory that passes the store's ownership and permission checks.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+from typing import Any
+
+from opsmith._config import settings
+from opsmith._version import __version__
+
+__all__ = ["call_key", "lookup", "remember", "gpu_fingerprint", "Hit"]
+
+NAMESPACE = "warm"
+# Environment variables a build reads besides opsmith's settings (compiler discovery).
+_ENV = ("PATH", "CC", "CXX", "CUDA_HOME", "CUDA_PATH", "CUDACXX", "TORCH_CUDA_ARCH_LIST",
+        "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+class Hit:
+    """An artifact found by the warm index (the fields ``load_artifact`` needs)."""
+
+    __slots__ = ("name", "kind", "path", "key", "init_names")
+
+    def __init__(self, name: str, kind: str, path: str, key: str, init_names: tuple[str, ...]) -> None:
+        self.name, self.kind, self.path, self.key, self.init_names = name, kind, path, key, init_names
+
+
+def gpu_fingerprint() -> str:
+    """Cheap identity of this boot's visible GPU set: no CUDA call, a few small file reads."""
+    parts = [os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"), os.environ.get("NVIDIA_VISIBLE_DEVICES", "")]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            parts.append(f.read().strip())
+    except OSError:
+        parts.append("no-boot-id")
+    try:
+        parts.extend(sorted(os.listdir("/proc/driver/nvidia/gpus")))
+    except OSError:
+        parts.append("no-nvidia-proc")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _root(build_directory) -> str:
+    if build_directory is not None:
+        return os.path.abspath(os.fspath(build_directory))
+    return os.fspath(settings.cache_path)
+
+
+def call_key(kind: str, args: tuple) -> str | None:
+    """The index key of one call (None when an argument has no stable text form)."""
+    torch = sys.modules.get("torch")
+    parts = [("opsmith-warm", 1, __version__), kind, args,
+             tuple((s.name, getattr(settings, s.name)) for s in settings.describe()),
+             tuple((v, os.environ.get(v)) for v in _ENV),
+             (sys.executable, sys.version, getattr(sys, "abiflags", "")),
+             (getattr(torch, "__version__", None), getattr(torch, "__file__", None)),
+             gpu_fingerprint()]
+    text = repr(parts)
+    if " at 0x" in text:  # an object repr with an address: not the same call next time
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stamp(path: str) -> list:
+    st = os.stat(path)
+    return [path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _private(root: str) -> bool:
+    try:
+        st = os.stat(root)
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def lookup(key: str | None, build_directory=None) -> Hit | None:
+    """The artifact this exact call gave last time, if nothing it rests on has changed."""
+    if key is None:
+        return None
+    root = _root(build_directory)
+    path = os.path.join(root, "records", NAMESPACE, key + ".json")
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_uid != os.getuid():
+                return None
+            rec = json.loads(f.read())
+        if not _private(root):
+            return None  # the full lookup explains what is wrong with the directory
+        for s in rec["stamps"]:
+            if _stamp(s[0]) != s:
+                return None
+        hit = Hit(rec["name"], rec["kind"], rec["path"], rec["key"], tuple(rec["init_names"]))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    _record_use(os.path.dirname(hit.path))
+    return hit
+
+
+def _record_use(entry_dir: str) -> None:
+    # As the store does on every hit, so that `opsmith cache prune` keeps what is used.
+    try:
+        fd = os.open(os.path.join(entry_dir, "uses"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, b".")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def remember(key: str | None, artifact: Any, init_names: tuple[str, ...], build_directory=None) -> None:
+    """Record ``artifact`` (with its ``inputs``) as this call's answer. Never fails a load."""
+    if key is None or not getattr(artifact, "inputs", None):
+        return
+    try:
+        stamps = [_stamp(os.fspath(artifact.path))]
+        stamps += [_stamp(p) for p in dict.fromkeys(artifact.inputs)]
+        from opsmith._cache._store import open_store
+        open_store(_root(build_directory)).put_record(NAMESPACE, key, {
+            "name": artifact.name, "kind": artifact.kind, "path": os.fspath(artifact.path),
+            "key": artifact.key, "init_names": list(init_names), "stamps": stamps})
+    except Exception as exc:  # noqa: BLE001 - an optimisation only: a full disk must not fail a load
+        import logging
+        logging.getLogger("opsmith").debug("warm index not written: %s", exc)

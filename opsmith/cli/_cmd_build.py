@@ -1,0 +1,46 @@
+"""`opsmith build` and `opsmith warm`: build ahead of time."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+
+
+def split_flags(values) -> list[str]:
+    out: list[str] = []
+    for v in values or ():
+        out.extend(shlex.split(v))
+    return out
+
+
+def _build(args) -> int:
+    from opsmith._torch._extension import build
+    name = args.name or os.path.splitext(os.path.basename(args.files[0]))[0].replace("-", "_")
+    art = build(name, list(args.files), extra_cflags=split_flags(args.cflags),
+                extra_cuda_cflags=split_flags(args.cuda_cflags), extra_ldflags=split_flags(args.ldflags),
+                extra_include_paths=args.include or None, verbose=args.verbose, with_cuda=args.cuda,
+                is_python_module=args.kind == "module", is_standalone=args.kind == "executable")
+    if args.json:
+        print(json.dumps({"name": art.name, "kind": art.kind, "path": os.fspath(art.path), "key": art.key,
+                          "built": art.built, "compiled_units": art.compiled_units,
+                          "seconds": round(art.seconds, 3)}, indent=2))
+    elif art.built:
+        print(f"built {art.name} ({art.kind}) in {art.seconds:.1f} s, {art.compiled_units} "
+              f"unit{'s' * (art.compiled_units != 1)} compiled: {art.path}")
+    else:
+        print(f"{art.name} ({art.kind}) is already in the cache: {art.path}")
+    return 0
+
+
+
+
+def _warm(args) -> int:
+    from opsmith._torch._extension import warm
+    pch, cxx = warm(with_cuda=args.cuda, extra_cflags=split_flags(args.cflags), verbose=args.verbose)
+    what = f"precompiled torch headers for {cxx.family} {cxx.version}"
+    if pch.built_seconds is None:
+        print(f"{what} are already in the cache ({pch.key[:16]})")
+    else:
+        print(f"built {what} in {pch.built_seconds:.1f} s ({pch.key[:16]})")
+    return 0
