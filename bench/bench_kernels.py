@@ -198,7 +198,8 @@ def phase_cpu_launch():
     import torch
     import opsmith
     from opsmith._runtime import _claunch
-    from opsmith._torch._kernel import KernelAttributes, _DeviceState
+    from opsmith._runtime._launch_config import KernelAttributes
+    from opsmith._torch._kernel import _DeviceState
     k = opsmith.cuda_kernel(RAW, "relu_kernel", arch="sm_90")
     x, y = torch.randn(1), torch.empty(1)
     cfg = opsmith.LaunchConfig(1, 256)

@@ -29,11 +29,11 @@ _LAZY = {
     "load_artifact": "opsmith._torch._extension",
     "Artifact": "opsmith._torch._extension",
     # --- NVRTC kernels (issue 3): add names here ---
-    "CudaModule": "opsmith._torch._kernel",
+    "CudaModule": "opsmith._torch._cuda_module",
     "Kernel": "opsmith._torch._kernel",
-    "LaunchConfig": "opsmith._torch._kernel",
-    "KernelAttributes": "opsmith._torch._kernel",
-    "cuda_kernel": "opsmith._torch._kernel",
+    "LaunchConfig": "opsmith._runtime._launch_config",
+    "KernelAttributes": "opsmith._runtime._launch_config",
+    "cuda_kernel": "opsmith._torch._cuda_module",
     "compile_cuda": "opsmith._build._nvrtc",
     "CudaBinary": "opsmith._build._nvrtc",
     # --- end NVRTC kernels ---
@@ -60,5 +60,7 @@ def __dir__():
 
 if TYPE_CHECKING:  # pragma: no cover
     from opsmith._torch._extension import Artifact, build, build_inline, load, load_artifact, load_inline
-    from opsmith._torch._kernel import CudaModule, Kernel, KernelAttributes, LaunchConfig, cuda_kernel
+    from opsmith._runtime._launch_config import KernelAttributes, LaunchConfig
+    from opsmith._torch._cuda_module import CudaModule, cuda_kernel
+    from opsmith._torch._kernel import Kernel
     from opsmith._build._nvrtc import CudaBinary, compile_cuda

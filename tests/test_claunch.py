@@ -16,7 +16,7 @@ import pytest
 
 import opsmith
 from opsmith import LaunchConfig, LaunchError
-from opsmith._torch._kernel import _CULaunchConfig
+from opsmith._runtime._launch_config import _CULaunchConfig
 
 torch = pytest.importorskip("torch")
 claunch = pytest.importorskip("opsmith._runtime._claunch", reason="the C launcher is not built (no C compiler at install)")
@@ -236,7 +236,8 @@ def test_exceptions_inside_the_checks_fall_back_but_interrupts_propagate(module)
 
 
 def test_validated_configs_are_mirrored_and_forgotten_with_the_python_side(module):
-    from opsmith._torch._kernel import _ACCEPTED_SHARED_CONFIGS, _DeviceState, KernelAttributes
+    from opsmith._runtime._launch_config import KernelAttributes
+    from opsmith._torch._kernel import _ACCEPTED_SHARED_CONFIGS, _DeviceState
     with opsmith.settings.override(c_launch=True):
         k = opsmith.CudaModule(SRC, arch="sm_90").get_kernel("relu")
     attrs = KernelAttributes(registers=8, static_shared_bytes=0, max_dynamic_shared_bytes=48 << 10,

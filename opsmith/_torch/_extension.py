@@ -282,11 +282,3 @@ def warm(*, with_cuda: bool = False, extra_cflags=(), verbose: bool = False):
         raise ToolchainError(f"the precompiled torch headers could not be built with {cxx.path}; "
                              f"builds still work, only slower. Run with -v to see the compiler's output.")
     return pch, cxx
-
-
-def __getattr__(name: str):
-    # Artifact is defined with the build engine, which a warm load never imports.
-    if name == "Artifact":
-        from opsmith._build._engine import Artifact
-        return Artifact
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,7 +39,7 @@ def relu_module():
     """A function ``relu(x) -> y`` for contiguous float32 CUDA tensors."""
     import torch
 
-    from opsmith._torch._kernel import cuda_kernel
+    from opsmith._torch._cuda_module import cuda_kernel
     kernel = cuda_kernel(RELU_CU, "relu_f32x4")
 
     def relu(x):
