@@ -15,7 +15,7 @@ import re
 from opsmith._errors import SpecError
 from opsmith._record import Record
 
-__all__ = ["Param", "KernelDecl", "parse_kernels", "parse_params", "split_name_expression", "elem_size",
+__all__ = ["Param", "KernelSignature", "KernelDecl", "parse_kernels", "parse_params", "split_name_expression", "elem_size",
            "resolve_signature"]
 
 # C type (after qualifiers are removed) -> (torch dtype name, ctypes type, kind)
@@ -268,3 +268,75 @@ def resolve_signature(decl: KernelDecl, template_args: list[str]) -> list[Param]
         for tp, arg in zip(decl.template_params, template_args):
             text = re.sub(rf"\b{re.escape(tp)}\b", arg, text)
     return parse_params(text)
+
+
+_CTYPES_BY_DTYPE = {dt: ct for dt, ct, _ in _SCALARS.values()}
+
+
+class KernelSignature(Record):
+    """One kernel's signature, parsed once: the single description every consumer reads.
+
+    ``name`` is the name or name expression the kernel is taken by (``"scale<float>"``),
+    ``symbol`` the symbol in the binary (the lowered name for C++ kernels) and ``params``
+    its :class:`Param` list. The Python launcher's checks, the C launcher's description,
+    and (through :meth:`to_json`) cache entries, torch schemas, fake kernels, ONNX Runtime
+    definitions and exported C headers are all generated from it.
+
+    Examples
+    --------
+    >>> s = KernelSignature.parse("relu", "const float* x, float* y, long long n")
+    >>> [p.kind for p in s.params], s.c_params()
+    (['tensor', 'tensor', 'int'], 'const float* x, float* y, long long n')
+    >>> KernelSignature.from_json(s.to_json()) == s
+    True
+    """
+
+    __slots__ = ("name", "symbol", "params")
+    VERSION = 1
+
+    @classmethod
+    def parse(cls, name: str, params_text: str, symbol: str | None = None) -> "KernelSignature":
+        """From a parameter list such as ``"const float* x, int n"``."""
+        return cls(name, symbol or name, tuple(parse_params(params_text)))
+
+    @classmethod
+    def from_decl(cls, name: str, decl: KernelDecl, symbol: str) -> "KernelSignature":
+        """From a parsed declaration, its template parameters bound by the name expression."""
+        return cls(name, symbol, tuple(resolve_signature(decl, split_name_expression(name)[1])))
+
+    def c_params(self) -> str:
+        """The parameter list as C (the declared types, template arguments substituted)."""
+        return ", ".join(f"{p.ctype}" if p.ctype.endswith(p.name) else f"{p.ctype} {p.name}"
+                         for p in self.params)
+
+    def unsupported(self) -> list[Param]:
+        """The parameters no launcher can pass (references to structs, pointers to pointers)."""
+        return [p for p in self.params if p.kind == "unsupported"]
+
+    def to_json(self) -> dict:
+        """A JSON-able description, versioned (``from_json`` refuses other versions)."""
+        return {"version": self.VERSION, "name": self.name, "symbol": self.symbol,
+                "params": [{"name": p.name, "ctype": p.ctype, "kind": p.kind, "dtypes": list(p.dtypes),
+                            "align": p.align, "range": list(p.range) if p.range else None}
+                           for p in self.params]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "KernelSignature":
+        if not isinstance(data, dict) or data.get("version") != cls.VERSION:
+            raise SpecError(f"kernel signature of version {data.get('version') if isinstance(data, dict) else '?'}"
+                            f", this opsmith reads version {cls.VERSION}")
+        params = []
+        for i, d in enumerate(data["params"]):
+            kind, dtypes = d["kind"], tuple(d["dtypes"])
+            if kind == "tensor" or kind == "unsupported":
+                ct = ctypes.c_uint64
+            else:
+                ct = _scalar_ctype(d["ctype"])
+            params.append(Param(i, d["name"], d["ctype"], kind, dtypes, int(d["align"]), ct,
+                                tuple(d["range"]) if d["range"] else None))
+        return cls(data["name"], data["symbol"], tuple(params))
+
+
+def _scalar_ctype(ctype: str) -> type:
+    p = _parse_param(0, ctype)
+    return p.ctypes_type

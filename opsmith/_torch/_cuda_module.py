@@ -155,16 +155,15 @@ class CudaModule:
             raise SpecError(f"no kernel {name!r} in {self._name}; its __global__ functions are "
                             f"{self.kernel_names}")
         if signature is not None:
-            params = sig.parse_params(signature)
+            ksig = sig.KernelSignature.parse(name, signature, symbol)
         else:
-            params = sig.resolve_signature(decl, targs)
-        for p in params:
-            if p.kind == "unsupported":
-                raise SpecError(
-                    f"kernel {name!r}: {p.describe()} has a type opsmith cannot pass from Python "
-                    f"(supported: pointers to numbers, which take tensors, and numbers). Pass a "
-                    f"signature= with a supported type, or change the kernel.")
-        return Kernel(self, name, symbol, params)
+            ksig = sig.KernelSignature.from_decl(name, decl, symbol)
+        for p in ksig.unsupported():
+            raise SpecError(
+                f"kernel {name!r}: {p.describe()} has a type opsmith cannot pass from Python "
+                f"(supported: pointers to numbers, which take tensors, and numbers). Pass a "
+                f"signature= with a supported type, or change the kernel.")
+        return Kernel(self, ksig)
 
     def __repr__(self) -> str:
         return f"CudaModule({self._name!r}, kernels={self.kernel_names})"

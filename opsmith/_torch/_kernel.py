@@ -78,8 +78,11 @@ class Kernel:
         The name or name expression it was taken by.
     symbol : str
         The symbol in the cubin (the lowered name for C++ kernels).
+    signature : KernelSignature
+        The parsed signature (name, symbol, parameters): the one description that the
+        checks, the C launcher, torch schemas and exported C headers are generated from.
     params : list of Param
-        The parsed signature, one entry per parameter.
+        ``signature.params``, one entry per parameter.
 
     Examples
     --------
@@ -89,11 +92,12 @@ class Kernel:
     >>> k.launch_n(n, x, y, n)                   # block size by occupancy  # doctest: +SKIP
     """
 
-    def __init__(self, module: CudaModule, name: str, symbol: str, params: Sequence[sig.Param]) -> None:
+    def __init__(self, module: CudaModule, signature: sig.KernelSignature) -> None:
         self.module = module
-        self.name = name
-        self.symbol = symbol
-        self.params = list(params)
+        self.signature = signature
+        self.name = signature.name
+        self.symbol = signature.symbol
+        self.params = list(signature.params)  # read by the generated checks and the C launcher
         self._states: dict[int, _DeviceState] = {}
         self._configs: dict[tuple, LaunchConfig] = {}
         self._lock = threading.Lock()
