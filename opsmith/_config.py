@@ -35,6 +35,13 @@ def _to_positive_int(text: str) -> int:
     return value
 
 
+def _to_seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise ValueError(f"expected a number of seconds of at least 0, got {text!r}")
+    return value
+
+
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -110,6 +117,36 @@ _SETTINGS: tuple[Setting, ...] = (
             "Launch NVRTC kernels through the C fast path (`opsmith._runtime._claunch`, built at install "
             "when a C compiler is present); `0` forces the Python launcher. Read when a kernel "
             "is taken from its module."),
+    Setting("remote_cache", ("OPSMITH_REMOTE_CACHE",), str, lambda: None,
+            "A shared Redis cache for a cluster: `redis://[user:password@]host:6379/0` or "
+            "`rediss://...` (TLS). Lookups go local, then Redis, then build; one process per "
+            "cluster builds a missing entry. Entries are loaded only when signed with the key "
+            "in `OPSMITH_REMOTE_KEY_FILE` (see docs/cluster_cache.md). Unset: no remote."),
+    Setting("remote_key_file", ("OPSMITH_REMOTE_KEY_FILE",), str, lambda: None,
+            "A file holding the cluster's shared secret (at least 16 bytes, not readable by "
+            "others): remote entries and bundles are signed with it (HMAC-SHA256) and loaded "
+            "only when their signature checks. Unset: the remote is not used (read nor written) "
+            "unless `OPSMITH_REMOTE_TRUST_UNSIGNED=1`."),
+    Setting("remote_trust_unsigned", ("OPSMITH_REMOTE_TRUST_UNSIGNED",), _to_bool, lambda: False,
+            "`1` loads unsigned native code from the shared cache and from bundles (anyone who "
+            "can write to the Redis server can then run code in your processes), and publishes "
+            "unsigned entries when no key file is set. Off by default."),
+    Setting("remote_prefix", ("OPSMITH_REMOTE_PREFIX",), str, lambda: "opsmith",
+            "Prefix of every Redis key opsmith writes, to share one Redis between clusters."),
+    Setting("remote_ttl", ("OPSMITH_REMOTE_TTL",), _to_seconds, lambda: 30 * 86400.0,
+            "Seconds a remote entry lives after its last hit (each hit renews it); `0`: no "
+            "expiry (rely on Redis' `maxmemory-policy allkeys-lru`)."),
+    Setting("remote_connect_timeout", ("OPSMITH_REMOTE_CONNECT_TIMEOUT",), _to_seconds, lambda: 0.2,
+            "Seconds to wait for a connection to the Redis server before building locally."),
+    Setting("remote_timeout", ("OPSMITH_REMOTE_TIMEOUT",), _to_seconds, lambda: 1.0,
+            "Seconds a Redis read or write may take before it counts as a failure; after 3 "
+            "failures in a row the remote is skipped for 30 s (circuit breaker)."),
+    Setting("remote_lease", ("OPSMITH_REMOTE_LEASE",), _to_seconds, lambda: 20.0,
+            "Seconds a build lease lasts in Redis without renewal (the builder renews it every "
+            "third of that); a builder that dies is replaced after this long."),
+    Setting("must_hit", ("OPSMITH_MUST_HIT",), _to_bool, lambda: False,
+            "Production and CI: any compile is an error (`CacheError`) naming the cache key and "
+            "why it missed, instead of a build."),
 )
 _BY_NAME = {s.name: s for s in _SETTINGS}
 

@@ -10,6 +10,12 @@ if ! command -v clang++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; t
   # opsmith works with gcc alone; clang is only faster.
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq clang >/dev/null || echo "setup: clang not installed; opsmith will use gcc"
 fi
+if [ "${1:-}" = "--test" ] && ! command -v redis-server >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  # The cluster-cache tests start a real redis-server on a loopback port (they skip without one).
+  $SUDO apt-get install -y -qq redis-server >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null; } \
+    || echo "setup: redis-server not installed; the Redis cache tests will skip and say why"
+fi
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if ! python -c "import torch" >/dev/null 2>&1; then
   # Any torch>=2.4 works. Prefer a wheel already on the machine (pip's find-links), then the
