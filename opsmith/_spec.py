@@ -62,6 +62,34 @@ def _flag_list(value, what: str) -> tuple[str, ...]:
     return tuple(os.fspath(i) for i in items)
 
 
+def _lenient_flags(value, what: str) -> tuple[str, ...]:
+    """Flags as torch takes them: each entry stripped, and split as a shell splits it.
+
+    torch writes every entry unquoted into its ninja command, so ``'-g\n'`` is ``-g`` and
+    ``'-O0 -Wall'`` is two flags; a single word is kept exactly as given.
+    """
+    out: list[str] = []
+    for item in _flag_list(value, what):
+        item = item.strip()
+        if not item:
+            continue
+        if any(c.isspace() for c in item):
+            import shlex
+            try:
+                out.extend(shlex.split(item))
+            except ValueError as exc:
+                raise SpecError(f"{what}: cannot split {item!r} into flags ({exc}); pass one flag "
+                                f"per list entry") from None
+        else:
+            out.append(item)
+    return tuple(out)
+
+
+def _lenient_paths(value, what: str) -> tuple[str, ...]:
+    """Paths stripped of surrounding whitespace (as torch does), made absolute."""
+    return tuple(os.path.abspath(p.strip()) for p in _flag_list(value, what) if p.strip())
+
+
 def check_name(name, kind: Kind) -> str:
     if not isinstance(name, str) or not name:
         raise SpecError(f"name must be a non-empty string, got {name!r}")
@@ -151,6 +179,7 @@ class ExtensionSpec(Record):
                 "load_inline(%r): cpp_sources define PYBIND11_MODULE themselves, so functions= "
                 "is not used to generate bindings", name)
         elif functions is not None:
+            _check_functions(functions, cpp)
             parts.append('#line 1 "<opsmith: generated bindings>"')
             parts.append(_bindings(functions, with_pytorch_error_handling))
         srcs = [Source(display="main.cpp", text="\n".join(parts).encode(), lang="c++",
@@ -176,11 +205,10 @@ class ExtensionSpec(Record):
                             "the .cu files")
         return cls(
             name=name, sources=tuple(srcs), kind=kind, with_cuda=bool(with_cuda),
-            extra_cflags=_flag_list(common.get("extra_cflags"), "extra_cflags"),
-            extra_cuda_cflags=_flag_list(common.get("extra_cuda_cflags"), "extra_cuda_cflags"),
-            extra_ldflags=_flag_list(common.get("extra_ldflags"), "extra_ldflags"),
-            extra_include_paths=tuple(os.path.abspath(p) for p in _flag_list(
-                common.get("extra_include_paths"), "extra_include_paths")),
+            extra_cflags=_lenient_flags(common.get("extra_cflags"), "extra_cflags"),
+            extra_cuda_cflags=_lenient_flags(common.get("extra_cuda_cflags"), "extra_cuda_cflags"),
+            extra_ldflags=_lenient_flags(common.get("extra_ldflags"), "extra_ldflags"),
+            extra_include_paths=_lenient_paths(common.get("extra_include_paths"), "extra_include_paths"),
             build_directory=(os.path.abspath(os.fspath(common["build_directory"]))
                              if common.get("build_directory") else None),
             keep_intermediates=bool(common.get("keep_intermediates", True)),
@@ -228,3 +256,37 @@ def _bindings(functions, error_handling: bool) -> str:
         lines.append(f'  m.def("{fname}", {target}, {doc_lit});')
     lines.append("}")
     return "\n".join(lines)
+
+
+def _function_names(functions) -> list:
+    if isinstance(functions, str):
+        return [functions]
+    if isinstance(functions, dict):
+        return list(functions)
+    if isinstance(functions, (list, tuple)):
+        return list(functions)
+    return []  # _bindings explains the type error
+
+
+def _check_functions(functions, cpp: list[str]) -> None:
+    """Each name in ``functions`` must appear in ``cpp_sources`` (declared or defined there).
+
+    Checked before compiling: otherwise the error comes from the generated bindings, after a
+    full compile. A name that only a macro spells out still appears as a word, so it passes.
+    """
+    words = set(re.findall(r"[A-Za-z_]\w*", "\n".join(cpp)))
+    missing = [f for f in _function_names(functions) if isinstance(f, str) and f not in words]
+    if not missing:
+        return
+    import difflib
+    hints = []
+    for name in missing:
+        close = difflib.get_close_matches(name, sorted(words), n=1, cutoff=0.75)
+        if close:
+            hints.append(f"did you mean {close[0]!r} for {name!r}?")
+    listed = ", ".join(repr(m) for m in missing)
+    raise SpecError(
+        f"functions= names {listed}, which cpp_sources neither declare nor define. Define "
+        f"{'it' if len(missing) == 1 else 'them'} in cpp_sources, or declare {'it' if len(missing) == 1 else 'them'} "
+        f"there (e.g. `torch::Tensor {missing[0]}(torch::Tensor x);`) when the definition is in "
+        f"cuda_sources." + (" " + " ".join(hints) if hints else ""))

@@ -26,7 +26,14 @@ import time
 from setuptools import Extension
 from setuptools.command.build_ext import build_ext
 
-__all__ = ["CppExtension", "CUDAExtension", "BuildExtension"]
+__all__ = ["CppExtension", "CUDAExtension", "BuildExtension", "SyclExtension", "CUDA_HOME",
+           "load", "load_inline", "get_default_build_root", "include_paths", "library_paths"]
+
+# The rest of torch.utils.cpp_extension's public names (its __all__ and its public globals:
+# ROCM_HOME, IS_HIP_EXTENSION, TORCH_LIB_PATH, COMMON_NVCC_FLAGS, is_ninja_available, ...)
+# resolve to torch's own values through the module __getattr__ below, so that a setup.py
+# written for torch imports unchanged. Ours where the value is about opsmith's builder:
+_OURS = frozenset({"CUDA_HOME", "load", "load_inline", "get_default_build_root", "SyclExtension"})
 
 
 def CppExtension(name: str, sources, *args, **kwargs) -> Extension:
@@ -73,6 +80,52 @@ def CUDAExtension(name: str, sources, *args, **kwargs) -> Extension:
     return ext
 
 
+def SyclExtension(name: str, sources, *args, **kwargs):
+    """Refused: opsmith builds C++ and CUDA sources, not SYCL."""
+    from opsmith._errors import SpecError
+    raise SpecError(f"SyclExtension({name!r}): SYCL is not supported by opsmith, which builds C++ and "
+                    f"CUDA sources. Import SyclExtension and BuildExtension from "
+                    f"torch.utils.cpp_extension for this extension.")
+
+
+def get_default_build_root() -> str:
+    """Where builds go: opsmith's cache root (``OPSMITH_CACHE_DIR``), torch's ``TORCH_EXTENSIONS_DIR`` role."""
+    from opsmith._config import settings
+    return str(settings.cache_path)
+
+
+def _cuda_home() -> str | None:
+    """The CUDA toolkit root opsmith's builds use, or None when there is no nvcc (as torch's)."""
+    from opsmith._config import settings
+    from opsmith._errors import OpsmithError
+    if settings.cuda_home:
+        return settings.cuda_home
+    try:
+        from opsmith._toolchain._cxx import find_cxx
+        from opsmith._toolchain._nvcc import find_nvcc
+        return find_nvcc(find_cxx()).home  # no cache: a setup.py that only reads CUDA_HOME writes nothing
+    except OpsmithError:
+        return None
+
+
+def __getattr__(name: str):
+    if name == "CUDA_HOME":
+        value = _cuda_home()
+        globals()["CUDA_HOME"] = value  # found once, as torch's is
+        return value
+    if name in ("load", "load_inline"):
+        from opsmith._torch import _extension
+        return getattr(_extension, name)
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import torch.utils.cpp_extension as torch_ext
+    try:
+        return getattr(torch_ext, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (nor has "
+                             f"torch.utils.cpp_extension {getattr(torch_ext, '__version__', '')})") from None
+
+
 def _split_args(value) -> tuple[list[str], list[str]]:
     if value is None:
         return [], []
@@ -98,12 +151,28 @@ class BuildExtension(build_ext):
         kwargs.pop("no_python_abi_suffix", None)
         super().__init__(*args, **kwargs)
 
+    def _python_cflags(self) -> list[str]:
+        """Python's own compile flags for C++ sources (``-DNDEBUG -g -fwrapv -O3 -Wall`` from
+        sysconfig), as torch's BuildExtension keeps them: an ahead-of-time build is optimised
+        with asserts off. The user's ``extra_compile_args`` come after and win (``-O0``)."""
+        compiler_so = getattr(self.compiler, "compiler_so", None)
+        if isinstance(compiler_so, (list, tuple)) and len(compiler_so) > 1:
+            flags = list(compiler_so[1:])
+        else:
+            import shlex
+            import sysconfig
+            flags = shlex.split(sysconfig.get_config_var("CFLAGS") or "")
+        # -fPIC is opsmith's own; LTO objects would need the same compiler at the link, and the
+        # cached objects are shared across builds: neither is taken.
+        return [f for f in flags if f != "-fPIC" and not f.startswith(("-flto", "-ffat-lto", "-fno-fat-lto"))]
+
     def build_extension(self, ext) -> None:
         from opsmith._build._engine import build_spec
         from opsmith._torch._extension import _verbose
         from opsmith._spec import ExtensionSpec
 
         cxx_args, nvcc_args = _split_args(ext.extra_compile_args)
+        cxx_args = self._python_cflags() + cxx_args
         macros = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in (ext.define_macros or [])]
         macros += [f"-U{k}" for k in (ext.undef_macros or [])]
         ldflags = [f"-L{d}" for d in (ext.library_dirs or [])]

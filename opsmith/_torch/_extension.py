@@ -27,9 +27,10 @@ _loaded: dict[str, object] = {}
 _load_lock = threading.Lock()
 
 
-def build(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_ldflags=None,
-          extra_include_paths=None, build_directory=None, verbose=False, with_cuda=None,
-          is_python_module=True, is_standalone=False, keep_intermediates=True) -> Artifact:
+def build(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cflags=None,
+          extra_ldflags=None, extra_include_paths=None, build_directory=None, verbose=False,
+          with_cuda=None, with_sycl=None, is_python_module=True, is_standalone=False,
+          keep_intermediates=True) -> Artifact:
     """Compile ``sources`` into a cached artifact without loading it.
 
     Parameters are those of :func:`load`.
@@ -40,6 +41,7 @@ def build(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_ldflag
     >>> art.path.name, art.built                                  # doctest: +SKIP
     ('relu_ext.so', True)
     """
+    _refuse_sycl(sources, None, extra_sycl_cflags, with_sycl, "extra_ldflags")
     from opsmith._build._engine import build_spec
     from opsmith._spec import ExtensionSpec
     kind = ExtensionSpec.kind_of(is_python_module, is_standalone)
@@ -52,12 +54,14 @@ def build(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_ldflag
         return build_spec(spec)
 
 
-def build_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
-                 extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None,
-                 build_directory=None, verbose=False, with_cuda=None, is_python_module=True,
-                 with_pytorch_error_handling=True, keep_intermediates=True, use_pch=None,
-                 no_implicit_headers=False, is_standalone=False) -> Artifact:
+def build_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functions=None,
+                 extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cflags=None, extra_ldflags=None,
+                 extra_include_paths=None, build_directory=None, verbose=False, with_cuda=None,
+                 with_sycl=None, is_python_module=True, with_pytorch_error_handling=True,
+                 keep_intermediates=True, use_pch=None, no_implicit_headers=False,
+                 is_standalone=False) -> Artifact:
     """Compile source strings into a cached artifact without loading it (see :func:`load_inline`)."""
+    _refuse_sycl(None, sycl_sources, extra_sycl_cflags, with_sycl, "functions")
     from opsmith._build._engine import build_spec
     from opsmith._spec import ExtensionSpec
     kind = ExtensionSpec.kind_of(is_python_module, is_standalone)
@@ -74,10 +78,14 @@ def build_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfl
         return build_spec(spec)
 
 
-def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_ldflags=None,
-         extra_include_paths=None, build_directory=None, verbose=False, with_cuda=None,
-         is_python_module=True, is_standalone=False, keep_intermediates=True):
+def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cflags=None,
+         extra_ldflags=None, extra_include_paths=None, build_directory=None, verbose=False,
+         with_cuda=None, with_sycl=None, is_python_module=True, is_standalone=False,
+         keep_intermediates=True):
     """Build (or find in the cache) a C++/CUDA extension and load it, as torch's ``load`` does.
+
+    The parameters are torch's, in torch's order (that of torch 2.8 and later, which added
+    the SYCL ones); SYCL itself is not supported and refused.
 
     Parameters
     ----------
@@ -86,9 +94,14 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_ldflags
     sources : str or list of str
         C++ (``.cpp``) and CUDA (``.cu``) files.
     extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths : list of str, optional
-        Added to the compiler, nvcc and linker command lines, and the include path.
+        Added to the compiler, nvcc and linker command lines, and the include path. As with
+        torch, each entry is stripped of surrounding whitespace and split at inner whitespace
+        (``'-O0 -Wall'`` is two flags).
+    extra_sycl_cflags, with_sycl : optional
+        Accepted for torch's signature; anything but None/empty/False raises ``SpecError``.
     build_directory : str, optional
-        A cache root to use instead of ``OPSMITH_CACHE_DIR`` for this call.
+        A cache root to use instead of ``OPSMITH_CACHE_DIR`` for this call. An executable
+        (``is_standalone=True``) is also copied to ``build_directory/name``, where torch puts it.
     verbose : bool
         Log each command through the ``opsmith`` logger (printed to stderr when no logging is set up).
     with_cuda : bool, optional
@@ -113,25 +126,30 @@ def load(name, sources, extra_cflags=None, extra_cuda_cflags=None, extra_ldflags
     >>> m.add(torch.ones(2), torch.ones(2))                          # doctest: +SKIP
     tensor([2., 2.])
     """
+    _refuse_sycl(sources, None, extra_sycl_cflags, with_sycl, "extra_ldflags")
     return _load_indexed("load", (
         name, _abs_sources(sources), extra_cflags, extra_cuda_cflags, extra_ldflags,
         _abs_sources(extra_include_paths), build_directory, with_cuda, is_python_module, is_standalone,
         keep_intermediates), name, build_directory, lambda: build(
-            name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
-            build_directory, verbose, with_cuda, is_python_module, is_standalone, keep_intermediates))
+            name, sources, extra_cflags, extra_cuda_cflags, None, extra_ldflags, extra_include_paths,
+            build_directory, verbose, with_cuda, None, is_python_module, is_standalone,
+            keep_intermediates))
 
 
-def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
-                extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None,
-                build_directory=None, verbose=False, with_cuda=None, is_python_module=True,
-                with_pytorch_error_handling=True, keep_intermediates=True, use_pch=None,
-                no_implicit_headers=False, is_standalone=False):
+def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functions=None,
+                extra_cflags=None, extra_cuda_cflags=None, extra_sycl_cflags=None, extra_ldflags=None,
+                extra_include_paths=None, build_directory=None, verbose=False, with_cuda=None,
+                with_sycl=None, is_python_module=True, with_pytorch_error_handling=True,
+                keep_intermediates=True, use_pch=None, no_implicit_headers=False, is_standalone=False):
     """Build and load an extension from source strings, as torch's ``load_inline`` does.
 
+    The parameters are torch's, in torch's order (``sycl_sources`` is the fourth, as in torch
+    2.8 and later; SYCL is refused); ``is_standalone`` is opsmith's addition, after them.
     ``cpp_sources`` get ``#include <torch/extension.h>`` prepended; ``functions`` (a list of
-    names, or a dict name -> docstring) generates the pybind11 bindings. Errors point at the
-    line within the string you passed (``cpp_sources[0]:3:5: error: ...``). ``use_pch``:
-    None follows ``OPSMITH_PCH`` (on by default).
+    names, or a dict name -> docstring) generates the pybind11 bindings, and each name must
+    be defined in ``cpp_sources`` (checked before compiling). Errors point at the line within
+    the string you passed (``cpp_sources[0]:3:5: error: ...``). ``use_pch``: None follows
+    ``OPSMITH_PCH`` (on by default).
 
     Examples
     --------
@@ -141,25 +159,71 @@ def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfla
     >>> m.twice(torch.ones(2))                                          # doctest: +SKIP
     tensor([2., 2.])
     """
+    _refuse_sycl(None, sycl_sources, extra_sycl_cflags, with_sycl, "functions")
     return _load_indexed("load_inline", (
         name, cpp_sources, cuda_sources, functions, extra_cflags, extra_cuda_cflags, extra_ldflags,
         _abs_sources(extra_include_paths), build_directory, with_cuda, is_python_module,
         with_pytorch_error_handling, keep_intermediates, use_pch, no_implicit_headers, is_standalone),
         name, build_directory, lambda: build_inline(
-            name, cpp_sources, cuda_sources, functions, extra_cflags, extra_cuda_cflags, extra_ldflags,
-            extra_include_paths, build_directory, verbose, with_cuda, is_python_module,
-            with_pytorch_error_handling, keep_intermediates, use_pch, no_implicit_headers, is_standalone))
+            name, cpp_sources, cuda_sources, None, functions, extra_cflags, extra_cuda_cflags, None,
+            extra_ldflags, extra_include_paths, build_directory, verbose, with_cuda, None,
+            is_python_module, with_pytorch_error_handling, keep_intermediates, use_pch,
+            no_implicit_headers, is_standalone))
+
+
+_SYCL_SUFFIXES = (".sycl",)
+
+
+def _refuse_sycl(sources, sycl_sources, extra_sycl_cflags, with_sycl, moved: str) -> None:
+    """torch's SYCL parameters are accepted in its signature; SYCL builds are not supported."""
+    files = [sources] if isinstance(sources, (str, os.PathLike)) else (sources or [])
+    has_sycl_file = any(isinstance(s, (str, os.PathLike)) and os.fspath(s).endswith(_SYCL_SUFFIXES)
+                        for s in files)
+    if not (sycl_sources or extra_sycl_cflags or with_sycl or has_sycl_file):
+        return
+    what = ("sycl_sources" if sycl_sources else "extra_sycl_cflags" if extra_sycl_cflags
+            else "with_sycl=True" if with_sycl else "a .sycl source")
+    hint = ""
+    if not with_sycl and (sycl_sources or extra_sycl_cflags):
+        hint = (f" If you passed {moved} positionally (torch before 2.8 had no SYCL parameters), "
+                f"pass it by name instead: {moved}=[...].")
+    raise SpecError(f"SYCL is not supported by opsmith ({what} given): it builds C++ and CUDA "
+                    f"sources only. Use torch.utils.cpp_extension for SYCL extensions.{hint}")
 
 
 def _load_indexed(kind: str, args: tuple, name: str, build_directory, build_artifact):
     """Load through the warm index: its answer when nothing changed, else build and record."""
     key = _memo.call_key(kind, args)
     hit = _memo.lookup(key, build_directory)
-    if hit is not None:
-        return load_artifact(hit)
-    art = build_artifact()
-    _memo.remember(key, art, _init_names(name), build_directory)
-    return load_artifact(art)
+    if hit is None:
+        hit = build_artifact()
+        _memo.remember(key, hit, _init_names(name), build_directory)
+    result = load_artifact(hit)
+    if hit.kind == "executable" and build_directory is not None:
+        return _place_executable(result, build_directory, name)
+    return result
+
+
+def _place_executable(path: str, build_directory, name: str) -> str:
+    """Copy an executable to ``build_directory/name``, where torch's ``load`` puts it.
+
+    A copy, not a link: the cache entry stays untouched (and verifiable), and a later prune
+    cannot take the program away. Skipped when the copy there is already this build's.
+    """
+    import shutil
+    dest = os.path.join(os.path.abspath(os.fspath(build_directory)), name)
+    src = os.stat(path)
+    try:
+        st = os.stat(dest)
+        if st.st_size == src.st_size and st.st_mtime_ns == src.st_mtime_ns:
+            return dest
+    except OSError:
+        pass
+    tmp = f"{dest}.opsmith-{os.getpid()}"
+    shutil.copy2(path, tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, dest)
+    return dest
 
 
 def _abs_sources(paths):
@@ -199,6 +263,11 @@ def load_artifact(artifact):
             torch.ops.load_library(path)
             result = path
         else:
+            # The module links torch's libraries (libc10, libtorch...), which the loader finds
+            # only once torch has loaded them: a warm hit answered before `import torch` (a
+            # script that imports opsmith first) would otherwise fail with "libc10.so: cannot
+            # open shared object file". torch's own load cannot meet this: it lives in torch.
+            import torch  # noqa: F401 - a dict lookup when already imported
             init_names = getattr(artifact, "init_names", None) or _init_names(artifact.name)
             result = _import_module(artifact.name, path, artifact.key, init_names)
         _loaded[path] = result
