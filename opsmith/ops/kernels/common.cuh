@@ -1,0 +1,197 @@
+// opsmith.ops: helpers shared by the kernels in this directory.
+//
+// Element types: float, double, __half, __nv_bfloat16. Arithmetic happens in the
+// accumulation type Elem<T>::acc (float for the 16-bit types and float, double for double).
+// The kernels compile through NVRTC without CUDA's headers: when <cuda_fp16.h> is not on
+// the include path (NVRTC has no default one), the two 16-bit types are declared here as
+// 2-byte structs and converted with PTX instructions, which is all these kernels need.
+#pragma once
+
+#if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#else
+struct __align__(2) __half { unsigned short __x; };
+struct __align__(2) __nv_bfloat16 { unsigned short __x; };
+#endif
+
+#ifndef OPSMITH_ROW_CHUNKS
+// Row kernels that keep the row in registers hold OPSMITH_ROW_CHUNKS vectors of 16 bytes
+// per thread and per input (opsmith/ops/_launch.py reads the same number).
+#define OPSMITH_ROW_CHUNKS 2
+#endif
+
+namespace opsmith {
+
+typedef unsigned long long u64;
+
+// -- element types --------------------------------------------------------------------------
+template <class T> struct Elem;
+
+template <> struct Elem<float> {
+    typedef float acc;
+    static __device__ __forceinline__ float load(float v) { return v; }
+    static __device__ __forceinline__ float store(float v) { return v; }
+};
+
+template <> struct Elem<double> {
+    typedef double acc;
+    static __device__ __forceinline__ double load(double v) { return v; }
+    static __device__ __forceinline__ double store(double v) { return v; }
+};
+
+template <> struct Elem<__half> {
+    typedef float acc;
+    static __device__ __forceinline__ float load(__half v) {
+        unsigned short b = *reinterpret_cast<unsigned short*>(&v);
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+        return f;
+    }
+    static __device__ __forceinline__ __half store(float v) {
+        unsigned short b;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v));  // round to nearest even, as torch
+        __half h;
+        *reinterpret_cast<unsigned short*>(&h) = b;
+        return h;
+    }
+};
+
+template <> struct Elem<__nv_bfloat16> {
+    typedef float acc;
+    static __device__ __forceinline__ float load(__nv_bfloat16 v) {
+        unsigned short b = *reinterpret_cast<unsigned short*>(&v);
+        return __uint_as_float(static_cast<unsigned>(b) << 16);  // bf16 is fp32's top half
+    }
+    static __device__ __forceinline__ __nv_bfloat16 store(float v) {
+        unsigned short b;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));  // sm_80 and newer
+        __nv_bfloat16 h;
+        *reinterpret_cast<unsigned short*>(&h) = b;
+        return h;
+    }
+};
+
+// 16 bytes of T: the unit of every global load and store on the fast paths.
+template <class T> struct __align__(16) Vec {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+};
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+    return (reinterpret_cast<u64>(p) & 15u) == 0;
+}
+
+// -- math in the accumulation type ------------------------------------------------------------
+__device__ __forceinline__ float m_exp(float x) { return expf(x); }
+__device__ __forceinline__ double m_exp(double x) { return exp(x); }
+__device__ __forceinline__ float m_erf(float x) { return erff(x); }
+__device__ __forceinline__ double m_erf(double x) { return erf(x); }
+__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float m_rsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double m_rsqrt(double x) { return rsqrt(x); }
+__device__ __forceinline__ float m_max(float a, float b) { return fmaxf(a, b); }  // NaN ignored
+__device__ __forceinline__ double m_max(double a, double b) { return fmax(a, b); }
+__device__ __forceinline__ bool m_isnan(float x) { return x != x; }
+__device__ __forceinline__ bool m_isnan(double x) { return x != x; }
+template <class A> __device__ __forceinline__ A neg_inf();
+template <> __device__ __forceinline__ float neg_inf<float>() { return __int_as_float(0xff800000); }
+template <> __device__ __forceinline__ double neg_inf<double>() {
+    return __longlong_as_double(0xfff0000000000000ull);
+}
+template <class A> __device__ __forceinline__ A pos_inf() { return -neg_inf<A>(); }
+
+// -- reductions over the threads of one row ---------------------------------------------------
+struct SumOp {
+    template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+struct MaxOp {
+    template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return m_max(a, b); }
+};
+
+// Reduce across `width` consecutive lanes (a power of two <= 32). Groups are aligned, so the
+// xor partner of a lane is always in its own group and every lane of the warp takes part.
+template <class A, class Op> __device__ __forceinline__ A warp_allreduce(A v, Op op, int width) {
+    for (int o = width >> 1; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Reduce across the `tpr` threads of a row (threadIdx.x < tpr), every thread gets the result.
+// Above 32 threads a block holds one row: the warps meet in shared memory. Every thread of
+// the block must call this (it synchronises).
+template <class A, class Op>
+__device__ __forceinline__ A row_allreduce(A v, Op op, A identity, int tpr) {
+    __shared__ A partial[32];
+    v = warp_allreduce(v, op, tpr < 32 ? tpr : 32);
+    if (tpr <= 32) return v;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();  // the previous call's readers are done with `partial`
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < (tpr >> 5) ? partial[lane] : identity;
+    return warp_allreduce(v, op, 32);
+}
+
+// -- row access: 16-byte vectors when the row allows, else elements ----------------------------
+// Element j .. j+N-1 of a row of n elements into out[0..N) (pad where j+k >= n). `vec`: the
+// row's start is 16-byte aligned and n is a multiple of N, so a whole vector is in bounds.
+template <class T, class A>
+__device__ __forceinline__ void load_vec(const T* row, long long j, long long n, bool vec, A* out, A pad) {
+    constexpr int N = Vec<T>::N;
+    if (vec && j + N <= n) {
+        Vec<T> w = *reinterpret_cast<const Vec<T>*>(row + j);
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] = Elem<T>::load(w.v[k]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] = (j + k < n) ? Elem<T>::load(row[j + k]) : pad;
+    }
+}
+
+template <class T, class A>
+__device__ __forceinline__ void store_vec(T* row, long long j, long long n, bool vec, const A* in) {
+    constexpr int N = Vec<T>::N;
+    if (vec && j + N <= n) {
+        Vec<T> w;
+#pragma unroll
+        for (int k = 0; k < N; ++k) w.v[k] = Elem<T>::store(in[k]);
+        *reinterpret_cast<Vec<T>*>(row + j) = w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            if (j + k < n) row[j + k] = Elem<T>::store(in[k]);
+    }
+}
+
+// The long-row kernels read a row more than once. The first read can copy the raw elements
+// into shared memory (`cache`, one row per block); later reads take them from there.
+// mode 0: global only; 1: global, and fill the cache; 2: from the cache.
+template <class T, class A>
+__device__ __forceinline__ void load_row(const T* row, T* cache, int mode, long long j, long long n,
+                                         bool vec, A* out, A pad) {
+    constexpr int N = Vec<T>::N;
+    const T* src = mode == 2 ? cache : row;
+    if (vec && j + N <= n) {
+        Vec<T> w = *reinterpret_cast<const Vec<T>*>(src + j);
+        if (mode == 1) *reinterpret_cast<Vec<T>*>(cache + j) = w;
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] = Elem<T>::load(w.v[k]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            if (j + k < n) {
+                T e = src[j + k];
+                if (mode == 1) cache[j + k] = e;
+                out[k] = Elem<T>::load(e);
+            } else {
+                out[k] = pad;
+            }
+        }
+    }
+}
+
+}  // namespace opsmith
+
+// Dynamic shared memory of the long-row kernels (one declaration for every element type).
+extern __shared__ __align__(16) unsigned char opsmith_dyn_smem[];

@@ -1,0 +1,167 @@
+// opsmith.ops elementwise kernels: ReLU, GELU (erf and tanh forms), SiLU; forward and backward.
+//
+// One pattern for all: a grid-stride loop over 16-byte vectors (8 halves, 4 floats, 2 doubles),
+// UNROLL vectors in flight per thread so that enough loads are outstanding to saturate memory,
+// then a scalar tail. Pointers that are not 16-byte aligned (a view at an odd offset) take the
+// scalar loop for everything. The launch (opsmith/ops/_launch.py) sizes the grid to fill the
+// device once: blocks per SM x SMs, never more blocks than there is work.
+//
+// Kernels: <op>_fwd<T>(x, y, n) and <op>_bwd<T>(grad_y, x, grad_x, n), T in
+// {float, double, __half, __nv_bfloat16}; math in float (double for double).
+#include "common.cuh"
+
+#ifndef OPSMITH_EW_THREADS
+#define OPSMITH_EW_THREADS 256
+#endif
+#define OPSMITH_EW_UNROLL 4
+
+namespace opsmith {
+
+// -- the math of each op (forward: f(x); backward: g * f'(x)) --------------------------------
+struct Relu {
+    // NaN stays NaN, as torch.relu (clamp_min propagates NaN)
+    template <class A> static __device__ __forceinline__ A fwd(A x) { return (x > A(0) || m_isnan(x)) ? x : A(0); }
+    template <class A> static __device__ __forceinline__ A bwd(A g, A x) {
+        return x > A(0) ? g : A(0);  // torch: threshold_backward(grad, relu(x), 0); NaN x gives 0
+    }
+};
+
+struct GeluErf {  // 0.5 x (1 + erf(x / sqrt 2))
+    template <class A> static __device__ __forceinline__ A fwd(A x) {
+        return A(0.5) * x * (A(1) + m_erf(x * A(0.70710678118654752440)));
+    }
+    template <class A> static __device__ __forceinline__ A bwd(A g, A x) {
+        const A cdf = A(0.5) * (A(1) + m_erf(x * A(0.70710678118654752440)));
+        const A pdf = m_exp(A(-0.5) * x * x) * A(0.39894228040143267794);  // 1/sqrt(2 pi)
+        return g * (cdf + x * pdf);
+    }
+};
+
+struct GeluTanh {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's approximate="tanh"
+    template <class A> static __device__ __forceinline__ A fwd(A x) {
+        const A inner = A(0.79788456080286535588) * (x + A(0.044715) * x * x * x);
+        return A(0.5) * x * (A(1) + m_tanh(inner));
+    }
+    template <class A> static __device__ __forceinline__ A bwd(A g, A x) {
+        const A x2 = x * x;
+        const A t = m_tanh(A(0.79788456080286535588) * (x + A(0.044715) * x2 * x));
+        const A left = A(0.5) * x, right = A(1) + t;
+        const A dright = left * (A(1) - t * t) * A(0.79788456080286535588) * (A(1) + A(3 * 0.044715) * x2);
+        return g * (A(0.5) * right + dright);
+    }
+};
+
+struct Silu {  // x * sigmoid(x)
+    template <class A> static __device__ __forceinline__ A fwd(A x) { return x / (A(1) + m_exp(-x)); }
+    template <class A> static __device__ __forceinline__ A bwd(A g, A x) {
+        const A s = A(1) / (A(1) + m_exp(-x));
+        return g * s * (A(1) + x * (A(1) - s));
+    }
+};
+
+// -- the two loops -------------------------------------------------------------------------------
+// y = Op::fwd(x), or (when G) y = Op::bwd(g, x)
+template <class Op, bool G, class T>
+__device__ __forceinline__ void map(const T* __restrict__ g, const T* __restrict__ x, T* __restrict__ y,
+                                    long long n) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long done = 0;  // elements handled by the vector loop
+    if (aligned16(x) && aligned16(y) && (!G || aligned16(g))) {
+        const long long nvec = n / N;
+        const Vec<T>* xv = reinterpret_cast<const Vec<T>*>(x);
+        const Vec<T>* gv = reinterpret_cast<const Vec<T>*>(g);
+        Vec<T>* yv = reinterpret_cast<Vec<T>*>(y);
+        long long i = tid;
+        // UNROLL independent vectors per trip: their loads are all in flight before any math
+        for (; i + (OPSMITH_EW_UNROLL - 1) * stride < nvec; i += OPSMITH_EW_UNROLL * stride) {
+            Vec<T> a[OPSMITH_EW_UNROLL], b[OPSMITH_EW_UNROLL];
+#pragma unroll
+            for (int u = 0; u < OPSMITH_EW_UNROLL; ++u) {
+                a[u] = xv[i + u * stride];
+                if (G) b[u] = gv[i + u * stride];
+            }
+#pragma unroll
+            for (int u = 0; u < OPSMITH_EW_UNROLL; ++u) {
+                Vec<T> o;
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A xa = Elem<T>::load(a[u].v[k]);
+                    o.v[k] = Elem<T>::store(G ? Op::bwd(Elem<T>::load(b[u].v[k]), xa) : Op::fwd(xa));
+                }
+                yv[i + u * stride] = o;
+            }
+        }
+        for (; i < nvec; i += stride) {
+            const Vec<T> a = xv[i];
+            Vec<T> b;
+            if (G) b = gv[i];
+            Vec<T> o;
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A xa = Elem<T>::load(a.v[k]);
+                o.v[k] = Elem<T>::store(G ? Op::bwd(Elem<T>::load(b.v[k]), xa) : Op::fwd(xa));
+            }
+            yv[i] = o;
+        }
+        done = nvec * N;
+    }
+    for (long long i = done + tid; i < n; i += stride) {  // the tail, or everything when unaligned
+        const A xa = Elem<T>::load(x[i]);
+        y[i] = Elem<T>::store(G ? Op::bwd(Elem<T>::load(g[i]), xa) : Op::fwd(xa));
+    }
+}
+
+}  // namespace opsmith
+
+// The kernels, written out so that their signatures can be read from the source.
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+relu_fwd(const T* __restrict__ x, T* __restrict__ y, long long n) {
+    opsmith::map<opsmith::Relu, false, T>(nullptr, x, y, n);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+relu_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, T* __restrict__ grad_x, long long n) {
+    opsmith::map<opsmith::Relu, true, T>(grad_y, x, grad_x, n);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+gelu_erf_fwd(const T* __restrict__ x, T* __restrict__ y, long long n) {
+    opsmith::map<opsmith::GeluErf, false, T>(nullptr, x, y, n);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+gelu_erf_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, T* __restrict__ grad_x, long long n) {
+    opsmith::map<opsmith::GeluErf, true, T>(grad_y, x, grad_x, n);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+gelu_tanh_fwd(const T* __restrict__ x, T* __restrict__ y, long long n) {
+    opsmith::map<opsmith::GeluTanh, false, T>(nullptr, x, y, n);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+gelu_tanh_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, T* __restrict__ grad_x, long long n) {
+    opsmith::map<opsmith::GeluTanh, true, T>(grad_y, x, grad_x, n);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+silu_fwd(const T* __restrict__ x, T* __restrict__ y, long long n) {
+    opsmith::map<opsmith::Silu, false, T>(nullptr, x, y, n);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+silu_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, T* __restrict__ grad_x, long long n) {
+    opsmith::map<opsmith::Silu, true, T>(grad_y, x, grad_x, n);
+}

@@ -1,0 +1,191 @@
+// opsmith.ops softmax over the last dimension: y = exp(x - max) / sum(exp(x - max)), and its
+// backward grad_x = y * (grad_y - sum(grad_y * y)). Rows of `cols` elements, `rows` of them.
+//
+// Two strategies (opsmith/ops/_launch.py picks one from the row length and the device):
+//  * softmax_fwd / softmax_bwd: the row lives in registers. A block is (tpr, rows per block):
+//    tpr threads share a row, each holding OPSMITH_ROW_CHUNKS vectors of 16 bytes. tpr <= 32
+//    is the one-warp-per-row path (several rows per block, shuffles only); tpr > 32 holds one
+//    row per block and meets in shared memory. One read and one write of the row: the floor.
+//  * softmax_fwd_long / softmax_bwd_long: rows longer than the registers hold. One block per
+//    row (grid-stride over rows). The forward is the online softmax: one pass keeps a running
+//    (max, sum), rescaling the sum when the max grows, a second pass writes. The first pass
+//    copies the row into shared memory when the launch gave enough (`cache` = 1), so that
+//    the second reads it from there instead of from L2/DRAM.
+// Numerics: the max is subtracted before exp (no overflow); sums in float (double for double).
+// A NaN anywhere in a row, +inf, or a row of only -inf give a row of NaN, as in torch.
+#include "common.cuh"
+
+#ifndef OPSMITH_ROW_THREADS
+#define OPSMITH_ROW_THREADS 512
+#endif
+#ifndef OPSMITH_LONG_THREADS
+#define OPSMITH_LONG_THREADS 1024
+#endif
+
+namespace opsmith {
+
+// (max, sum of exp(x - max)) of two parts of a row, as one.
+template <class A> __device__ __forceinline__ void online_merge(A& m, A& s, A m2, A s2) {
+    const A mm = m_max(m, m2);
+    const A a = m == neg_inf<A>() ? A(0) : s * m_exp(m - mm);  // exp(-inf - -inf) would be NaN
+    const A b = m2 == neg_inf<A>() ? A(0) : s2 * m_exp(m2 - mm);
+    m = mm;
+    s = a + b;
+}
+
+template <class A> __device__ __forceinline__ void online_allreduce(A& m, A& s, int tpr) {
+    __shared__ A pm[32], ps[32];
+    const int width = tpr < 32 ? tpr : 32;
+    for (int o = width >> 1; o > 0; o >>= 1)
+        online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if (tpr <= 32) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) { pm[warp] = m; ps[warp] = s; }
+    __syncthreads();
+    m = lane < (tpr >> 5) ? pm[lane] : neg_inf<A>();
+    s = lane < (tpr >> 5) ? ps[lane] : A(0);
+    for (int o = 16; o > 0; o >>= 1)
+        online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
+
+}  // namespace opsmith
+
+using namespace opsmith;
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
+    const bool active = row < rows;  // idle rows still take part in the reductions
+    const long long n = active ? cols : 0;
+    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y);
+    const long long base = (active ? row : 0) * (long long)cols;
+    A v[C * N];
+#pragma unroll
+    for (int c = 0; c < C; ++c) load_vec(x + base, (long long)(c * tpr + t) * N, n, vec, v + c * N, neg_inf<A>());
+    A m = neg_inf<A>();
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) m = m_max(m, v[i]);
+    m = row_allreduce(m, MaxOp(), neg_inf<A>(), tpr);
+    A s = A(0);
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) {
+        v[i] = m_exp(v[i] - m);  // padding is -inf: adds 0
+        s += v[i];
+    }
+    s = row_allreduce(s, SumOp(), A(0), tpr);
+    const A r = A(1) / s;
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) v[i] *= r;
+    if (active) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, v + c * N);
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
+            int cols) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
+    const bool active = row < rows;
+    const long long n = active ? cols : 0;
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x);
+    const long long base = (active ? row : 0) * (long long)cols;
+    A g[C * N], p[C * N];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const long long j = (long long)(c * tpr + t) * N;
+        load_vec(grad_y + base, j, n, vec, g + c * N, A(0));
+        load_vec(y + base, j, n, vec, p + c * N, A(0));
+    }
+    A dot = A(0);
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) dot += g[i] * p[i];
+    dot = row_allreduce(dot, SumOp(), A(0), tpr);
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) g[i] = p[i] * (g[i] - dot);
+    if (active) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) store_vec(grad_x + base, (long long)(c * tpr + t) * N, n, vec, g + c * N);
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
+softmax_fwd_long(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols, int cache) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    T* sm = reinterpret_cast<T*>(opsmith_dyn_smem);
+    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y);
+    // a thread reads back from shared memory only what it wrote there itself: no barrier needed
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        A m = neg_inf<A>(), s = A(0);
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A v[N];
+            load_row(xr, sm, cache ? 1 : 0, j, cols, vec, v, neg_inf<A>());
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A e = v[k];
+                if (e > m) {  // a new max: rescale what was summed so far
+                    s = s * m_exp(m - e) + A(1);
+                    m = e;
+                } else if (e != neg_inf<A>()) {  // -inf adds 0 (also when m is -inf); NaN adds NaN
+                    s += m_exp(e - m);
+                }
+            }
+        }
+        online_allreduce(m, s, tpr);
+        if (m == pos_inf<A>()) s = m - m;  // torch: exp(inf - inf) is NaN, so is the whole row
+        const A r = A(1) / s;
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A v[N];
+            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, neg_inf<A>());
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = m_exp(v[k] - m) * r;
+            store_vec(y + row * cols, j, cols, vec, v);
+        }
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
+softmax_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
+                 int cols, int cache) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    // the cache holds grad_y, then y (each padded to 16 bytes)
+    T* smg = reinterpret_cast<T*>(opsmith_dyn_smem);
+    T* smy = smg + ((cols * sizeof(T) + 15) / 16) * 16 / sizeof(T);
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x);
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const long long base = row * cols;
+        A dot = A(0);
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A g[N], p[N];
+            load_row(grad_y + base, smg, cache ? 1 : 0, j, cols, vec, g, A(0));
+            load_row(y + base, smy, cache ? 1 : 0, j, cols, vec, p, A(0));
+#pragma unroll
+            for (int k = 0; k < N; ++k) dot += g[k] * p[k];
+        }
+        dot = row_allreduce(dot, SumOp(), A(0), tpr);
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A g[N], p[N];
+            load_row(grad_y + base, smg, cache ? 2 : 0, j, cols, vec, g, A(0));
+            load_row(y + base, smy, cache ? 2 : 0, j, cols, vec, p, A(0));
+#pragma unroll
+            for (int k = 0; k < N; ++k) g[k] = p[k] * (g[k] - dot);
+            store_vec(grad_x + base, j, cols, vec, g);
+        }
+    }
+}
