@@ -40,7 +40,10 @@ INSTALL_HINT = "pip install 'opsmith[cuda]'  (installs cuda-bindings and nvidia-
 # NVRTC calls made by this process (tests count them to prove a cache hit compiled nothing).
 nvrtc_stats = {"compiles": 0, "library_loads": 0}
 
-_lock = threading.Lock()
+# One lock per cache key, not one for the process: NVRTC is thread-safe, so different
+# programs compile at once (compile_many) while two threads asking for one key compile it once.
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
 _memo: dict[str, CudaBinary] = {}
 _nvrtc_mod: Any = None
 _identity: tuple[str, int, int, str] | None = None  # (path, size, mtime_ns, version)
@@ -333,7 +336,12 @@ def compile_request(req: CompileRequest) -> CudaBinary:
     hit = _memo.get(key)
     if hit is not None:
         return hit
-    with _lock:
+    with _locks_guard:
+        lock = _locks.setdefault(key, threading.Lock())
+    with lock:
+        hit = _memo.get(key)
+        if hit is not None:  # another thread compiled it while this one waited
+            return hit
         binary = _from_store(store, key, req)
         if binary is None:
             with store.lock(key):
@@ -398,7 +406,8 @@ def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
             _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, expr.encode())[0],
                    f"nvrtcAddNameExpression({expr!r})")
         opts = req.nvrtc_options()
-        nvrtc_stats["compiles"] += 1
+        with _locks_guard:
+            nvrtc_stats["compiles"] += 1
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         # bytearray, never b" " * size: NVRTC writes into the buffer, and a 1-byte bytes
         # object is CPython's shared singleton (writing into it corrupts the interpreter)
