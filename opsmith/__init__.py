@@ -37,6 +37,8 @@ _LAZY = {
     "compile_cuda": "opsmith._build._nvrtc",
     "CudaBinary": "opsmith._build._nvrtc",
     # --- end NVRTC kernels ---
+    "export_c": "opsmith._build._export_c",
+    "CExport": "opsmith._build._export_c",
 }
 
 __all__ = sorted([

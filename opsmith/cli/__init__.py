@@ -98,6 +98,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log the compiler command")
     p.set_defaults(func=_command("_cmd_build", "_warm"))
 
+    p = sub.add_parser("export-c", help="export CUDA kernels as a C library: header, source with the code "
+                       "inside, manifest", description="Compile kernels with NVRTC for several archs and write "
+                       "<prefix>.h (one typed launch function per kernel), <prefix>.c (the code embedded; no "
+                       "libcuda, torch or Python at link time) and <prefix>.json (the manifest). See "
+                       "docs/export_c.md.")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="CUDA sources (.cu)")
+    p.add_argument("-k", "--kernel", action="append", metavar="NAME",
+                   help="a kernel or name expression ('scale<float>', or 'scale_f=scale<float>' to name "
+                   "the C function); repeat; default: every kernel that is not a template")
+    p.add_argument("-o", "--out", default=".", metavar="DIR", help="output directory (default: .)")
+    p.add_argument("--prefix", help="C prefix: opsmith_<prefix>_<kernel>_launch (default: the first file's stem)")
+    p.add_argument("--arch", action="append", metavar="ARCH",
+                   help="sm_80, sm_90, ...; repeat or comma-separate (default: the common archs NVRTC supports)")
+    p.add_argument("--ptx", action=argparse.BooleanOptionalAction, default=True,
+                   help="also embed PTX of the newest arch for newer GPUs (default: on)")
+    p.add_argument("--library", choices=("static", "shared", "both"),
+                   help="also build lib<prefix>.a / lib<prefix>.so with the system C compiler")
+    p.add_argument("--cc", metavar="CC", help="the C compiler for --library (default: cc, gcc or clang)")
+    p.add_argument("-I", "--include", action="append", metavar="DIR", help="include directory for NVRTC")
+    p.add_argument("-D", "--define", action="append", metavar="NAME=VALUE", help="macro for NVRTC")
+    p.add_argument("--option", action="append", metavar="OPT", help="extra NVRTC option, e.g. --option=-lineinfo")
+    p.add_argument("--json", action="store_true", help="print the files, kernels and times as JSON")
+    p.set_defaults(func=_command("_cmd_export_c", "_export_c"))
+
     p = sub.add_parser("settings", help="every setting: its value, and the variable it comes from")
     p.add_argument("--markdown", action="store_true", help="print docs/settings.md")
     p.set_defaults(func=_command("_cmd_settings", "_settings"))
