@@ -36,6 +36,7 @@ _LAZY = {
     "cuda_kernel": "opsmith._torch._cuda_module",
     "compile_cuda": "opsmith._build._nvrtc",
     "CudaBinary": "opsmith._build._nvrtc",
+    "compile_many": "opsmith._build._many",
     # --- end NVRTC kernels ---
     "export_c": "opsmith._build._export_c",
     "CExport": "opsmith._build._export_c",
@@ -66,3 +67,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsmith._torch._cuda_module import CudaModule, cuda_kernel
     from opsmith._torch._kernel import Kernel
     from opsmith._build._nvrtc import CudaBinary, compile_cuda
+    from opsmith._build._many import compile_many

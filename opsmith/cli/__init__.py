@@ -65,6 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_command("_cmd_cache", "_cache_verify"))
     c = csub.add_parser("path", help="print the cache directory")
     c.set_defaults(func=_command("_cmd_cache", "_cache_path"))
+    c = csub.add_parser("export", help="write entries to one signed bundle file (for images and "
+                        "air-gapped clusters)", description="Write the chosen entries (default: all) "
+                        "to FILE, each signed with the key in OPSMITH_REMOTE_KEY_FILE. `opsmith cache "
+                        "import FILE` on another machine checks and installs them.")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--kind", action="append", metavar="KIND",
+                   help="only entries of this kind (module, library, cubin, ptx, object, ...)")
+    c.add_argument("--name", action="append", metavar="GLOB", help="only entries whose name matches")
+    c.add_argument("--key", action="append", metavar="PREFIX", help="only entries whose key starts so")
+    c.set_defaults(func=_command("_cmd_bundle", "_export"))
+    c = csub.add_parser("import", help="check and install the entries of a bundle file",
+                        description="Verify every entry of FILE (signature with OPSMITH_REMOTE_KEY_FILE, "
+                        "then each file's sha256) and install them into the cache; any refused "
+                        "entry installs nothing (exit status 1).")
+    c.add_argument("file", metavar="FILE")
+    c.set_defaults(func=_command("_cmd_bundle", "_import"))
 
     p = sub.add_parser("build", help="build C++/CUDA sources into the cache ahead of time",
                        description="Build sources as opsmith.load would, into the cache, without loading "
