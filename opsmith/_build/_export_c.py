@@ -251,23 +251,39 @@ def embed_literal(name: str, data: bytes, line_bytes: int = 8192) -> str:
 
 
 # -- compile ----------------------------------------------------------------------------------
+_WORKER = ("import pickle, sys\n"
+           "from opsmith._build._nvrtc import compile_request\n"
+           "for r in pickle.load(sys.stdin.buffer):\n"
+           "    try:\n"
+           "        compile_request(r)\n"
+           "    except Exception:\n"
+           "        pass  # the parent compiles it again and reports the error\n")
+
+
 def _compile_all(requests) -> list:
     """CudaBinary per request, from the store or NVRTC.
 
-    The first request shows whether this export is cold: when NVRTC had to compile it, the
-    others are compiled by parallel processes (NVRTC calls in one process are serialised).
+    The first request shows whether this export is cold: when NVRTC had to compile it, worker
+    processes compile the others into the store (NVRTC calls in one process are serialised),
+    and this process then reads them from there. The workers are plain ``python -c``
+    processes, not multiprocessing's, which would run the caller's ``__main__`` again.
     """
+    import pickle
+    import sys
     from opsmith._build._nvrtc import compile_request
     from opsmith._toolchain._cxx import max_jobs
     first = compile_request(requests[0])
     rest = list(requests[1:])
     jobs = min(max_jobs(per_job_bytes=1 << 29), len(rest))
-    if first.from_cache or jobs < 2:
-        return [first, *(compile_request(r) for r in rest)]
-    import concurrent.futures
-    import multiprocessing
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
-        return [first, *ex.map(compile_request, rest)]
+    if not first.from_cache and jobs > 1:
+        procs = []
+        for j in range(jobs):
+            proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append((proc, pickle.dumps(rest[j::jobs])))
+        for proc, data in procs:
+            proc.communicate(data)
+    return [first, *(compile_request(r) for r in rest)]
 
 
 def build_c_library(source: str | os.PathLike, out_dir: str | os.PathLike, name: str, *,
@@ -399,6 +415,7 @@ def export_c(sources: str | os.PathLike | Sequence[str | os.PathLike], kernels: 
                  arch_list=", ".join(archs_named) + (" (PTX: compute_*)" if ptx else ""),
                  arch_names=", ".join(archs_named))
     decls, defs, kernel_list, kernel_table, manifest_kernels = [], [], [], [], []
+    res_by_image = [kernel_resources(b.code) if b.kind == "cubin" else {} for b in binaries]
     for i, (k, sig) in enumerate(zip(found, sigs)):
         used: set[str] = set()
         cparams = [_c_param(p, used) for p in sig.params]
@@ -416,7 +433,7 @@ def export_c(sources: str | os.PathLike | Sequence[str | os.PathLike], kernels: 
         resources = {}
         for a, (arch, kind) in enumerate(targets):
             if kind == "cubin":
-                res = kernel_resources(binaries[k.module * ntargets + a].code).get(sig.symbol)
+                res = res_by_image[k.module * ntargets + a].get(sig.symbol)
                 if res is not None:
                     resources[arch] = res
         manifest_kernels.append({
