@@ -102,6 +102,11 @@ _SETTINGS: tuple[Setting, ...] = (
             "Unset: the library configures no logging."),
     Setting("progress", ("OPSMITH_PROGRESS",), _to_bool, lambda: True,
             "Show a progress display for long builds when stderr is a terminal."),
+    Setting("cuda_with_cpu_torch", ("OPSMITH_CUDA_WITH_CPU_TORCH",), _to_bool, lambda: False,
+            "CUDA sources (`.cu`, `cuda_sources`, `CUDAExtension`) against a CPU-only torch: `0` "
+            "refuses the build with a `ToolchainError` saying which torch to install (such a module's "
+            "kernels cannot run with it: torch has no CUDA runtime to give them); `1` builds anyway, "
+            "with a warning. Standalone executables always build."),
     Setting("cuda_home", ("CUDA_HOME", "CUDA_PATH"), str, lambda: None,
             "CUDA toolkit root, for nvcc and headers."),
     Setting("cudacxx", ("CUDACXX",), str, lambda: None,

@@ -222,3 +222,17 @@ def test_export_of_100_kernels_is_quick(tmp_path):
     print(f"100 kernels, 2 archs + PTX: cold {cold:.2f} s, warm {warm:.2f} s, {res.seconds}")
     assert res.seconds["generate"] + res.seconds["write"] < 1.5  # embedding is never the slow step
     assert warm < 5.0
+
+
+@needs_cc
+def test_the_cpp_example_builds_with_no_cuda_torch_or_python_dependency(tmp_path):
+    proc = subprocess.run([str(HERE.parent.parent / "examples" / "export_c" / "build.sh"), str(tmp_path)],
+                          capture_output=True, text=True, env={**os.environ, "EXPORT_ARGS": "--arch sm_90"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    needed = _run(["readelf", "-d", tmp_path / "example"])
+    for bad in ("libcuda", "libtorch", "libc10", "libpython", "libcudart"):
+        assert bad not in needed, needed
+    fake = _fake_driver(tmp_path)  # its driver has no cuMemAlloc: the example reports that and stops (no crash)
+    run = subprocess.run([tmp_path / "example"], capture_output=True, text=True, env={**os.environ,
+                                                                                     "LD_LIBRARY_PATH": str(fake)})
+    assert run.returncode == 2 and "no entry point cuMemAlloc" in run.stderr

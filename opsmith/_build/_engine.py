@@ -230,24 +230,27 @@ def _inputs(spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit]) -> tuple[st
 
 def build_spec(spec: ExtensionSpec) -> Artifact:
     """Build ``spec`` (or find it in the cache) and return the artifact."""
-    store = open_store(spec.build_directory)
-    store.ensure()
-    tc = _Toolchain(store, spec)
+    cache = open_cache(spec.build_directory)
+    tc = _Toolchain(cache, spec)
     if spec.with_cuda:
+        _require_cuda_torch(spec, tc)
         tc.nvcc  # noqa: B018 - resolve nvcc (and its errors) before planning
     units = _plan(spec, tc)
     ldflags = _ldflags(spec, tc)
 
-    hit = _lookup(store, spec, tc, units, ldflags)
+    hit = _lookup(cache, spec, tc, units, ldflags)
     if hit is not None:
         return hit
     lock_key = KeyBuilder("build-lock").strs("units", [u.prekey for u in units]).strs(
         "ldflags", ldflags).str("kind", spec.kind).hexdigest()
-    with store.lock(lock_key):
-        hit = _lookup(store, spec, tc, units, ldflags)  # another process may have built it
+    with cache.locks.hold(lock_key), cache.store.build_lease(lock_key):
+        hit = _lookup(cache, spec, tc, units, ldflags)  # another process may have built it
         if hit is not None:
             return hit
-        return _build_locked(store, spec, tc, units, ldflags)
+        known = all(u.key is not None for u in units)
+        check_must_hit(_link_key(spec, tc, units, ldflags) if known else lock_key, f"building {spec.name}",
+                       None if known else "no dependency record names its units' keys (never built here)")
+        return _build_locked(cache, spec, tc, units, ldflags)
 
 
 def warm_spec(spec: ExtensionSpec, on_status=None):
@@ -304,13 +307,14 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
             if u.rule == "nvcc" and includes_torch_headers(u.source.text):
                 hint_torch_headers(u.source.display)
     label = f"{spec.name}-{units[0].prekey[:10]}"
-    log_path = store.log_path(label)
-    build_dir = Path(store.new_build_dir(spec.name))
+    log_path = cache.workspace.log_path(label)
+    build_dir = cache.workspace.build_dir(spec.name)
     progress = Progress(f"building {spec.name}", verbose=spec.verbose)
     try:
         pch = None
         if any(u.uses_pch for u in todo):
-            pch = _pch.ensure_pch(store, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=progress.status)
+            pch = _pch.ensure_pch(cache, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=progress.status,
+                                  on_note=progress.note)
         steps, objects = [], []
         for u in units:
             if u.object_entry is not None:
@@ -338,20 +342,20 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
                                         f"compile {u.source.display}", depfile=True)])
             objects.append(os.fspath(obj))
         out = build_dir / _artifact_filename(spec)
-        link_flags = _linkstubs.link_flags(store, tc.cxx, tc.torch, spec.kind, ldflags)
+        link_flags = _linkstubs.link_flags(cache, tc.cxx, tc.torch, spec.kind, ldflags)
         link_cmd = (tc.cxx.path, *objects, *link_flags, "-o", os.fspath(out))
         steps.append(Step(os.fspath(out), tuple(objects), link_cmd, f"link {out.name}"))
         for st in steps:
             log.info("%s: %s", st.label, " ".join(st.command))
         progress.begin_steps(len(steps) - 1)  # compile steps; the last one links
         result = run_steps(build_dir, steps, jobs=max_jobs(), log_path=log_path,
-                           on_progress=progress.step)
+                           on_progress=progress.step, on_line=progress.line)
         progress.close()
         if not result.ok and pch is not None and _pch_rejected(result.output, pch):
             # A damaged or stale precompiled header: drop it and build without one.
             log.warning("the precompiled torch headers were rejected by the compiler; removing "
                         "them and building without (they are rebuilt next time)")
-            store.remove(pch.key)
+            cache.store.remove(pch.key)
             with settings.override(pch=False):
                 return build_spec(spec)
         if not result.ok and link_flags != ldflags and result.failed_step is steps[-1]:
@@ -391,7 +395,23 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
                         _inputs(spec, tc, units), result.timings)
     finally:
         progress.close()
+        _pch.release_foreground()  # a deferred background PCH build may start now
         shutil.rmtree(build_dir, ignore_errors=True)
+
+
+def _require_cuda_torch(spec: ExtensionSpec, tc: _Toolchain) -> None:
+    """CUDA sources need a CUDA build of torch: with a CPU-only one the module's kernel launches
+    fail unchecked and an op silently returns garbage. OPSMITH_CUDA_WITH_CPU_TORCH=1 builds anyway."""
+    if tc.torch.cuda or spec.kind == "executable" or settings.cuda_with_cpu_torch:
+        return
+    from opsmith._errors import ToolchainError
+    raise ToolchainError(
+        f"{spec.name} has CUDA sources but torch {tc.torch.version} is a CPU-only build: the module "
+        f"would build, but its kernels cannot run with this torch (an op would return unset memory). "
+        f"Install a CUDA build of torch, e.g. `pip install torch --index-url "
+        f"https://download.pytorch.org/whl/cu130` (pick your CUDA version at "
+        f"https://pytorch.org/get-started/locally/), or set OPSMITH_CUDA_WITH_CPU_TORCH=1 to build "
+        f"anyway (to check that the code compiles).")
 
 
 def _failure(spec: ExtensionSpec, result, steps, log_path: Path) -> CompileError:

@@ -344,13 +344,44 @@ def compile_request(req: CompileRequest) -> CudaBinary:
             return hit
         binary = _from_store(store, key, req)
         if binary is None:
-            with store.lock(key):
+            with cache.locks.hold(key), store.build_lease(key):
                 binary = _from_store(store, key, req)
                 if binary is None:
+                    from opsmith._cache._tiered import check_must_hit
+                    check_must_hit(key, f"compiling {req.name} with NVRTC")
                     binary = _compile(req, key, ident[3])
-                    _publish(store, binary, req)
+                    _publish(cache, binary, req)
         _memo[key] = binary
     return binary
+
+
+def _binary_arch(req: CompileRequest) -> str:
+    """What the code is for: ``sm_90`` for a cubin, ``compute_90`` for PTX (a virtual arch)."""
+    return req.arch if req.output == "cubin" else req.arch.replace("sm_", "compute_", 1)
+
+
+def _supported_archs() -> list[int]:
+    """The archs this NVRTC can target (``[75, 80, ..., 121]``), or [] if it cannot say."""
+    try:
+        nvrtc = _nvrtc()
+        res, archs = nvrtc.nvrtcGetSupportedArchs()
+        if res == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return sorted(int(a) for a in archs)
+    except Exception:  # noqa: BLE001 - only a better message is lost
+        pass
+    return []
+
+
+def _arch_error(req: CompileRequest, text: str, opts: Sequence[str]) -> CompileError:
+    archs = _supported_archs()
+    span = (f"this NVRTC supports sm_{archs[0]} to sm_{archs[-1]} ({', '.join(f'sm_{a}' for a in archs)})"
+            if archs else "this NVRTC does not support it")
+    hint = f"; for example arch='sm_{90 if 90 in archs else archs[-1]}'" if archs else ""
+    return CompileError(
+        f"NVRTC cannot compile {req.name} for {_binary_arch(req)}: {span}. Pass an arch in that "
+        f"range{hint} (or set OPSMITH_CUDA_ARCH); an older GPU needs an older NVRTC "
+        f"(pip install 'nvidia-cuda-nvrtc==12.*').\nNVRTC said: {text.strip()}\nNVRTC options: {' '.join(opts)}",
+        command=["nvrtc", *opts], output=text, source=req.name, options=list(opts))
 
 
 def _fname(kind: str) -> str:
@@ -366,18 +397,18 @@ def _from_store(store, key: str, req: CompileRequest) -> CudaBinary | None:
         code = entry.file(_fname(req.output)).read_bytes()
     except (KeyError, OSError):
         return None
-    return CudaBinary(code=code, kind=req.output, arch=req.arch,
+    return CudaBinary(code=code, kind=req.output, arch=_binary_arch(req),
                       lowered_names=dict(meta.get("lowered_names", {})),
                       nvrtc_version=meta.get("nvrtc_version", "?"), log=meta.get("log", ""),
                       key=key, source=req.source, name=req.name, from_cache=True)
 
 
-def _publish(store, binary: CudaBinary, req: CompileRequest) -> None:
-    build = store.new_build_dir("nvrtc")
+def _publish(cache, binary: CudaBinary, req: CompileRequest) -> None:
+    build = cache.workspace.build_dir("nvrtc")
     try:
         path = build / _fname(binary.kind)
         path.write_bytes(binary.code)
-        store.put(binary.key, {path.name: path}, kind=binary.kind, name=req.name, move=True,
+        cache.store.put(binary.key, {path.name: path}, kind=binary.kind, name=req.name, move=True,
                   meta={"lowered_names": dict(binary.lowered_names), "arch": binary.arch,
                         "nvrtc_version": binary.nvrtc_version, "log": binary.log[:20000],
                         "options": req.nvrtc_options()})
@@ -436,7 +467,7 @@ def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
         nvrtc.nvrtcDestroyProgram(prog)
     if req.output == "ptx":
         code = code.rstrip(b"\x00")
-    return CudaBinary(code=bytes(code), kind=req.output, arch=req.arch, lowered_names=lowered,
+    return CudaBinary(code=bytes(code), kind=req.output, arch=_binary_arch(req), lowered_names=lowered,
                       nvrtc_version=version, log=text, key=key, source=req.source, name=req.name)
 
 
@@ -446,6 +477,8 @@ _LOG_LINE = (r"(?m)^(?P<file>.*?)\((?P<line>\d+)\): (?P<kind>catastrophic error|
 
 def _compile_error(req: CompileRequest, text: str, opts: Sequence[str]) -> CompileError:
     """The NVRTC log as a CompileError that leads with the first error at the user's line."""
+    if "--gpu-architecture" in text and "invalid value" in text:
+        return _arch_error(req, text, opts)
     errors = [m for m in re.finditer(_LOG_LINE, text) if "error" in m.group("kind")]
     first = next((m for m in errors if m.group("file") == req.name), errors[0] if errors else None)
     if first is None:

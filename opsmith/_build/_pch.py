@@ -72,53 +72,98 @@ def pch_flags(compiler: Compiler, entry_dir: Path) -> tuple[str, ...]:
     return ("-include", os.fspath(entry_dir / _HEADER), "-Winvalid-pch")
 
 
-def ensure_pch(store: LocalStore, compiler: Compiler, torch: TorchInfo, flags: list[str],
-               on_status=None, wait: bool | None = None) -> Pch | None:
+def ensure_pch(cache: Cache, compiler: Compiler, torch: TorchInfo, flags: list[str],
+               on_status=None, wait: bool | None = None, on_note=None) -> Pch | None:
     """The PCH for ``flags`` if it is in the store; else build it.
 
     ``wait`` (default ``settings.pch_wait``): True builds it now and returns it; False starts
     it in a background process and returns None at once, so that the caller compiles this
     build without it — a first build then costs what it costs without a PCH (as torch's)
     rather than the PCH's ~35 s on top. None is also the answer when it cannot be built.
+    On a machine with few cores the background build waits until this process's build is
+    done (:func:`release_foreground`), so that the two do not share the cores; ``on_note``
+    is told that it runs, and that it goes on after this process exits.
     """
     key = pch_key(compiler, torch, flags)
     # Fully verified like every entry (sha256 of ~170 MB: ~0.16 s of a cold build): a flipped
     # bit in a PCH could otherwise compile into a silently wrong binary.
-    entry = store.get(key)
+    entry = cache.store.get(key)
     if entry is not None:
         return Pch(key, pch_flags(compiler, entry.path), None)
     if wait is None:
         from opsmith._config import settings
         wait = settings.pch_wait
     if not wait:
-        if _start_background(store, key, compiler, flags) and on_status:
-            on_status("precompiling torch headers in the background (once per toolchain and flags); "
-                      "this build goes without them")
+        deferred = not _cores_to_spare()
+        if _start_background(cache, key, compiler, flags, deferred):
+            when = "after this build" if deferred else "in the background"
+            text = (f"torch headers will be precompiled {when} (once per toolchain and flags; it goes "
+                    f"on after this process exits); this build goes without them")
+            (on_note or on_status or (lambda _t: None))(text)
         return None
-    with store.lock(key):
-        entry = store.get(key)
+    with cache.locks.hold(key):
+        entry = cache.store.get(key)
         if entry is None:
             if on_status:
                 on_status("precompiling torch headers (once per toolchain and flags)")
-            entry, seconds = _build(store, key, compiler, flags)
+            entry, seconds = _build(cache, key, compiler, flags)
             if entry is None:
                 return None
             return Pch(key, pch_flags(compiler, entry.path), seconds)
     return Pch(key, pch_flags(compiler, entry.path), None)
 
 
-def _start_background(store: LocalStore, key: str, compiler: Compiler, flags: list[str]) -> bool:
-    """Start ``python -m opsmith._build._pch`` detached, unless one is building this PCH already."""
+# A machine with this many cores runs the background PCH build beside a foreground build;
+# with fewer, the PCH build waits for the foreground one: on 2 cores the two together made a
+# first build twice as slow as torch's (69.6 s against 35.3 s, issue 11).
+_CORES_FOR_BOTH = 4
+_held_gates: list = []  # filelock.FileLock objects: this process's builds in progress
+
+
+def _cores_to_spare() -> bool:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return cores >= _CORES_FOR_BOTH
+
+
+def release_foreground() -> None:
+    """This process's build is done: deferred background PCH builds may start now."""
+    while _held_gates:
+        try:
+            _held_gates.pop().release(force=True)
+        except Exception:  # noqa: BLE001 - never fail a build over an optimisation
+            pass
+
+
+def _start_background(cache: Cache, key: str, compiler: Compiler, flags: list[str],
+                      deferred: bool = False) -> bool:
+    """Start ``python -m opsmith._build._pch`` detached, unless one is building this PCH already.
+
+    ``deferred``: this process holds a gate lock until its build is done
+    (:func:`release_foreground`, or its exit); the background build takes the gate first.
+    """
     import filelock
-    probe = filelock.FileLock(store.lock_path(key), mode=0o600)
+    probe = filelock.FileLock(cache.locks.path(key), mode=0o600)
     try:
         probe.acquire(timeout=0)
     except filelock.Timeout:
         return False  # being built by another process (background or not)
     probe.release()
-    job = {"root": os.fspath(store.root), "key": key, "cxx": compiler.path,
+    job = {"root": os.fspath(cache.root), "key": key, "cxx": compiler.path,
            "family": compiler.family, "flags": list(flags)}
-    log_path = store.log_path("pch-" + key[:16])
+    if deferred:
+        gate_path = cache.locks.path(f"pch-gate-{os.getpid()}")
+        gate = filelock.FileLock(gate_path, mode=0o600)
+        try:
+            gate.acquire(timeout=0)
+        except filelock.Timeout:
+            pass  # another thread of this process holds it: the job waits for that build
+        else:
+            _held_gates.append(gate)
+        job["gate"] = gate_path
+    log_path = cache.workspace.log_path("pch-" + key[:16])
     try:
         with open(log_path, "ab") as out:
             subprocess.Popen([sys.executable, "-m", "opsmith._build._pch", json.dumps(job)],
@@ -133,18 +178,23 @@ def _start_background(store: LocalStore, key: str, compiler: Compiler, flags: li
 
 def _background_main(job_text: str) -> int:
     """The detached PCH build: low priority, under the entry's lock, published atomically."""
-    from opsmith._cache._store import open_store
+    from opsmith._cache._store import open_cache
     job = json.loads(job_text)
     try:
         os.nice(10)  # the user's own compiles come first
     except OSError:
         pass
-    store = open_store(job["root"])
+    if job.get("gate"):  # wait until the build that started this one is done
+        import filelock
+        print("waiting for the foreground build to finish", flush=True)
+        with filelock.FileLock(job["gate"], mode=0o600):
+            pass
+    cache = open_cache(job["root"])
     compiler = _JobCompiler(job["cxx"], job["family"])
-    with store.lock(job["key"]):
-        if store.get(job["key"]) is not None:
+    with cache.locks.hold(job["key"]):
+        if cache.store.get(job["key"]) is not None:
             return 0
-        entry, seconds = _build(store, job["key"], compiler, job["flags"])
+        entry, seconds = _build(cache, job["key"], compiler, job["flags"])
     print(f"precompiled torch headers {'built' if entry else 'FAILED'} in {seconds:.1f} s", flush=True)
     return 0 if entry is not None else 1
 

@@ -114,7 +114,8 @@ def parse_arch_list(text: str, *, gpus: list[str] | None = None,
                 hint = (f" {base!r} looks like a CUDA version, not a GPU compute capability. "
                         f"TORCH_CUDA_ARCH_LIST takes compute capabilities: " + _fix_text(gpus or []) + ".")
             else:
-                hint = " " + _fix_text(gpus or []).capitalize() + "."
+                fix = _fix_text(gpus or [])
+                hint = " " + fix[:1].upper() + fix[1:] + "."  # not .capitalize(): it lowers "A100", "GPU's"
             raise ConfigError(
                 f"TORCH_CUDA_ARCH_LIST={text!r}: {item!r} is not a CUDA arch torch knows "
                 f"(known: {', '.join(TORCH_SUPPORTED)}, each optionally +PTX, or the names "

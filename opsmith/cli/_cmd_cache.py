@@ -68,7 +68,30 @@ def _cache_stats(args) -> int:
     print(f"hits:     {s.hits} (hit rate {rate}: hits / (hits + builds))")
     for kind, k in s.by_kind.items():
         print(f"  {kind:<10} {k['entries']:>5} entr{'y ' if k['entries'] == 1 else 'ies'}  {format_size(k['bytes']):>10}  {k['hits']:>6} hits")
+    pch = s.by_kind.get("pch")
+    if pch and s.bytes:
+        n = pch["entries"]
+        print(f"precompiled headers: {format_size(pch['bytes'])} in {n} entr{'y' if n == 1 else 'ies'} "
+              f"({pch['bytes'] / s.bytes:.0%} of the cache): one per compiler and flag set "
+              f"(~170 MB with clang, ~750 MB with gcc); prune removes unused ones like any entry")
+    _print_tiers(cache.root)
     return 0
+
+
+def _print_tiers(root) -> None:
+    """The shared-cache counters per tier (kept only when OPSMITH_REMOTE_CACHE was used)."""
+    from opsmith._cache._tiered import tier_stats
+    doc = tier_stats(root)
+    if not doc["tiers"]:
+        return
+    print(f"tiers:    (shared cache {doc['remote']})")
+    rows = []
+    for tier, c in sorted(doc["tiers"].items()):
+        lookups = c.get("hits", 0) + c.get("misses", 0)
+        ms = f"{1000 * c.get('seconds', 0) / lookups:.1f}" if tier == "remote" and lookups else "-"
+        rows.append((tier, *(str(int(c.get(k, 0))) for k in ("hits", "misses", "puts", "refused", "errors")), ms))
+    print_table(("  TIER", "HITS", "MISSES", "PUTS", "REFUSED", "ERRORS", "MS/LOOKUP"),
+                [(f"  {r[0]}", *r[1:]) for r in rows], right={1, 2, 3, 4, 5, 6})
 
 
 def _report_removal(result, verb: str, dry_run: bool = False) -> None:
@@ -90,22 +113,35 @@ def _report_removal(result, verb: str, dry_run: bool = False) -> None:
 
 def _cache_prune(args) -> int:
     from opsmith._cache._admin import parse_duration, parse_size, prune
-    max_size = parse_size(args.max_size) if args.max_size is not None else None
-    older = parse_duration(args.older_than) if args.older_than is not None else None
-    result = prune(_store(), max_size=max_size, older_than=older, force=args.force, dry_run=args.dry_run)
+    from opsmith._errors import ConfigError
+    # A command line that is not understood exits 2 (docs/cli.md), as argparse's own errors do.
+    if args.max_size is None and args.older_than is None:
+        return _usage_error("prune needs --max-size or --older-than (or both), e.g. --max-size 2G")
+    try:
+        max_size = parse_size(args.max_size) if args.max_size is not None else None
+        older = parse_duration(args.older_than) if args.older_than is not None else None
+    except ConfigError as exc:
+        return _usage_error(str(exc))
+    result = prune(_cache(), max_size=max_size, older_than=older, force=args.force, dry_run=args.dry_run)
     _report_removal(result, "prune", args.dry_run)
     return 0
 
 
+def _usage_error(text: str) -> int:
+    print(f"usage: opsmith cache prune [--max-size SIZE] [--older-than AGE] [--force] [--dry-run]\n"
+          f"opsmith cache prune: error: {text}", file=sys.stderr)
+    return 2
+
+
 def _cache_clear(args) -> int:
     from opsmith._cache._admin import clear
-    _report_removal(clear(_store(), force=args.force), "clear")
+    _report_removal(clear(_cache(), force=args.force), "clear")
     return 0
 
 
 def _cache_verify(args) -> int:
     from opsmith._cache._admin import verify
-    checked, bad = verify(_store(), remove=not args.keep)
+    checked, bad = verify(_cache(), remove=not args.keep)
     for info, problem in bad:
         action = "kept" if args.keep else "removed"
         print(f"corrupt {info.key[:16]}  {info.kind:<10} {info.name or '-'}: {problem} ({action})")

@@ -211,13 +211,20 @@ def _major_minor(version: str | None) -> tuple[int, int] | None:
         return None
 
 
+def _torch_index(cuda_version: str) -> str:
+    """PyTorch's wheel index for a CUDA version: ``13.0`` -> ``.../whl/cu130``."""
+    mm = _major_minor(cuda_version)
+    tag = f"cu{mm[0]}{mm[1]}" if mm else "cu130"
+    return f"https://download.pytorch.org/whl/{tag}"
+
+
 def _cuda_versions(ctx: _Context, nvcc) -> list[Check]:
     """torch's CUDA against the toolkit's: a major difference breaks builds, a minor one does not."""
     if not ctx.torch_cuda:
         return [Check("CUDA versions", WARNING, f"torch is a CPU-only build: CUDA extensions compile with "
                       f"nvcc {nvcc.version} but cannot use the GPU through torch",
-                      "Install a CUDA build of torch, e.g. pip install torch --index-url "
-                      "https://download.pytorch.org/whl/cu128 (pick the toolkit's CUDA version).")]
+                      f"Install a CUDA build of torch for the toolkit's CUDA {nvcc.version}, e.g. pip install "
+                      f"torch --index-url {_torch_index(nvcc.version)}")]
     t, n = _major_minor(ctx.torch_cuda), _major_minor(nvcc.version)
     if t is None or n is None:
         return []
