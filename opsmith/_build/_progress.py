@@ -4,7 +4,9 @@ Shown only when stderr is a terminal, ``OPSMITH_PROGRESS`` is on, and the build 
 about a second, so that cache hits, quick builds and scripts stay silent. A background timer
 thread starts the display when the second is up even if the build reports nothing new (a
 precompiled header takes tens of seconds in one step), and keeps the elapsed time current.
-The line names the current step: ``precompiling torch headers``, ``compile 2 of 3``, ``link``.
+The line names the current step: ``precompiling torch headers``, ``compile 2 of 3``, ``link``
+(only once every compile has succeeded: after a failure it says so), and a note that outlives
+the phases, such as the precompiled headers building in the background.
 
 ``verbose=True`` logs each step through the ``opsmith.build`` logger instead of drawing.
 """
@@ -46,6 +48,8 @@ class Progress:
         self.verbose = verbose
         self.start = time.perf_counter()
         self.phase = "compiling"  # until told more (begin_steps, status, step)
+        self.note_text = ""       # shown after the phase (note())
+        self.failed = 0           # steps ninja reported as FAILED
         self._stream = stream if stream is not None else sys.stderr
         self._lock = threading.Lock()
         self._live = None
@@ -66,8 +70,27 @@ class Progress:
     def begin_steps(self, compiles: int) -> None:
         self._set(f"compile 1 of {compiles}" if compiles else "link")
 
+    def note(self, text: str) -> None:
+        """A remark kept on the line whatever the phase (e.g. work going on in the background)."""
+        with self._lock:
+            self.note_text = text
+            if self.verbose:
+                log.info("%s: %s", self.title, text)
+            if self._live is not None:
+                self._live.update(self._text())
+
+    def line(self, text: str) -> None:
+        """A line of ninja's output: a ``FAILED:`` step means no link will follow."""
+        if text.startswith("FAILED: "):
+            self.failed += 1
+            self._set("a step failed; waiting for the steps still running", log_it=False)
+
     def step(self, done: int, total: int, text: str) -> None:
         compiles = total - 1  # ninja's last step is the link (it needs every object)
+        if self.failed:  # ninja counts a failed step as finished: no link comes after it
+            if self.verbose:
+                log.info("%s: [%d/%d] %s", self.title, done, total, text)
+            return
         if done < compiles:
             phase = f"compile {done + 1} of {compiles}"
         elif done == compiles:
@@ -96,7 +119,8 @@ class Progress:
     # -- drawing ------------------------------------------------------------------------
     def _text(self):
         from rich.text import Text  # never markup: a file name may hold brackets
-        return Text(f"{self.title}: {self.phase} ({time.perf_counter() - self.start:.0f} s)")
+        note = f" · {self.note_text}" if self.note_text else ""
+        return Text(f"{self.title}: {self.phase} ({time.perf_counter() - self.start:.0f} s){note}")
 
     def _set(self, phase: str, *, log_it: bool = True) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from opsmith._runtime import _signature as sig
-from opsmith._errors import LaunchError
+from opsmith._errors import LaunchError, ToolchainError
 from opsmith._runtime._launch_config import KernelAttributes, LaunchConfig, ex_config
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -512,11 +512,18 @@ def _stream_handle(stream: Any, dev: int) -> int:
 
 def _current_device() -> int:
     import torch
-    return torch.cuda.current_device()
+    if not hasattr(torch._C, "_cuda_getDevice"):  # torch.cuda would raise a bare AssertionError
+        _no_cuda_torch()
+    try:
+        return torch.cuda.current_device()
+    except (AssertionError, RuntimeError) as exc:  # no driver, no device
+        raise ToolchainError(f"torch cannot use a CUDA device here ({exc}): kernels compile without "
+                             f"a GPU, but launching and kernel.attributes need an NVIDIA GPU, its "
+                             f"driver and a CUDA build of torch (check nvidia-smi).") from None
 
 
 def _no_cuda_torch(*_args) -> int:
-    raise LaunchError("this torch has no CUDA support (a CPU-only build): kernels compile here but "
+    raise ToolchainError("this torch has no CUDA support (a CPU-only build): kernels compile here but "
                       "cannot run. Install a CUDA build of torch on a machine with an NVIDIA GPU.")
 
 

@@ -74,19 +74,32 @@ def _bytecode_present() -> bool:
 
 def run_demo(fresh: bool = False) -> int:
     """Run the demo; returns a process exit code."""
-    from opsmith._config import settings
     env = dict(os.environ)
     if fresh:
-        env["OPSMITH_CACHE_DIR"] = tempfile.mkdtemp(prefix="opsmith-demo-")
+        # A temporary cache, removed at the end. No precompiled headers for it: their
+        # background build would outlive the demo and leave ~170 MB (clang) behind.
+        tmp = tempfile.mkdtemp(prefix="opsmith-demo-")
+        env.update(OPSMITH_CACHE_DIR=tmp, OPSMITH_PCH="0")
+        try:
+            return _run_demo(env, fresh=True)
+        finally:
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _run_demo(env, fresh=False)
+
+
+def _run_demo(env: dict, fresh: bool) -> int:
+    from opsmith._config import settings
     cache = env.get("OPSMITH_CACHE_DIR") or os.fspath(settings.cache_path)
-    print(f"opsmith demo: the tutorial's ReLU as a torch op (cache: {cache})")
+    print(f"opsmith demo: the tutorial's ReLU as a torch op (cache: {cache}"
+          + (", temporary: removed at the end, without precompiled headers)" if fresh else ")"))
     t = time.perf_counter()
     cold = _child(env, "cold")
     cold_wall = time.perf_counter() - t
     warm = _child(env, "warm")
     what = "built" if cold["built"] else "found in the cache"
     first = ("; a first build on a machine goes without precompiled torch headers and starts "
-             "building them in the background") if cold["built"] else ""
+             "building them in the background") if cold["built"] and not fresh else ""
     print(f"  CPU relu: {what} in {cold['load_s']:.2f} s (process {cold_wall:.1f} s{first})")
     note = ""
     if os.environ.get("PYTHONDONTWRITEBYTECODE") and not _bytecode_present():
