@@ -36,6 +36,8 @@ def _build(args) -> int:
 
 
 def _warm(args) -> int:
+    if getattr(args, "ops", False):
+        return _warm_ops(args)
     from opsmith._torch._extension import warm
     pch, cxx = warm(with_cuda=args.cuda, extra_cflags=split_flags(args.cflags), verbose=args.verbose)
     what = f"precompiled torch headers for {cxx.family} {cxx.version}"
@@ -44,3 +46,26 @@ def _warm(args) -> int:
     else:
         print(f"built {what} in {pch.built_seconds:.1f} s ({pch.key[:16]})")
     return 0
+
+
+def _warm_ops(args) -> int:
+    """``opsmith warm --ops``: every opsmith.ops program for the archs, compiled concurrently."""
+    import time
+
+    from opsmith._config import settings
+    from opsmith.ops import _sources
+    archs = list(args.arch or ())
+    if not archs and settings.cuda_arch:
+        archs = [settings.cuda_arch]
+    if not archs:
+        from opsmith._torch._cuda_module import _current_arch
+        archs = [_current_arch()]
+    for arch in archs:
+        start = time.perf_counter()
+        binaries = _sources.warm(arch)
+        compiled = sum(not b.from_cache for b in binaries)
+        kernels = sum(len(b.lowered_names) for b in binaries)
+        print(f"opsmith.ops for {arch}: {len(binaries)} programs ({kernels} kernels), {compiled} compiled, "
+              f"{len(binaries) - compiled} from the cache, in {time.perf_counter() - start:.1f} s")
+    return 0
+

@@ -1,0 +1,394 @@
+"""The ops: CUDA implementations over the kernels, autograd, and torch's own code for CPU.
+
+Each op is a forward and a backward function on CUDA tensors (``relu_fwd(x) -> y``,
+``relu_bwd(grad_y, x) -> grad_x`` ...) and an ``autograd.Function`` that joins them.
+Inputs are made contiguous first (a copy for a non-contiguous view); softmax over a dim other
+than the last moves that dim last (a copy), runs, and moves it back. CPU tensors go to torch's
+own functions. Supported CUDA dtypes: float32, float16, bfloat16 and float64.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from opsmith._errors import SpecError
+from opsmith.ops import _launch, _sources
+
+__all__ = ["relu", "gelu", "silu", "softmax", "layer_norm", "rms_norm"]
+
+_EW = "elementwise.cu"
+_GELU = {"none": "gelu_erf", "tanh": "gelu_tanh"}
+
+
+def _dtype_name(x, op: str) -> str:
+    name = str(x.dtype).replace("torch.", "")
+    if name not in _sources.DTYPES:
+        raise SpecError(f"opsmith.ops.{op}: CUDA tensors of dtype {x.dtype} are not supported; use "
+                        f"float32, float16, bfloat16 or float64 (x.float() converts)")
+    return name
+
+
+def _kernel(file: str, name: str, x):
+    return _sources.kernel(file, name, _dtype_name(x, name.split("_")[0]), x.get_device())
+
+
+# -- elementwise ------------------------------------------------------------------------------
+def ew_fwd(op: str, x):
+    """``y = op(x)`` for op in relu, gelu_erf, gelu_tanh, silu (CUDA)."""
+    import torch
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        plan = _launch.elementwise_plan(n, x.element_size(), _launch.device_props(x.get_device()))
+        _kernel(_EW, op + "_fwd<{T}>", x).launch(_launch.launch_config(plan), x, y, n)
+    return y
+
+
+def ew_bwd(op: str, grad_y, x):
+    """``grad_x = grad_y * op'(x)`` (CUDA)."""
+    import torch
+    x = x.contiguous()
+    g = grad_y.contiguous()
+    if g.dtype != x.dtype:
+        g = g.to(x.dtype)
+    dx = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        plan = _launch.elementwise_plan(n, x.element_size(), _launch.device_props(x.get_device()))
+        _kernel(_EW, op + "_bwd<{T}>", x).launch(_launch.launch_config(plan), g, x, dx, n)
+    return dx
+
+
+def _ew_function(op: str):
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    class Fn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return ew_fwd(op, x)
+
+        @staticmethod
+        @once_differentiable  # double backward raises (not implemented)
+        def backward(ctx, grad_y):
+            (x,) = ctx.saved_tensors
+            return ew_bwd(op, grad_y, x)
+
+    Fn.__name__ = Fn.__qualname__ = f"{op}_function"
+    return Fn
+
+
+_functions: dict = {}
+
+
+def _fn(key: str, make):
+    f = _functions.get(key)
+    if f is None:
+        f = _functions[key] = make()
+    return f
+
+
+def _ew(op: str, x, torch_fn):
+    if not x.is_cuda:
+        return torch_fn(x)
+    return _fn(op, lambda: _ew_function(op)).apply(x)
+
+
+def relu(x):
+    """ReLU: ``max(x, 0)``, NaN kept (as ``torch.relu``).
+
+    Examples
+    --------
+    >>> y = opsmith.ops.relu(torch.randn(1024, device="cuda"))  # doctest: +SKIP
+    """
+    import torch
+    return _ew("relu", x, torch.relu)
+
+
+def gelu(x, approximate: str = "none"):
+    """GELU, exact (``approximate="none"``: ``0.5 x (1 + erf(x / sqrt 2))``) or the tanh form
+    (``approximate="tanh"``), as ``torch.nn.functional.gelu``."""
+    import torch.nn.functional as F
+    op = _GELU.get(approximate)
+    if op is None:
+        raise SpecError(f"opsmith.ops.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _ew(op, x, lambda t: F.gelu(t, approximate=approximate))
+
+
+def silu(x):
+    """SiLU (swish): ``x * sigmoid(x)``, as ``torch.nn.functional.silu``."""
+    import torch.nn.functional as F
+    return _ew("silu", x, F.silu)
+
+
+# -- softmax ------------------------------------------------------------------------------------
+def softmax_fwd(x):
+    """Softmax over the last dim of a CUDA tensor."""
+    import torch
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    cols = x.shape[-1] if x.dim() else 1
+    if x.numel():
+        rows = x.numel() // cols
+        plan = _launch.row_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device()))
+        if plan.strategy == "long":
+            _kernel("softmax.cu", "softmax_fwd_long<{T}>", x).launch(
+                _launch.launch_config(plan), x, y, rows, cols, plan.cache)
+        else:
+            _kernel("softmax.cu", "softmax_fwd<{T}>", x).launch(_launch.launch_config(plan), x, y, rows, cols)
+    return y
+
+
+def softmax_bwd(grad_y, y):
+    """``grad_x = y * (grad_y - sum(grad_y * y))`` over the last dim (CUDA)."""
+    import torch
+    y = y.contiguous()
+    g = grad_y.contiguous().to(y.dtype)
+    dx = torch.empty_like(y)
+    cols = y.shape[-1] if y.dim() else 1
+    if y.numel():
+        rows = y.numel() // cols
+        plan = _launch.row_plan(rows, cols, y.element_size(), 2, _launch.device_props(y.get_device()))
+        if plan.strategy == "long":
+            _kernel("softmax.cu", "softmax_bwd_long<{T}>", y).launch(
+                _launch.launch_config(plan), g, y, dx, rows, cols, plan.cache)
+        else:
+            _kernel("softmax.cu", "softmax_bwd<{T}>", y).launch(_launch.launch_config(plan), g, y, dx, rows, cols)
+    return dx
+
+
+def _softmax_class():
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    class Softmax(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = softmax_fwd(x)
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad_y):
+            (y,) = ctx.saved_tensors
+            return softmax_bwd(grad_y, y)
+
+    return Softmax
+
+
+def softmax(x, dim: int = -1):
+    """Softmax along ``dim`` (numerically stable), as ``torch.softmax(x, dim)``.
+
+    The last dim is the fast path; another dim is moved last (a copy) and back.
+    """
+    import torch
+    if not x.is_cuda:
+        return torch.softmax(x, dim)
+    nd = max(x.dim(), 1)
+    if not -nd <= dim < nd:
+        raise SpecError(f"opsmith.ops.softmax: dim {dim} is out of range for a {x.dim()}-d tensor")
+    dim %= nd
+    fn = _fn("softmax", _softmax_class)
+    if x.dim() == 0 or dim == x.dim() - 1:
+        return fn.apply(x)
+    return fn.apply(x.movedim(dim, -1)).movedim(-1, dim)
+
+
+# -- layer_norm and rms_norm ------------------------------------------------------------------------
+def _rows_cols(x, normalized_shape: Sequence[int], op: str) -> tuple[int, int]:
+    shape = tuple(int(s) for s in normalized_shape)
+    if tuple(x.shape[x.dim() - len(shape):]) != shape or len(shape) > x.dim():
+        raise SpecError(f"opsmith.ops.{op}: normalized_shape {list(shape)} must be the last dims of the "
+                        f"input, whose shape is {list(x.shape)}")
+    cols = math.prod(shape)
+    return (x.numel() // cols if cols else 0), cols
+
+
+def _stats_dtype(x):
+    import torch
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def layer_norm_fwd(x, weight, bias, normalized_shape, eps: float):
+    """(y, mean, rstd) of layer norm over the last ``len(normalized_shape)`` dims (CUDA)."""
+    import torch
+    x = x.contiguous()
+    rows, cols = _rows_cols(x, normalized_shape, "layer_norm")
+    y = torch.empty_like(x)
+    mean = torch.empty(rows, dtype=_stats_dtype(x), device=x.device)
+    rstd = torch.empty_like(mean)
+    if rows and cols:
+        w = weight.contiguous() if weight is not None else x
+        b = bias.contiguous() if bias is not None else x
+        plan = _launch.row_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device()))
+        args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
+        if plan.strategy == "long":
+            _kernel("norm.cu", "layer_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+        else:
+            _kernel("norm.cu", "layer_norm_fwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
+    return y, mean, rstd
+
+
+def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_b: bool):
+    """(sum over rows of g * xhat, sum of g) in the stats' dtype, each of ``cols``."""
+    import torch
+    plan, per_chunk = _launch.weight_grad_plan(rows, cols, _launch.device_props(x.get_device()))
+    chunks = plan.grid[1]
+    dw = torch.empty((chunks, cols), dtype=rstd.dtype, device=x.device)
+    db = torch.empty_like(dw)
+    _kernel("norm.cu", "norm_bwd_weight<{T}, {A}>", x).launch(
+        _launch.launch_config(plan), g, x, mean if mean is not None else rstd, rstd, dw, db, rows, cols,
+        per_chunk, int(mean is not None))
+    return dw.sum(0), (db.sum(0) if want_b else None)
+
+
+def layer_norm_bwd(grad_y, x, weight, mean, rstd, normalized_shape, want_w: bool, want_b: bool):
+    """(grad_x, grad_weight, grad_bias) of layer norm (CUDA); None where not wanted."""
+    import torch
+    x = x.contiguous()
+    g = grad_y.contiguous().to(x.dtype)
+    rows, cols = _rows_cols(x, normalized_shape, "layer_norm")
+    dx = torch.empty_like(x)
+    shape = tuple(normalized_shape)
+    if not (rows and cols):
+        z = torch.zeros(shape, dtype=x.dtype, device=x.device)
+        return dx, (z if want_w else None), (z.clone() if want_b else None)
+    w = weight.contiguous() if weight is not None else x
+    plan = _launch.row_plan(rows, cols, x.element_size(), 2, _launch.device_props(x.get_device()))
+    args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
+    if plan.strategy == "long":
+        _kernel("norm.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+    else:
+        _kernel("norm.cu", "layer_norm_bwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
+    dw = db = None
+    if want_w or want_b:
+        sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_b)
+        dw = sw.to(x.dtype).reshape(shape) if want_w else None
+        db = sb.to(x.dtype).reshape(shape) if want_b else None
+    return dx, dw, db
+
+
+def rms_norm_fwd(x, weight, normalized_shape, eps: float):
+    """(y, rstd) of RMS norm (CUDA)."""
+    import torch
+    x = x.contiguous()
+    rows, cols = _rows_cols(x, normalized_shape, "rms_norm")
+    y = torch.empty_like(x)
+    rstd = torch.empty(rows, dtype=_stats_dtype(x), device=x.device)
+    if rows and cols:
+        w = weight.contiguous() if weight is not None else x
+        plan = _launch.row_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device()))
+        args = (x, w, y, rstd, rows, cols, float(eps), int(weight is not None))
+        if plan.strategy == "long":
+            _kernel("norm.cu", "rms_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+        else:
+            _kernel("norm.cu", "rms_norm_fwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
+    return y, rstd
+
+
+def rms_norm_bwd(grad_y, x, weight, rstd, normalized_shape, want_w: bool):
+    """(grad_x, grad_weight) of RMS norm (CUDA)."""
+    import torch
+    x = x.contiguous()
+    g = grad_y.contiguous().to(x.dtype)
+    rows, cols = _rows_cols(x, normalized_shape, "rms_norm")
+    dx = torch.empty_like(x)
+    shape = tuple(normalized_shape)
+    if not (rows and cols):
+        return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else None)
+    w = weight.contiguous() if weight is not None else x
+    plan = _launch.row_plan(rows, cols, x.element_size(), 2, _launch.device_props(x.get_device()))
+    args = (g, x, w, rstd, dx, rows, cols, int(weight is not None))
+    if plan.strategy == "long":
+        _kernel("norm.cu", "rms_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+    else:
+        _kernel("norm.cu", "rms_norm_bwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
+    dw = None
+    if want_w:
+        sw, _ = _weight_grads(g, x, None, rstd, rows, cols, False)
+        dw = sw.to(x.dtype).reshape(shape)
+    return dx, dw
+
+
+def _layer_norm_class():
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    class LayerNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, normalized_shape, weight, bias, eps):
+            y, mean, rstd = layer_norm_fwd(x, weight, bias, normalized_shape, eps)
+            ctx.save_for_backward(x, weight, mean, rstd)
+            ctx.normalized_shape = tuple(normalized_shape)
+            ctx.has_bias = bias is not None
+            return y
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad_y):
+            x, weight, mean, rstd = ctx.saved_tensors
+            want_w = weight is not None and ctx.needs_input_grad[2]
+            want_b = ctx.has_bias and ctx.needs_input_grad[3]
+            dx, dw, db = layer_norm_bwd(grad_y, x, weight, mean, rstd, ctx.normalized_shape, want_w, want_b)
+            return dx, None, dw, db, None
+
+    return LayerNorm
+
+
+def _rms_norm_class():
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    class RMSNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, normalized_shape, weight, eps):
+            y, rstd = rms_norm_fwd(x, weight, normalized_shape, eps)
+            ctx.save_for_backward(x, weight, rstd)
+            ctx.normalized_shape = tuple(normalized_shape)
+            return y
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad_y):
+            x, weight, rstd = ctx.saved_tensors
+            want_w = weight is not None and ctx.needs_input_grad[2]
+            dx, dw = rms_norm_bwd(grad_y, x, weight, rstd, ctx.normalized_shape, want_w)
+            return dx, None, dw, None
+
+    return RMSNorm
+
+
+def _shape(normalized_shape) -> tuple[int, ...]:
+    if isinstance(normalized_shape, int):
+        return (normalized_shape,)
+    return tuple(int(s) for s in normalized_shape)
+
+
+def _same_dtype(t, x):
+    return t if t is None or t.dtype == x.dtype else t.to(x.dtype)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """Layer norm over the last dims, as ``torch.nn.functional.layer_norm`` (weight and bias
+    optional; biased variance; mean and variance in float32, float64 for float64 inputs)."""
+    import torch.nn.functional as F
+    shape = _shape(normalized_shape)
+    if not x.is_cuda:
+        return F.layer_norm(x, shape, weight, bias, eps)
+    return _fn("layer_norm", _layer_norm_class).apply(x, shape, _same_dtype(weight, x), _same_dtype(bias, x), eps)
+
+
+def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
+    """RMS norm over the last dims, as ``torch.nn.functional.rms_norm`` (``eps=None``: the
+    dtype's machine epsilon, as torch)."""
+    import torch
+    import torch.nn.functional as F
+    shape = _shape(normalized_shape)
+    if not x.is_cuda:
+        return F.rms_norm(x, shape, weight, eps)
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    return _fn("rms_norm", _rms_norm_class).apply(x, shape, _same_dtype(weight, x), eps)

@@ -1,0 +1,136 @@
+"""Launch configurations of the opsmith.ops kernels, from the shape and the device's properties.
+
+Nothing here is tuned for one GPU: block sizes are the kernels' own limits
+(``__launch_bounds__``), grids come from the SM count and the threads an SM holds, the
+long-row strategy caches a row in shared memory when the device's opt-in limit allows.
+Plans are cached per shape class (``functools.lru_cache`` on the shape and the properties).
+
+Row strategies (see ``kernels/softmax.cu``):
+
+- ``"warp"``: the row fits in the registers of at most 32 threads: ``tpr`` threads per row,
+  several rows per block;
+- ``"block"``: the row fits in the registers of up to ``ROW_THREADS`` threads: one row per
+  block;
+- ``"long"``: longer rows: one block of up to ``LONG_THREADS`` threads per row, grid-stride
+  over rows, the row staged in shared memory when ``arrays`` rows of it fit, else read again.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+__all__ = ["DeviceProps", "Plan", "device_props", "elementwise_plan", "row_plan", "weight_grad_plan",
+           "launch_config", "ROW_CHUNKS", "ROW_THREADS", "LONG_THREADS", "EW_THREADS"]
+
+# The kernels' compile-time numbers (common.cuh, elementwise.cu, softmax.cu, norm.cu).
+ROW_CHUNKS = 2        # OPSMITH_ROW_CHUNKS: 16-byte vectors per thread and input in registers
+ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-row kernels
+LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels
+EW_THREADS = 256      # OPSMITH_EW_THREADS: __launch_bounds__ of the elementwise kernels
+_STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
+_WARP = 32
+
+
+class DeviceProps(NamedTuple):
+    """What a launch plan needs to know about a device (a value: plans are cached by it)."""
+
+    sm_count: int
+    max_threads_per_block: int
+    max_threads_per_sm: int
+    smem_per_block_optin: int
+    smem_per_sm: int
+
+
+class Plan(NamedTuple):
+    """A launch: strategy name, grid, block, dynamic shared memory, the kernel's ``cache`` flag."""
+
+    strategy: str
+    grid: tuple
+    block: tuple
+    shared_mem: int
+    cache: int
+
+
+# One LaunchConfig per plan, so that its id stays stable (the launcher remembers validated
+# configs by id) and no config is built per call.
+_configs: dict[Plan, object] = {}
+
+
+def launch_config(plan: Plan):
+    """The :class:`~opsmith.LaunchConfig` of ``plan`` (one object per plan)."""
+    cfg = _configs.get(plan)
+    if cfg is None:
+        from opsmith._runtime._launch_config import LaunchConfig
+        cfg = _configs.setdefault(plan, LaunchConfig(plan.grid, plan.block, plan.shared_mem))
+    return cfg
+
+
+@functools.lru_cache(maxsize=None)
+def device_props(device: int) -> DeviceProps:
+    """The properties of CUDA ``device`` that plans use, from ``torch.cuda.get_device_properties``."""
+    import torch
+    p = torch.cuda.get_device_properties(device)
+    optin = getattr(p, "shared_memory_per_block_optin", 0) or getattr(p, "shared_memory_per_block", 48 * 1024)
+    return DeviceProps(
+        sm_count=p.multi_processor_count,
+        max_threads_per_block=getattr(p, "max_threads_per_block", 1024) or 1024,
+        max_threads_per_sm=getattr(p, "max_threads_per_multi_processor", 2048) or 2048,
+        smem_per_block_optin=int(optin),
+        smem_per_sm=int(getattr(p, "shared_memory_per_multiprocessor", optin) or optin))
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@functools.lru_cache(maxsize=4096)
+def elementwise_plan(n: int, itemsize: int, props: DeviceProps) -> Plan:
+    """Grid-stride over 16-byte vectors: never more blocks than vectors, at most one full wave."""
+    vec = 16 // itemsize
+    threads = min(EW_THREADS, props.max_threads_per_block)
+    needed = max(1, _cdiv(n, vec * threads))
+    resident = max(1, props.max_threads_per_sm // threads) * props.sm_count
+    return Plan("elementwise", (min(needed, resident),), (threads,), 0, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProps) -> Plan:
+    """The strategy and launch for ``rows`` rows of ``cols`` elements of ``itemsize`` bytes.
+
+    ``arrays`` is how many row-sized inputs the kernel reads more than once (1 for a
+    forward, 2 for a backward): the shared-memory cache of the long strategy holds them all.
+    """
+    vec = 16 // itemsize
+    tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
+    if tpr <= _WARP:
+        per_block = max(1, 128 // tpr)  # four warps a block
+        # short of work: fewer rows a block, so that every SM gets blocks (at least a warp a block)
+        while per_block > 1 and per_block * tpr > _WARP and _cdiv(rows, per_block) < 2 * props.sm_count:
+            per_block //= 2
+        return Plan("warp", (max(1, _cdiv(rows, per_block)),), (tpr, per_block), 0, 0)
+    if tpr <= min(ROW_THREADS, props.max_threads_per_block):
+        return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)
+    threads = min(LONG_THREADS, _pow2_at_least(props.max_threads_per_block + 1) // 2,
+                  _pow2_at_least(_cdiv(cols, vec)))
+    row_bytes = arrays * _cdiv(cols * itemsize, 16) * 16
+    cache = row_bytes + _STATIC_SMEM <= props.smem_per_block_optin
+    per_sm = max(1, props.max_threads_per_sm // threads)
+    if cache:
+        per_sm = max(1, min(per_sm, props.smem_per_sm // (row_bytes + _STATIC_SMEM)))
+    grid = max(1, min(rows, per_sm * props.sm_count))
+    return Plan("long", (grid,), (threads, 1), row_bytes if cache else 0, int(cache))
+
+
+@functools.lru_cache(maxsize=4096)
+def weight_grad_plan(rows: int, cols: int, props: DeviceProps) -> tuple[Plan, int]:
+    """norm_bwd_weight: blocks of 32 columns x 8 row lanes; rows split into chunks so that
+    about four blocks per SM run. Returns the plan and the rows per chunk."""
+    col_blocks = _cdiv(cols, 32)
+    chunks = max(1, min(_cdiv(rows, 8), _cdiv(4 * props.sm_count, col_blocks), 65535))
+    per_chunk = _cdiv(rows, chunks)
+    chunks = _cdiv(rows, per_chunk)
+    return Plan("columns", (col_blocks, chunks), (32, 8), 0, 0), per_chunk

@@ -1,0 +1,88 @@
+"""Thin ``torch.nn.Module`` wrappers of the opsmith.ops functions (same parameters as torch's)."""
+from __future__ import annotations
+
+
+import torch
+
+from opsmith.ops import _functional as F
+
+__all__ = ["ReLU", "GELU", "SiLU", "Softmax", "LayerNorm", "RMSNorm"]
+
+
+class ReLU(torch.nn.Module):
+    """``torch.nn.ReLU`` on opsmith's kernel."""
+
+    def forward(self, x):
+        return F.relu(x)
+
+
+class GELU(torch.nn.Module):
+    """``torch.nn.GELU(approximate="none" | "tanh")`` on opsmith's kernels."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class SiLU(torch.nn.Module):
+    """``torch.nn.SiLU`` on opsmith's kernel."""
+
+    def forward(self, x):
+        return F.silu(x)
+
+
+class Softmax(torch.nn.Module):
+    """``torch.nn.Softmax(dim)`` on opsmith's kernels."""
+
+    def __init__(self, dim: int = -1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return F.softmax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LayerNorm(torch.nn.Module):
+    """``torch.nn.LayerNorm`` on opsmith's kernels (weight ones, bias zeros at start)."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype=None) -> None:
+        super().__init__()
+        self.normalized_shape = F._shape(normalized_shape)
+        self.eps = eps
+        kw = {"device": device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(torch.ones(self.normalized_shape, **kw)) if elementwise_affine else None
+        self.bias = torch.nn.Parameter(torch.zeros(self.normalized_shape, **kw)) if elementwise_affine and bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+
+
+class RMSNorm(torch.nn.Module):
+    """``torch.nn.RMSNorm`` on opsmith's kernels (``eps=None``: the input dtype's epsilon)."""
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True,
+                 device=None, dtype=None) -> None:
+        super().__init__()
+        self.normalized_shape = F._shape(normalized_shape)
+        self.eps = eps
+        self.weight = (torch.nn.Parameter(torch.ones(self.normalized_shape, device=device, dtype=dtype))
+                       if elementwise_affine else None)
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"

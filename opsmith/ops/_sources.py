@@ -1,0 +1,75 @@
+"""The CUDA sources of opsmith.ops and their compiled modules.
+
+One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu`` and
+``norm.cu`` for float32, float64, float16 and bfloat16, each with the name expressions of its
+kernels. The first use of any op on a dtype compiles that dtype's three programs at once
+(:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all of them ahead of time.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KERNEL_DIR", "DTYPES", "FILES", "kernel_names", "jobs", "warm", "kernel"]
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+
+# torch dtype name -> (C++ element type, accumulation type)
+DTYPES: dict[str, tuple[str, str]] = {
+    "float32": ("float", "float"), "float16": ("__half", "float"),
+    "bfloat16": ("__nv_bfloat16", "float"), "float64": ("double", "double"),
+}
+
+# source file -> kernel templates ({T}: element type, {A}: accumulation type)
+FILES: dict[str, tuple[str, ...]] = {
+    "elementwise.cu": tuple(f"{op}_{d}<{{T}}>" for op in ("relu", "gelu_erf", "gelu_tanh", "silu")
+                            for d in ("fwd", "bwd")),
+    "softmax.cu": tuple(f"softmax_{d}{s}<{{T}}>" for d in ("fwd", "bwd") for s in ("", "_long")),
+    "norm.cu": tuple(f"{op}_{d}{s}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
+                     for d in ("fwd", "bwd") for s in ("", "_long")) + ("norm_bwd_weight<{T}, {A}>",),
+}
+
+
+def kernel_names(file: str, dtype: str) -> list[str]:
+    """The name expressions of ``file``'s kernels for ``dtype`` (``"relu_fwd<__half>"``)."""
+    t, a = DTYPES[dtype]
+    return [n.format(T=t, A=a) for n in FILES[file]]
+
+
+def jobs(arch: str, dtypes=tuple(DTYPES), files=tuple(FILES)) -> list[dict[str, Any]]:
+    """compile_many jobs for ``files`` x ``dtypes`` on ``arch``."""
+    return [{"source": KERNEL_DIR / f, "name_expressions": kernel_names(f, d), "arch": arch,
+             "name": f"opsmith/ops/kernels/{f}"} for d in dtypes for f in files]
+
+
+def warm(arch: str, dtypes=tuple(DTYPES), *, max_workers: int | None = None, progress: bool | None = None):
+    """Compile every program for ``arch`` at once (cache hits cost a lookup); their binaries."""
+    from opsmith._build._many import compile_many
+    return compile_many(jobs(arch, dtypes), max_workers=max_workers, progress=progress,
+                        title="compiling opsmith.ops kernels")
+
+
+_modules: dict[tuple[str, str, int], Any] = {}
+_lock = threading.Lock()
+
+
+def kernel(file: str, name: str, dtype: str, device: int):
+    """The kernel ``name`` (a template from FILES, e.g. ``"relu_fwd<{T}>"``) for ``dtype`` on
+    CUDA ``device``; the first call for a dtype compiles its programs concurrently."""
+    mod = _modules.get((file, dtype, device))
+    if mod is None:
+        with _lock:
+            mod = _modules.get((file, dtype, device))
+            if mod is None:
+                from opsmith._runtime import _driver
+                from opsmith._torch._cuda_module import CudaModule
+                arch = _driver.device_arch(device)
+                warm(arch, (dtype,))  # this dtype's programs, all at once
+                for f in FILES:
+                    _modules[(f, dtype, device)] = CudaModule(
+                        KERNEL_DIR / f, name_expressions=kernel_names(f, dtype), arch=arch,
+                        name=f"opsmith/ops/kernels/{f}")
+                mod = _modules[(file, dtype, device)]
+    t, a = DTYPES[dtype]
+    return mod.get_kernel(name.format(T=t, A=a))
