@@ -67,4 +67,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsmith._torch._cuda_module import CudaModule, cuda_kernel
     from opsmith._torch._kernel import Kernel
     from opsmith._build._nvrtc import CudaBinary, compile_cuda
+    from opsmith._torch._ops import CustomOp, custom_op
+    from opsmith._torch._outspec import Out
     from opsmith._build._many import compile_many

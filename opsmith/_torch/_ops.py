@@ -1,0 +1,556 @@
+"""Kernels and extension functions as real torch operators: :func:`custom_op` and :class:`CustomOp`.
+
+``custom_op("ns::name", kernel=k)`` defines ``torch.ops.ns.name`` through
+``torch.library.Library(ns, "FRAGMENT")`` and registers, all generated once at registration:
+
+- a CUDA implementation: one small Python function with the op's own parameter names that
+  makes tensor inputs contiguous, allocates the outputs from their :class:`~opsmith.Out`
+  specs (``torch.empty_like`` where it can), and calls the kernel's launcher
+  (``kernel.launch``, the C launcher when built) with a launch config cached per item count
+  and device. The launcher reads torch's *current* stream of the tensors' device at every
+  call, so that a launch inside ``torch.cuda.graph`` is captured;
+- a fake kernel from the same output specs (for ``FakeTensorMode``, ``torch.compile``,
+  ``torch.export``);
+- on :meth:`CustomOp.register_autograd`, an Autograd kernel: calls that need no gradient go
+  straight to the device implementation (one Python call, no redispatch), calls that do go
+  through a generated ``torch.autograd.Function``. torch's own ``register_autograd`` costs a
+  second dispatch and a dataclass per call, gradient or not.
+
+``@torch.library.custom_op`` is not used: its Python wrapper costs about 3x a plain
+``Library.impl`` kernel per call.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+from opsmith._errors import OpsmithError, SpecError
+from opsmith._torch import _opschema
+from opsmith._torch._outspec import Out, alloc_lines, fingerprint
+
+__all__ = ["custom_op", "CustomOp", "Out"]
+
+_OPS: dict[str, "CustomOp"] = {}
+_lock = threading.RLock()
+_MAX_CONFIGS = 4096  # launch configs remembered per kernel (item count x device)
+
+
+def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kernel=None,
+              cuda: Callable[..., Any] | None = None, cpu: Callable[..., Any] | None = None,
+              out: Out | Sequence[Out] | None = None, launch: Callable[..., Any] | None = None,
+              args: Sequence[str] | None = None, tags: Sequence[Any] = ()) -> "CustomOp":
+    """Define ``torch.ops.<ns>.<name>`` from an opsmith kernel or from functions.
+
+    Parameters
+    ----------
+    name : str
+        ``"namespace::name"``; the op is ``torch.ops.namespace.name``.
+    schema : str or callable, optional
+        ``"(Tensor x, float alpha) -> Tensor"``, or a Python function whose annotations
+        give it (``torch.library.infer_schema``). Default: derived from the kernel's C
+        signature (``const T*`` inputs, other pointers outputs, a trailing count ``n``
+        excluded), else from ``cpu``/``cuda`` (annotations, or a pybind11 docstring).
+    kernel : Kernel or sequence of Kernel, optional
+        The CUDA implementation: an opsmith NVRTC kernel, or several (one per dtype; the
+        dtype of the first tensor input picks the kernel whose first pointer takes it).
+    cuda, cpu : callable, optional
+        Implementations for CUDA and CPU tensors: Python functions or extension functions
+        (``opsmith.load_inline(...).fn``) that take the op's arguments and return its outputs.
+    out : Out or sequence of Out, optional
+        How each output is allocated (and faked): default ``Out()``, like the first tensor input.
+    launch : callable, optional
+        ``launch(*args, *outputs)`` returns the launch config: a :class:`~opsmith.LaunchConfig`,
+        ``(grid, block)`` or ``(grid, block, shared_mem)``, or None to launch nothing.
+        Default: elementwise, ``kernel.config_for(n)`` over ``n = outputs[0].numel()``.
+    args : sequence of str, optional
+        What the kernel receives, in order: names of the op's arguments, of its outputs
+        (``"out"``, ``"out0"``, ... or the kernel's output names) and ``"n"`` (the item
+        count). Default: a kernel parameter takes the op argument or output of its own name,
+        else tensors take the tensor inputs then the outputs in order, numbers the scalar
+        arguments in order, and a remaining integer the item count.
+    tags : sequence of torch.Tag
+        Passed to ``Library.define``.
+
+    Returns
+    -------
+    CustomOp
+        Callable like the op; ``.default`` is the ``OpOverload`` (the cheapest call),
+        ``.register_fake``, ``.register_autograd``, ``.register_kernel``, ``.register_cpu``.
+
+    Registering the same op again with the same definition (a re-run script or notebook
+    cell) returns the op already registered; a different definition under a taken name
+    raises :class:`~opsmith.OpsmithError`.
+
+    Examples
+    --------
+    >>> relu = opsmith.custom_op("mylib::relu", kernel=mod.get_kernel("relu"),
+    ...                          cpu=torch.relu)                           # doctest: +SKIP
+    >>> relu_bwd = opsmith.custom_op("mylib::relu_bwd", kernel=mod.get_kernel("relu_bwd"),
+    ...                              cpu=lambda g, x: g * (x > 0))         # doctest: +SKIP
+    >>> relu.register_autograd(relu_bwd, save=("x",))                     # doctest: +SKIP
+    >>> y = torch.ops.mylib.relu(x)                                       # doctest: +SKIP
+    """
+    ns, opname = _split_name(name)
+    qualname = f"{ns}::{opname}"
+    kernels = _kernel_list(kernel, qualname)
+    if kernels and cuda is not None:
+        raise SpecError(f"{qualname}: give kernel= or cuda=, not both (both would implement CUDA)")
+    kernel_outputs: list[str] = []
+    if schema is None:
+        if kernels:
+            text, kernel_outputs = _opschema.schema_from_kernel(kernels[0].signature)
+        else:
+            text = next((s for s in (_opschema.schema_from_function(f) for f in (cpu, cuda) if f is not None)
+                         if s is not None), None)
+            if text is None:
+                raise SpecError(f"{qualname}: no schema given and none can be derived (no kernel, and the "
+                                f"functions carry no type annotations or pybind11 signature); pass "
+                                f"schema='(Tensor x) -> Tensor'")
+    elif callable(schema):
+        text = _opschema.schema_from_function(schema)
+        if text is None:
+            raise SpecError(f"{qualname}: schema={schema!r} has no type annotations to derive a schema "
+                            f"from; annotate it (def f(x: torch.Tensor) -> torch.Tensor) or pass text")
+    else:
+        text = schema
+    parsed = _opschema.parse_schema(qualname, text)
+    outs = _out_list(out, parsed, qualname)
+    fp = fingerprint((parsed.text, kernels, cuda, cpu, outs, launch, args, [str(t) for t in tags]))
+    with _lock:
+        existing = _OPS.get(qualname)
+        if existing is not None:
+            if existing._fingerprint == fp:
+                return existing
+            what = "its schema" if existing.schema.text != parsed.text else "its implementation"
+            raise OpsmithError(
+                f"torch op {qualname} is already registered in this process with a different definition "
+                f"({what} differs: registered {existing.schema.text}, now {parsed.text}). torch cannot "
+                f"replace an op's definition in a running process: give the new op another name (e.g. "
+                f"'{ns}::{opname}_v2') or restart Python (in a notebook: restart the kernel)")
+        op = CustomOp(qualname, parsed, outs, fp, tags)
+        if kernels:
+            op._set_kernels(kernels, kernel_outputs, launch, args)
+        elif launch is not None or args is not None:
+            raise SpecError(f"{qualname}: launch= and args= describe a kernel launch; they need kernel=")
+        if cuda is not None:
+            op.register_kernel("cuda", cuda)
+        if cpu is not None:
+            op.register_kernel("cpu", cpu)
+        _OPS[qualname] = op
+        return op
+
+
+class CustomOp:
+    """An op defined by :func:`custom_op`: call it like the op, register more on it.
+
+    Attributes
+    ----------
+    name : str
+        ``"namespace::name"``.
+    schema : OpSchema
+        The parsed schema (``schema.text`` is ``"(Tensor x) -> Tensor"``).
+    default : torch._ops.OpOverload
+        ``torch.ops.namespace.name.default``: calling it skips this object's ``__call__``.
+    outs : list of Out
+        The output specs the implementation allocates and the fake kernel fakes.
+    """
+
+    def __init__(self, qualname: str, schema, outs: list[Out], fp, tags) -> None:
+        import torch
+        self.name = qualname
+        self.schema = schema
+        self.outs = outs
+        self._fingerprint = fp
+        self._slots: dict[str, Any] = {}
+        ns, opname = qualname.split("::")
+        self._lib = torch.library.Library(ns, "FRAGMENT")
+        try:
+            self._lib.define(f"{opname}{schema.text}", tags=tuple(tags))
+        except RuntimeError as exc:
+            self._lib._destroy()
+            if "already" in str(exc) or "multiple times" in str(exc):
+                raise OpsmithError(
+                    f"torch op {qualname} is already defined outside opsmith (a TORCH_LIBRARY block, "
+                    f"torch.library.define or @custom_op): choose another name or namespace for this op") from None
+            raise SpecError(f"torch refused the schema of {qualname} ({schema.text}): "
+                            f"{str(exc).splitlines()[0]}") from None
+        self.default = getattr(getattr(torch.ops, ns), opname).default
+        # raw dispatch key sets of a plain call -> the device implementation (the autograd shortcut)
+        self._fast: dict[int, Callable[..., Any]] = {}
+        self._fake = self._generate(alloc_only=True)
+        torch.library.register_fake(qualname, _trampoline(self), lib=self._lib)
+
+    def __call__(self, *args, **kwargs):
+        return self.default(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"CustomOp({self.name}{self.schema.text})"
+
+    # -- registration ------------------------------------------------------------------------
+    def _claim(self, slot: str, value: Any) -> bool:
+        """True when ``slot`` is free; False when it holds the same definition (a re-run)."""
+        fp = fingerprint(value)
+        held = self._slots.get(slot)
+        if held is None:
+            self._slots[slot] = fp
+            return True
+        if held == fp:
+            return False
+        raise OpsmithError(
+            f"{self.name} already has a different {slot} registered; torch keeps one per op in a "
+            f"process: register the new one on an op of another name (e.g. '{self.name}_v2'), or "
+            f"restart Python (in a notebook: restart the kernel)")
+
+    def register_kernel(self, device_type: str, fn: Callable[..., Any]) -> "CustomOp":
+        """Use ``fn`` (a Python or extension function) for tensors on ``device_type``
+        (``"cpu"`` or ``"cuda"``): it takes the op's arguments and returns its outputs."""
+        import torch
+        key = {"cpu": "CPU", "cuda": "CUDA"}.get(str(device_type).lower())
+        if key is None:
+            raise SpecError(f"{self.name}: register_kernel takes 'cpu' or 'cuda', got {device_type!r}")
+        if not callable(fn):
+            raise SpecError(f"{self.name}: the {device_type} implementation must be callable, got {fn!r}")
+        if self._claim(key, fn):
+            self._lib.impl(self.name.split("::")[1], fn, key)
+            ks = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key)).add(
+                getattr(torch._C.DispatchKey, "Autograd" + key))
+            self._fast[ks.raw_repr()] = fn
+        return self
+
+    def register_cpu(self, fn: Callable[..., Any]) -> "CustomOp":
+        """``register_kernel("cpu", fn)``."""
+        return self.register_kernel("cpu", fn)
+
+    def register_fake(self, fn: Callable[..., Any]) -> "CustomOp":
+        """Use ``fn`` as the fake kernel instead of the one generated from the output specs."""
+        if self._claim("fake kernel", fn):
+            self._fake = fn
+        return self
+
+    def register_autograd(self, backward: Callable[..., Any], setup_context: Callable[..., Any] | None = None,
+                          *, save: Sequence[str] | None = None) -> "CustomOp":
+        """Make the op differentiable.
+
+        Two forms. torch's: ``setup_context(ctx, inputs, output)`` saves what the backward
+        needs and ``backward(ctx, *grads)`` returns one gradient per input (None where none).
+        opsmith's short form: ``save=("x", ...)`` names inputs or outputs to keep, and
+        ``backward(*grads, *saved)`` (often another registered op) returns the gradient of
+        the first input, or a tuple, one per input.
+
+        Examples
+        --------
+        >>> relu.register_autograd(relu_backward, save=("x",))          # doctest: +SKIP
+        """
+        if save is not None and setup_context is not None:
+            raise SpecError(f"{self.name}: register_autograd takes save= or setup_context=, not both")
+        if not self._claim("autograd formula", (backward, setup_context, save)):
+            return self
+        self._install_autograd(backward, setup_context, tuple(save) if save is not None else None)
+        return self
+
+    # -- generated code ----------------------------------------------------------------------------
+    def _params(self, ns: dict[str, Any]) -> str:
+        """The generated functions' parameter list: the schema's names and defaults."""
+        import torch
+        fs = torch._C.parse_schema(f"f{self.schema.text}")
+        parts, star = [], False
+        for i, a in enumerate(fs.arguments):
+            if a.kwarg_only and not star:
+                parts.append("*")
+                star = True
+            if a.default_value is not None or str(a.type).startswith("Optional"):
+                ns[f"_D{i}"] = a.default_value
+                parts.append(f"{a.name}=_D{i}")
+            else:
+                parts.append(a.name)
+        return ", ".join(parts)
+
+    def _generate(self, *, alloc_only: bool, body: Sequence[str] = (), ns: dict[str, Any] | None = None):
+        import torch
+        s = self.schema
+        ns = {} if ns is None else ns
+        ns.update(_empty_like=torch.empty_like, _zeros_like=torch.zeros_like, _empty=torch.empty,
+                  _zeros=torch.zeros, _CONTIGUOUS=torch.contiguous_format)
+        params = self._params(ns)
+        lines = [f"def f({params}):"]
+        if not alloc_only:
+            lines += [f"    {a} = {a}.contiguous()" for a, t in zip(s.arg_names, s.arg_types) if t == "Tensor"]
+        lines += alloc_lines(self.outs, s.arg_names, s.arg_types, lambda i: s.arg_names[i], ns, fake=alloc_only)
+        lines += list(body)
+        outs = ", ".join(f"_o{k}" for k in range(len(self.outs)))
+        lines.append(f"    return {outs}" if s.single else f"    return ({outs},)")
+        code = "\n".join(lines)
+        exec(compile(code, f"<opsmith op {self.name}{' fake' if alloc_only else ''}>", "exec"), ns)
+        fn = ns["f"]
+        fn.__qualname__ = fn.__name__ = self.name.replace("::", "_") + ("_fake" if alloc_only else "_cuda")
+        fn._opsmith_source = code
+        return fn
+
+    def _set_kernels(self, kernels, kernel_outputs: list[str], launch, args) -> None:
+        s = self.schema
+        out_names = {n: k for k, n in enumerate(s.return_names)}
+        out_names.update({f"out{k}": k for k in range(s.returns)})
+        out_names.update({n: k for k, n in enumerate(kernel_outputs)})
+        binding = _bind(kernels[0].signature, s, out_names, args, self.name)
+        for k in kernels[1:]:
+            other = _bind(k.signature, s, out_names, args, self.name)
+            if other != binding:
+                raise SpecError(f"{self.name}: kernels {kernels[0].name} and {k.name} take different "
+                                f"arguments ({binding} vs {other}); one op's kernels must take the same ones")
+        ns: dict[str, Any] = {"_new_config": _new_config, "_config_of": _config_of, "_RULE": launch,
+                              "_no_kernel": self._no_kernel}
+        entries = [(k.launch, {}, k) for k in kernels]
+        call = ", ".join(binding)
+        first_tensor = next(a for a, t in zip(s.arg_names, s.arg_types) if t == "Tensor")
+        body = ["    _n = _o0.numel()"]
+        if len(entries) == 1:
+            ns["_K"] = entries[0]
+            body.append("    _launch, _cfgs, _kern = _K")
+        else:
+            by_dtype: dict[Any, tuple] = {}
+            for e in entries:
+                by_dtype.setdefault(_first_dtype(e[2]), e)
+            ns["_KS"] = by_dtype
+            self._dtypes = list(by_dtype)
+            body.append(f"    _e = _KS.get({first_tensor}.dtype)")
+            body.append(f"    if _e is None: _no_kernel({first_tensor})")
+            body.append("    _launch, _cfgs, _kern = _e")
+        if launch is None:
+            body += ["    if _n:",
+                     f"        _dev = {first_tensor}.get_device()",
+                     "        _c = _cfgs.get(_n * 256 + _dev)",
+                     "        if _c is None: _c = _new_config(_kern, _cfgs, _n, _dev)",
+                     f"        _launch(_c, {call})"]
+        else:
+            rule_args = ", ".join([*s.arg_names, *(f"_o{k}" for k in range(s.returns))])
+            body += [f"    _c = _config_of(_kern, _cfgs, _RULE({rule_args}))",
+                     "    if _c is not None:",
+                     f"        _launch(_c, {call})"]
+        self._kernels = kernels
+        fn = self._generate(alloc_only=False, body=body, ns=ns)
+        self.register_kernel("cuda", fn)
+
+    def _no_kernel(self, t) -> None:
+        from opsmith._errors import LaunchError
+        raise LaunchError(f"{self.name}: no kernel for {t.dtype} inputs; this op has kernels for "
+                          f"{', '.join(str(d) for d in self._dtypes)}")
+
+    def _install_autograd(self, backward, setup_context, save) -> None:
+        import torch
+        from torch import _C
+        s = self.schema
+        overload = self.default
+        pos = [n for n in s.arg_names if n not in s.kwarg_only]
+        kwo = [n for n in s.arg_names if n in s.kwarg_only]
+        n_in = len(s.arg_names)
+        after = _C._after_autograd_keyset
+        below = _C._AutoDispatchBelowAutograd
+        if save is not None:
+            names = {**{n: ("in", i) for i, n in enumerate(s.arg_names)},
+                     **{n: ("out", k) for k, n in enumerate(s.return_names)},
+                     **{f"out{k}": ("out", k) for k in range(s.returns)}}
+            for n in save:
+                if n not in names:
+                    raise SpecError(f"{self.name}: register_autograd(save=...) names {n!r}, which is neither an "
+                                    f"argument ({', '.join(s.arg_names)}) nor an output "
+                                    f"({', '.join(s.return_names)})")
+            where = [names[n] for n in save]
+            single = s.single
+
+            def setup_context(ctx, inputs, output):
+                outs = (output,) if single else output
+                ctx.save_for_backward(*[inputs[i] if w == "in" else outs[i] for w, i in where])
+
+            user_backward = backward
+
+            def backward(ctx, *grads):
+                return user_backward(*grads, *ctx.saved_tensors)
+
+        def forward(ctx, keyset, *args):
+            with below():
+                result = overload.redispatch(keyset & after, *args[:len(pos)],
+                                             **dict(zip(kwo, args[len(pos):])))
+            setup_context(ctx, args, result)
+            return result
+
+        def backward_impl(ctx, *grads):
+            result = backward(ctx, *grads)
+            if not isinstance(result, tuple):
+                result = (result,)
+            if len(result) > n_in:
+                raise OpsmithError(f"{self.name}: the backward returned {len(result)} gradients for "
+                                   f"{n_in} inputs; return one per input (None where there is none)")
+            return (None, *result, *([None] * (n_in - len(result))))
+
+        fn_cls = type(f"{self.name.replace('::', '_')}_autograd", (torch.autograd.Function,),
+                      {"forward": staticmethod(forward), "backward": staticmethod(backward_impl)})
+        ns: dict[str, Any] = {"_grad_on": _C.is_grad_enabled, "_any_rg": _C._any_requires_grad,
+                              "_apply": fn_cls.apply, "_FAST": self._fast, "_below": below,
+                              "_AFTER": after, "_redispatch": overload.redispatch}
+        params = self._params(ns)
+        tensors = ", ".join(n for n, t in zip(s.arg_names, s.arg_types) if "Tensor" in t)
+        call = ", ".join([*pos, *(f"{n}={n}" for n in kwo)])
+        code = "\n".join([
+            f"def f(_ks, {params}):",
+            f"    if _grad_on() and _any_rg({tensors}):",
+            f"        return _apply(_ks, {', '.join(s.arg_names)})",
+            "    _impl = _FAST.get(_ks.raw_repr())",
+            "    if _impl is not None:",
+            f"        return _impl({call})",
+            "    with _below():",
+            f"        return _redispatch(_ks & _AFTER, {call})"])
+        exec(compile(code, f"<opsmith op {self.name} autograd>", "exec"), ns)
+        self._lib.impl(self.name.split("::")[1], ns["f"], "Autograd", with_keyset=True)
+
+
+def _trampoline(op: CustomOp):
+    def fake(*args, **kwargs):
+        return op._fake(*args, **kwargs)
+    return fake
+
+
+def _new_config(kernel, cfgs: dict, n: int, dev: int):
+    if len(cfgs) >= _MAX_CONFIGS:
+        cfgs.clear()
+    c = cfgs[n * 256 + dev] = kernel.config_for(n, device=dev)
+    return c
+
+
+def _config_of(kernel, cfgs: dict, rule_result):
+    """A launch rule's result as a LaunchConfig, the same object for the same grid and block
+    (the launcher validates a config object once)."""
+    if rule_result is None:
+        return None
+    c = cfgs.get(rule_result)
+    if c is not None:
+        return c
+    from opsmith._runtime._launch_config import LaunchConfig
+    if isinstance(rule_result, LaunchConfig):
+        c = rule_result
+    elif isinstance(rule_result, tuple) and len(rule_result) in (2, 3):
+        c = LaunchConfig(*rule_result)
+    else:
+        raise SpecError(f"{kernel.name}: the launch rule returned {rule_result!r}; return a "
+                        f"LaunchConfig, (grid, block), (grid, block, shared_mem) or None")
+    if len(cfgs) >= _MAX_CONFIGS:
+        cfgs.clear()
+    try:
+        cfgs[rule_result] = c
+    except TypeError:  # unhashable grid (a list): build it each time
+        pass
+    return c
+
+
+def _first_dtype(kernel):
+    import torch
+    for p in kernel.params:
+        if p.kind == "tensor" and len(p.dtypes) == 1:
+            return getattr(torch, p.dtypes[0])
+    raise SpecError(f"kernel {kernel.name}: several kernels are told apart by the dtype of their first "
+                    f"typed pointer, and this one has none; register one op per kernel")
+
+
+def _bind(signature, s, out_names: dict[str, int], args: Sequence[str] | None, qualname: str) -> list[str]:
+    """The generated expression for each kernel parameter (an argument's name, ``_o<k>``, ``_n``)."""
+    params = list(signature.params)
+    where = f"{qualname}: kernel {signature.name}({signature.c_params()})"
+    types = dict(zip(s.arg_names, s.arg_types))
+    if args is not None:
+        if len(args) != len(params):
+            raise SpecError(f"{where} takes {len(params)} arguments but args= lists {len(args)}: {list(args)}")
+        exprs = []
+        for p, a in zip(params, args):
+            if a in types:
+                exprs.append(a)
+            elif a in out_names:
+                exprs.append(f"_o{out_names[a]}")
+            elif a in ("n", "numel"):
+                exprs.append("_n")
+            else:
+                raise SpecError(f"{where}: args= names {a!r}, which is neither an argument "
+                                f"({', '.join(s.arg_names)}), an output ({', '.join(out_names)}) nor 'n'")
+        return _check_binding(exprs, params, s, where)
+    tensors = [n for n, t in types.items() if t == "Tensor"]
+    scalars = [n for n, t in types.items() if _opschema.is_number(t)]
+    outputs = [f"_o{k}" for k in range(s.returns)]
+    named = {p.name for p in params}
+    tensors = [n for n in tensors if n not in named]
+    scalars = [n for n in scalars if n not in named]
+    outputs = [o for o in outputs if not any(out_names.get(p.name) == int(o[2:]) for p in params)]
+    exprs = []
+    for p in params:
+        if p.name in types:
+            exprs.append(p.name)
+        elif p.name in out_names:
+            exprs.append(f"_o{out_names[p.name]}")
+        elif p.kind == "tensor":
+            if tensors:
+                exprs.append(tensors.pop(0))
+            elif outputs:
+                exprs.append(outputs.pop(0))
+            else:
+                raise SpecError(f"{where}: nothing left for {p.describe()}; pass args=")
+        elif p.kind == "int" and p.name in _opschema.COUNT_NAMES:
+            exprs.append("_n")
+        elif scalars:
+            exprs.append(scalars.pop(0))
+        elif p.kind == "int":
+            exprs.append("_n")
+        else:
+            raise SpecError(f"{where}: nothing left for {p.describe()}; pass args=")
+    return _check_binding(exprs, params, s, where)
+
+
+def _check_binding(exprs: list[str], params, s, where: str) -> list[str]:
+    types = dict(zip(s.arg_names, s.arg_types))
+    for p, e in zip(params, exprs):
+        is_tensor = e.startswith("_o") or types.get(e) == "Tensor"
+        if (p.kind == "tensor") != is_tensor:
+            raise SpecError(f"{where}: {p.describe()} would take {e.replace('_o', 'output ')} "
+                            f"({'a tensor' if is_tensor else 'a number'}); pass args= in kernel order")
+        if e in types and types[e] != "Tensor" and not _opschema.is_number(types[e]):
+            raise SpecError(f"{where}: argument {e!r} is a {types[e]}, which a kernel cannot take")
+    used = set(exprs)
+    missing = [n for n, t in types.items() if t == "Tensor" and n not in used]
+    missing += [f"output {k}" for k in range(s.returns) if f"_o{k}" not in used]
+    if missing:
+        raise SpecError(f"{where} does not receive {', '.join(missing)}; name the kernel's parameters like "
+                        f"the op's arguments or pass args= (e.g. args={['x', 'out', 'n']!r})")
+    return exprs
+
+
+def _split_name(name: str) -> tuple[str, str]:
+    import re
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*::[A-Za-z_]\w*", name):
+        raise SpecError(f"op name {name!r} must be 'namespace::name' (identifiers), e.g. 'mylib::relu'")
+    ns, opname = name.split("::")
+    if ns in ("aten", "prim", "prims", "torch"):
+        raise SpecError(f"op name {name!r}: the namespace {ns!r} is torch's own; use your library's name")
+    return ns, opname
+
+
+def _kernel_list(kernel, qualname: str) -> list:
+    if kernel is None:
+        return []
+    ks = list(kernel) if isinstance(kernel, (list, tuple)) else [kernel]
+    for k in ks:
+        if not hasattr(k, "signature") or not hasattr(k, "launch"):
+            raise SpecError(f"{qualname}: kernel= takes opsmith kernels (CudaModule(...).get_kernel(name)), "
+                            f"got {k!r}; for a Python or extension function use cuda=")
+    return ks
+
+
+def _out_list(out, s, qualname: str) -> list[Out]:
+    if out is None:
+        if not s.tensor_returns:
+            raise SpecError(f"{qualname} returns {s.text.split('->')[-1].strip()}; opsmith ops return "
+                            f"tensors allocated from out= specs")
+        return [Out() for _ in range(s.returns)]
+    outs = [out] if isinstance(out, Out) else list(out)
+    if not all(isinstance(o, Out) for o in outs):
+        raise SpecError(f"{qualname}: out= takes opsmith.Out(...) specs, got {out!r}")
+    if len(outs) != s.returns:
+        raise SpecError(f"{qualname} returns {s.returns} tensor(s) but out= gives {len(outs)} spec(s)")
+    if not s.tensor_returns:
+        raise SpecError(f"{qualname}: every return of an opsmith op is a Tensor ({s.text})")
+    return outs
