@@ -40,6 +40,10 @@ _LAZY = {
     # --- end NVRTC kernels ---
     "export_c": "opsmith._build._export_c",
     "CExport": "opsmith._build._export_c",
+    # kernels and extension functions as torch ops (issue 12)
+    "custom_op": "opsmith._torch._ops",
+    "CustomOp": "opsmith._torch._ops",
+    "Out": "opsmith._torch._outspec",
 }
 
 __all__ = sorted([
