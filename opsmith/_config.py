@@ -122,6 +122,13 @@ _SETTINGS: tuple[Setting, ...] = (
             "Launch NVRTC kernels through the C fast path (`opsmith._runtime._claunch`, built at install "
             "when a C compiler is present); `0` forces the Python launcher. Read when a kernel "
             "is taken from its module."),
+    Setting("store_backend", ("OPSMITH_STORE_BACKEND",), str, lambda: "local",
+            "The artifact-store backend: `local` (entries as directories under the cache "
+            "directory) or `module:Class`, a `opsmith._cache._store.Store` subclass constructed "
+            "with the cache directory."),
+    Setting("verbose", ("OPSMITH_VERBOSE",), _to_bool, lambda: False,
+            "`1`: every build prints its commands and step times, as `verbose=True` does "
+            "(`setup.py` builds through `opsmith.setuptools` read it)."),
     Setting("remote_cache", ("OPSMITH_REMOTE_CACHE",), str, lambda: None,
             "A shared Redis cache for a cluster: `redis://[user:password@]host:6379/0` or "
             "`rediss://...` (TLS). Lookups go local, then Redis, then build; one process per "

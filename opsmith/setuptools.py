@@ -187,7 +187,7 @@ class BuildExtension(build_ext):
             module, [os.path.abspath(s) for s in ext.sources], kind="module", with_cuda=with_cuda,
             extra_cflags=macros + cxx_args, extra_cuda_cflags=macros + nvcc_args, extra_ldflags=ldflags,
             extra_include_paths=[os.path.abspath(d) for d in (ext.include_dirs or [])],
-            module_name=module, verbose=bool(os.environ.get("OPSMITH_VERBOSE")))
+            module_name=module, verbose=_settings().verbose)
         t0 = time.perf_counter()
         with _verbose(spec.verbose):
             art = build_spec(spec)
@@ -201,3 +201,8 @@ class BuildExtension(build_ext):
                 else "from the opsmith cache, nothing compiled")
         self.announce(f"opsmith: {ext.name} -> {dest} ({what})", level=2)
         print(f"opsmith: built {ext.name} ({what})")
+
+
+def _settings():
+    from opsmith._config import settings
+    return settings

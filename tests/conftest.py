@@ -35,10 +35,10 @@ def fresh_cache(tmp_path, monkeypatch):
         if var.startswith("OPSMITH_") or var == "TORCH_EXTENSIONS_DIR":
             monkeypatch.delenv(var)
     monkeypatch.setenv("OPSMITH_CACHE_DIR", str(cache))
-    from opsmith._cache import _store
-    _store._STORES.clear()
+    from opsmith._cache._store import reset
+    reset()
     yield cache
-    _store._STORES.clear()
+    reset()
 
 
 def have_tool(name: str) -> bool:

@@ -31,8 +31,8 @@ def shared_cache(tmp_path_factory):
 @pytest.fixture
 def cache(shared_cache, monkeypatch):
     monkeypatch.setenv("OPSMITH_CACHE_DIR", str(shared_cache))
-    from opsmith._cache import _store
-    _store._STORES.clear()
+    from opsmith._cache._store import reset
+    reset()
     return shared_cache
 
 

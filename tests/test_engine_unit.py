@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -17,7 +18,9 @@ from opsmith._build import _diagnostics
 from opsmith._config import settings
 from opsmith._cache._keys import KeyBuilder
 from opsmith._spec import ExtensionSpec
-from opsmith._cache._store import LocalStore
+from opsmith._cache._local import LocalStore
+from opsmith._cache._locks import Locks
+from opsmith._cache._state import State
 
 
 # -- keys -------------------------------------------------------------------------------
@@ -170,24 +173,27 @@ def test_store_disk_full_is_a_clear_error(tmp_path, monkeypatch):
     assert not list((tmp_path / "c" / "tmp").iterdir())  # nothing half-written left behind
 
 
-def test_records_roundtrip_and_corrupt_record_is_none(tmp_path):
-    store = LocalStore(tmp_path / "c")
-    store.put_record("ns", "a", {"v": [1, 2]})
-    assert store.get_record("ns", "a") == {"v": [1, 2]}
+def test_state_roundtrip_and_corrupt_document_is_none(tmp_path):
+    state = State(tmp_path / "c")
+    assert state.put("ns", "a", {"v": [1, 2]})
+    assert state.get("ns", "a") == {"v": [1, 2]}
     (tmp_path / "c" / "records" / "ns" / "a.json").write_text("{trunc")
-    assert store.get_record("ns", "a") is None
+    assert state.get("ns", "a") is None
+    calls = []
+    assert state.memo("ns", "b", lambda: calls.append(1) or {"x": 1}) == {"x": 1}
+    assert state.memo("ns", "b", lambda: calls.append(1) or {"x": 2}) == {"x": 1}
+    assert state.memo("ns", "b", lambda: calls.append(1) or {"x": 3}, valid=lambda d: d["x"] == 3) == {"x": 3}
+    assert len(calls) == 2
 
 
 def test_lock_excludes_other_processes(tmp_path):
-    store = LocalStore(tmp_path / "c")
+    locks = Locks(tmp_path / "c")
     script = textwrap.dedent(f"""
-        import sys, time
-        from opsmith._cache._store import LocalStore
-        s = LocalStore({str(tmp_path / 'c')!r})
-        with s.lock("k"):
+        from opsmith._cache._locks import Locks
+        with Locks({str(tmp_path / 'c')!r}).hold("k"):
             print("got", flush=True)
     """)
-    with store.lock("k"):
+    with locks.hold("k"):
         p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
         with pytest.raises(subprocess.TimeoutExpired):
             p.wait(timeout=1.5)
@@ -195,16 +201,15 @@ def test_lock_excludes_other_processes(tmp_path):
 
 
 def test_lock_of_killed_holder_is_released(tmp_path):
-    store = LocalStore(tmp_path / "c")
-    store.ensure()
-    script = (f"from opsmith._cache._store import LocalStore\nimport time\n"
-              f"s = LocalStore({str(tmp_path / 'c')!r})\n"
-              f"with s.lock('k'):\n    print('held', flush=True)\n    time.sleep(60)\n")
+    locks = Locks(tmp_path / "c")
+    script = (f"from opsmith._cache._locks import Locks\nimport time\n"
+              f"s = Locks({str(tmp_path / 'c')!r})\n"
+              f"with s.hold('k'):\n    print('held', flush=True)\n    time.sleep(60)\n")
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
     p.kill()
     p.wait()
-    with store.lock("k"):  # would hang forever with a polled lock file left behind
+    with locks.hold("k"):  # would hang forever with a polled lock file left behind
         pass
 
 
@@ -215,10 +220,9 @@ def test_parse_depfile_handles_continuations_and_escapes():
 
 
 def test_dep_index_content_not_mtime(tmp_path):
-    store = LocalStore(tmp_path / "c")
     h = tmp_path / "h.h"
     h.write_text("#define X 1\n")
-    idx = _deps.DepIndex(store)
+    idx = _deps.DepIndex(State(tmp_path / "c"))
     key = idx.record("pre", _deps.snapshot([str(h)], []))
     assert idx.resolve("pre") == key
     os.utime(h, ns=(1, 1))  # new mtime, same bytes: still a hit
@@ -335,3 +339,21 @@ def test_store_reads_without_stamps_rehash_and_restamp(tmp_path):
     (e.path / "verified").unlink()
     assert store.get("k1") is not None
     assert (e.path / "verified").exists()
+
+
+def test_an_edit_that_keeps_the_size_and_restores_the_mtime_is_seen(tmp_path):
+    """The one stamp policy (size, mtime, ctime, inode): ctime moves on any write."""
+    from opsmith._cache._stamps import stamp, unchanged
+    h = tmp_path / "h.h"
+    h.write_text("#define X 1\n")
+    before = os.stat(h)
+    idx = _deps.DepIndex(State(tmp_path / "c"))
+    key = idx.record("pre", _deps.snapshot([str(h)], []))
+    recorded = stamp(h)
+    time.sleep(0.01)
+    h.write_text("#define X 2\n")
+    os.utime(h, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and mtime as before
+    assert os.stat(h).st_size == before.st_size and os.stat(h).st_mtime_ns == before.st_mtime_ns
+    assert not unchanged(h, recorded)
+    assert idx.resolve("pre") is None  # the bytes differ: the old key must not come back
+    assert idx.resolve("pre") != key

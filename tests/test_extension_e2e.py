@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import opsmith  # noqa: E402
-from opsmith._cache._store import LocalStore  # noqa: E402
+from opsmith._cache._local import LocalStore  # noqa: E402
 
 ADD_SRC = r'''
 #include <torch/extension.h>
@@ -352,8 +352,8 @@ def test_torch_extensions_dir_is_honoured(cache, tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "tx"))
     src = tmp_path / "a.cpp"
     src.write_text(PLAIN_LIB)
-    from opsmith._cache import _store
-    _store._STORES.clear()
+    from opsmith._cache._store import reset
+    reset()
     p = opsmith.load("txdir", [str(src)], extra_cflags=["-DVALUE=1"], is_python_module=False)
     assert p.startswith(str(tmp_path / "tx"))
 

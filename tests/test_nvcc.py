@@ -30,7 +30,7 @@ def _nvcc_or_skip():
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda store=None: [])
+    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda state=None: [])
 
 
 # --- TORCH_CUDA_ARCH_LIST ---------------------------------------------------------------------
@@ -74,7 +74,7 @@ def test_unknown_arch_and_cuda_version_mistaken_for_an_arch():
 
 def test_tutorial_12_0_with_an_old_nvcc_is_caught_before_nvcc(monkeypatch):
     # The tutorial: CUDA 12.0's nvcc (no compute_120) and TORCH_CUDA_ARCH_LIST=12.0.
-    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda store=None: ["9.0"])
+    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda state=None: ["9.0"])
     old_nvcc = ("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0")
     with pytest.raises(ConfigError) as ei:
         resolve_archs("12.0", nvcc_archs=old_nvcc, cuda_versions=("12.0", "12.8"))
@@ -83,7 +83,7 @@ def test_tutorial_12_0_with_an_old_nvcc_is_caught_before_nvcc(monkeypatch):
 
 
 def test_12_0_that_no_gpu_here_can_run_is_an_error_with_the_fix(monkeypatch):
-    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda store=None: ["9.0"])
+    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda state=None: ["9.0"])
     new_nvcc = ("7.5", "8.0", "9.0", "10.0", "12.0")
     with pytest.raises(ConfigError, match="CUDA version.*TORCH_CUDA_ARCH_LIST=9.0"):
         resolve_archs("12.0", nvcc_archs=new_nvcc, cuda_versions=("13.0",))
@@ -92,10 +92,10 @@ def test_12_0_that_no_gpu_here_can_run_is_an_error_with_the_fix(monkeypatch):
 
 
 def test_default_archs_visible_gpus_else_stated_default(monkeypatch, caplog):
-    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda store=None: ["8.0", "9.0"])
+    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda state=None: ["8.0", "9.0"])
     assert [str(a) for a in resolve_archs(None, nvcc_archs=("7.5", "8.0", "9.0"), cuda_versions=())] == [
         "8.0", "9.0+PTX"]
-    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda store=None: [])
+    monkeypatch.setattr(_archs, "visible_gpu_archs", lambda state=None: [])
     _archs._default_warned.cache_clear()
     with caplog.at_level("WARNING", logger="opsmith"):
         archs = resolve_archs(None, nvcc_archs=("7.5", "8.0", "9.0"), cuda_versions=())
@@ -186,12 +186,11 @@ def cache_dir_env():
 @pytest.fixture
 def nvcc(fresh_cache):
     _nvcc_or_skip()
-    from opsmith._cache._store import open_store
+    from opsmith._cache._store import open_cache
     from opsmith._toolchain._nvcc import find_nvcc
     from opsmith._toolchain._cxx import find_cxx
-    store = open_store(None)
-    store.ensure()
-    return find_nvcc(find_cxx(store), store)
+    state = open_cache().state
+    return find_nvcc(find_cxx(state), state)
 
 
 def test_nvcc_is_probed_once_and_remembered(nvcc, fresh_cache):
@@ -203,10 +202,10 @@ def test_nvcc_is_probed_once_and_remembered(nvcc, fresh_cache):
     real_run = subprocess.run
     try:
         subprocess.run = lambda *a, **k: calls.append(a) or real_run(*a, **k)
-        from opsmith._cache._store import open_store
+        from opsmith._cache._store import open_cache
         from opsmith._toolchain._cxx import find_cxx
-        store = open_store(None)
-        again = _nvcc.find_nvcc(find_cxx(store), store)
+        state = open_cache().state
+        again = _nvcc.find_nvcc(find_cxx(state), state)
     finally:
         subprocess.run = real_run
     assert again == nvcc and calls == []
@@ -215,13 +214,13 @@ def test_nvcc_is_probed_once_and_remembered(nvcc, fresh_cache):
 def test_nvcc_compiles_a_cu_without_torch_headers_to_an_object(nvcc, tmp_path, no_gpu, monkeypatch):
     from opsmith._build._engine import _Toolchain
     from opsmith._spec import ExtensionSpec
-    from opsmith._cache._store import open_store
+    from opsmith._cache._store import open_cache
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
     src = tmp_path / "relu_kernel.cu"
     src.write_text(KERNEL)
     spec = ExtensionSpec.from_files("relu_k", [str(src)], kind="module")
     assert spec.with_cuda
-    tc = _Toolchain(open_store(None), spec)
+    tc = _Toolchain(open_cache(), spec)
     flags = tc.nvcc.flags_for(spec, tc)
     assert "-gencode=arch=compute_80,code=sm_80" in flags and "-gencode=arch=compute_90,code=compute_90" in flags
     assert flags[flags.index("--threads") + 1] == "2"
@@ -239,12 +238,12 @@ def test_nvcc_compiles_a_cu_without_torch_headers_to_an_object(nvcc, tmp_path, n
 def test_user_arch_flags_win_as_in_torch(nvcc, tmp_path, no_gpu, monkeypatch):
     from opsmith._build._engine import _Toolchain
     from opsmith._spec import ExtensionSpec
-    from opsmith._cache._store import open_store
+    from opsmith._cache._store import open_cache
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     src = tmp_path / "k.cu"
     src.write_text(KERNEL)
     spec = ExtensionSpec.from_files("k", [str(src)], kind="module", extra_cuda_cflags=["-arch=sm_90"])
-    tc = _Toolchain(open_store(None), spec)
+    tc = _Toolchain(open_cache(), spec)
     flags = tc.nvcc.flags_for(spec, tc)
     assert not any(f.startswith("-gencode") for f in flags) and flags[-1] == "-arch=sm_90"
 

@@ -20,7 +20,8 @@ from opsmith._config import settings
 from opsmith._errors import CompileError
 from opsmith._cache._keys import KeyBuilder
 from opsmith._spec import ExtensionSpec, Source
-from opsmith._cache._store import Entry, LocalStore, open_store
+from opsmith._cache._store import Cache, Entry, open_cache
+from opsmith._cache._tiered import check_must_hit, shared_state
 from opsmith._toolchain._cxx import (Compiler, TorchInfo, find_cxx, max_jobs, python_abi, python_include_dir,
                          torch_info)
 from opsmith._version import __version__
@@ -90,24 +91,25 @@ class _Unit:
 class _Toolchain:
     """Everything about the machine's tools that a build of ``spec`` needs (resolved lazily)."""
 
-    def __init__(self, store: LocalStore, spec: ExtensionSpec) -> None:
-        self.cxx: Compiler = find_cxx(store)
-        self.torch: TorchInfo = torch_info(store)
+    def __init__(self, cache: Cache, spec: ExtensionSpec) -> None:
+        self.cxx: Compiler = find_cxx(cache.state)
+        self.torch: TorchInfo = torch_info(cache.state)
         self.python_include = python_include_dir()
         self.spec = spec
-        self.store = store
+        self.cache = cache
+        self.state = cache.state  # machine-local probes (nvcc's, torch's C++ standard)
         self._nvcc = None
 
     @property
     def nvcc(self):
         if self._nvcc is None:
             from opsmith._toolchain._nvcc import find_nvcc
-            self._nvcc = find_nvcc(self.cxx, self.store)
+            self._nvcc = find_nvcc(self.cxx, self.state)
         return self._nvcc
 
-    def system_dirs(self, store_root: Path) -> list[str]:
+    def system_dirs(self, cache_root: Path) -> list[str]:
         dirs = [*self.torch.include_dirs, self.torch.root, self.python_include, *self.cxx.system_dirs,
-                os.fspath(store_root)]
+                os.fspath(cache_root)]
         if self.spec.with_cuda and self._nvcc is not None:
             dirs.extend(self._nvcc.include_dirs)
         return [os.path.realpath(d) for d in dirs]
@@ -144,9 +146,8 @@ def _module_name_flags(spec: ExtensionSpec, tc: _Toolchain) -> list[str]:
     """
     if not spec.module_name or spec.kind == "executable":
         return []
-    path = tc.store.root / "module-names" / f"{spec.module_name}.h"
+    path = tc.cache.workspace.stable_dir("module-names") / f"{spec.module_name}.h"
     if not path.exists():
-        path.parent.mkdir(mode=0o700, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_text(f"#undef TORCH_EXTENSION_NAME\n#define TORCH_EXTENSION_NAME {spec.module_name}\n")
         os.replace(tmp, path)
@@ -207,8 +208,8 @@ def _artifact_filename(spec: ExtensionSpec) -> str:
     return spec.name if spec.kind == "executable" else f"{spec.name}.so"
 
 
-def _resolve(store: LocalStore, units: list[_Unit]) -> None:
-    index = _deps.DepIndex(store)
+def _resolve(cache: Cache, units: list[_Unit]) -> None:
+    index = _deps.DepIndex(shared_state(cache))  # a cluster's shared cache shares the index
     for u in units:
         if u.key is None:
             found = index.resolve_with_deps(u.prekey)
@@ -259,9 +260,8 @@ def warm_spec(spec: ExtensionSpec, on_status=None):
     """
     from opsmith._build import _pch
     from opsmith._errors import ToolchainError
-    store = open_store(spec.build_directory)
-    store.ensure()
-    tc = _Toolchain(store, spec)
+    cache = open_cache(spec.build_directory)
+    tc = _Toolchain(cache, spec)
     if not _pch.supported(tc.cxx):
         raise ToolchainError(f"the compiler {tc.cxx.path} ({tc.cxx.family}) cannot build "
                              f"precompiled headers; opsmith uses them with gcc and clang. "
@@ -269,17 +269,17 @@ def warm_spec(spec: ExtensionSpec, on_status=None):
     if spec.with_cuda:
         tc.nvcc  # noqa: B018 - find nvcc (and say so clearly) before building anything
     if _linkstubs.wanted(spec.kind, _ldflags(spec, tc)):
-        _linkstubs.ensure(store, tc.cxx, tc.torch)
-    pch = _pch.ensure_pch(store, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=on_status, wait=True)
+        _linkstubs.ensure(cache, tc.cxx, tc.torch)
+    pch = _pch.ensure_pch(cache, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=on_status, wait=True)
     return pch, tc.cxx
 
 
-def _lookup(store, spec, tc, units, ldflags) -> Artifact | None:
-    _resolve(store, units)
+def _lookup(cache: Cache, spec, tc, units, ldflags) -> Artifact | None:
+    _resolve(cache, units)
     if any(u.key is None for u in units):
         return None
     link_key = _link_key(spec, tc, units, ldflags)
-    entry = store.get(link_key)
+    entry = cache.store.get(link_key)
     if entry is None:
         return None
     fname = entry.meta.get("file")
@@ -289,7 +289,7 @@ def _lookup(store, spec, tc, units, ldflags) -> Artifact | None:
     return Artifact(spec.name, spec.kind, entry.file(fname), link_key, inputs=_inputs(spec, tc, units))
 
 
-def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit],
+def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit],
                   ldflags: list[str]) -> Artifact:
     # Imported here, not at the top: a warm load (cache hit) needs none of them.
     from opsmith._build import _pch
@@ -299,7 +299,7 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
     t0 = time.perf_counter()
     for u in units:
         if u.key is not None:
-            u.object_entry = store.get(u.key)
+            u.object_entry = cache.store.get(u.key)
     todo = [u for u in units if u.object_entry is None]
     if any(u.rule == "nvcc" for u in todo):
         from opsmith._toolchain._nvcc import hint_torch_headers, includes_torch_headers
@@ -371,8 +371,8 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
         if not result.ok:
             raise _failure(spec, result, steps, log_path)
         # Publish each new object under its key (found from the compiler's depfile), then the link.
-        index = _deps.DepIndex(store)
-        system = tc.system_dirs(store.root)
+        index = _deps.DepIndex(shared_state(cache))
+        system = tc.system_dirs(cache.root)
         for u in todo:
             obj = build_dir / f"{u.source.stem}.o"
             deps = _deps.parse_depfile((build_dir / f"{u.source.stem}.o.d").read_text(errors="replace"))
@@ -382,9 +382,9 @@ def _build_locked(store: LocalStore, spec: ExtensionSpec, tc: _Toolchain, units:
             u.key = index.record(u.prekey, snap)
             u.deps = [s[0] for s in snap]
             if spec.keep_intermediates:
-                store.put(u.key, {"unit.o": obj}, kind="object", name=u.source.display, move=True)
+                cache.store.put(u.key, {"unit.o": obj}, kind="object", name=u.source.display, move=True)
         link_key = _link_key(spec, tc, units, ldflags)
-        entry = store.put(link_key, {out.name: out}, kind=spec.kind, name=spec.name, move=True,
+        entry = cache.store.put(link_key, {out.name: out}, kind=spec.kind, name=spec.name, move=True,
                           meta={"file": out.name, "units": [u.source.display for u in units],
                                 "seconds": round(time.perf_counter() - t0, 3),
                                 "steps": [[label, s] for label, s in result.timings]})

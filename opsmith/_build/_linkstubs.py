@@ -22,7 +22,7 @@ from pathlib import Path
 
 from opsmith._config import settings
 from opsmith._cache._keys import KeyBuilder
-from opsmith._cache._store import LocalStore
+from opsmith._cache._store import Cache
 from opsmith._toolchain._cxx import Compiler, TorchInfo
 
 __all__ = ["TORCH_LIBS", "wanted", "link_flags", "ensure", "elf_soname"]
@@ -39,12 +39,12 @@ def wanted(kind: str, ldflags: list[str]) -> bool:
             and not any(s in f for f in ldflags for s in _STRICT))
 
 
-def link_flags(store: LocalStore, cxx: Compiler, torch: TorchInfo, kind: str,
+def link_flags(cache: Cache, cxx: Compiler, torch: TorchInfo, kind: str,
                ldflags: list[str]) -> list[str]:
     """``ldflags`` with each torch ``-lNAME`` replaced by its stub; unchanged when none applies."""
     if not wanted(kind, ldflags):
         return ldflags
-    stubs = ensure(store, cxx, torch)
+    stubs = ensure(cache, cxx, torch)
     if not stubs:
         return ldflags
     out: list[str] = []
@@ -63,19 +63,19 @@ def _key(cxx: Compiler, torch: TorchInfo) -> str:
         .strs("libs", TORCH_LIBS).hexdigest()
 
 
-def ensure(store: LocalStore, cxx: Compiler, torch: TorchInfo) -> dict[str, Path]:
+def ensure(cache: Cache, cxx: Compiler, torch: TorchInfo) -> dict[str, Path]:
     """The stubs entry's files by library name, built on first use; {} when they cannot be."""
     key = _key(cxx, torch)
-    entry = store.get(key)
+    entry = cache.store.get(key)
     if entry is None:
-        entry = _build(store, key, cxx, torch)
+        entry = _build(cache, key, cxx, torch)
         if entry is None:
             return {}
     return {n: entry.file(f"lib{n}.so") for n in TORCH_LIBS if f"lib{n}.so" in entry.manifest["files"]}
 
 
-def _build(store: LocalStore, key: str, cxx: Compiler, torch: TorchInfo):
-    build_dir = store.new_build_dir("link-stubs")
+def _build(cache: Cache, key: str, cxx: Compiler, torch: TorchInfo):
+    build_dir = cache.workspace.build_dir("link-stubs")
     try:
         files, sonames = {}, {}
         for name in TORCH_LIBS:
@@ -97,7 +97,7 @@ def _build(store: LocalStore, key: str, cxx: Compiler, torch: TorchInfo):
             files[real.name], sonames[real.name] = out, soname
         if not files:
             return None
-        return store.put(key, files, kind="link-stubs", name="torch link stubs", move=True,
+        return cache.store.put(key, files, kind="link-stubs", name="torch link stubs", move=True,
                          meta={"sonames": sonames, "lib_dir": os.fspath(torch.lib_dir)})
     except OSError as exc:
         log.info("link stubs not built (%s): linking against the real torch libraries", exc)

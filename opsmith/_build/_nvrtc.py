@@ -102,16 +102,16 @@ def _stat_id(path: str) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
-def _nvrtc_identity(store) -> tuple[str, int, int, str]:
+def _nvrtc_identity(state) -> tuple[str, int, int, str]:
     """(library path, size, mtime_ns, version) of the NVRTC that compiles here, cheaply.
 
-    A record in the store remembers the last library seen; when its file is unchanged the
+    A machine-local record remembers the last library seen; when its file is unchanged the
     answer costs one stat and libnvrtc stays unloaded.
     """
     global _identity
     if _identity is not None:
         return _identity
-    rec = store.get_record("nvrtc", "identity")
+    rec = state.get("nvrtc", "identity")
     if isinstance(rec, dict) and {"path", "size", "mtime_ns", "version"} <= rec.keys():
         if _stat_id(rec["path"]) == (rec["size"], rec["mtime_ns"]):
             _identity = (rec["path"], rec["size"], rec["mtime_ns"], rec["version"])
@@ -121,7 +121,7 @@ def _nvrtc_identity(store) -> tuple[str, int, int, str]:
     size, mtime = _stat_id(path) or (0, 0)
     _identity = (path, size, mtime, version)
     if size:
-        store.put_record("nvrtc", "identity",
+        state.put("nvrtc", "identity",
                          {"path": path, "size": size, "mtime_ns": mtime, "version": version})
     return _identity
 
@@ -329,9 +329,10 @@ def compile_cuda(source: str | os.PathLike, *, arch: str, **kwargs: Any) -> Cuda
 
 
 def compile_request(req: CompileRequest) -> CudaBinary:
-    from opsmith._cache._store import open_store
-    store = open_store()
-    ident = _nvrtc_identity(store)
+    from opsmith._cache._store import open_cache
+    cache = open_cache()
+    store = cache.store
+    ident = _nvrtc_identity(cache.state)
     key = req.key(ident)
     hit = _memo.get(key)
     if hit is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from opsmith._errors import ToolchainError
 from opsmith._cache._keys import KeyBuilder
-from opsmith._cache._store import LocalStore
+from opsmith._cache._store import Cache
 from opsmith._toolchain._cxx import Compiler, TorchInfo
 
 __all__ = ["Pch", "pch_key", "ensure_pch", "pch_flags"]
@@ -49,10 +49,9 @@ def pch_key(compiler: Compiler, torch: TorchInfo, flags: list[str]) -> str:
             .strs("flags", flags).str("header", HEADER_TEXT).hexdigest())
 
 
-def _stable_header(store: LocalStore) -> Path:
+def _stable_header(cache: Cache) -> Path:
     """The header the PCH is built from, at a path that never changes (clang records it)."""
-    d = store.root / "pch-src"
-    d.mkdir(mode=0o700, exist_ok=True)
+    d = cache.workspace.stable_dir("pch-src")
     path = d / _HEADER
     if not path.exists():
         tmp = d / f".{_HEADER}.{os.getpid()}"
@@ -206,9 +205,9 @@ class _JobCompiler:
         self.path, self.family = path, family
 
 
-def _build(store: LocalStore, key: str, compiler: Compiler, flags: list[str]):
-    header = _stable_header(store)
-    build_dir = store.new_build_dir("pch")
+def _build(cache: Cache, key: str, compiler: Compiler, flags: list[str]):
+    header = _stable_header(cache)
+    build_dir = cache.workspace.build_dir("pch")
     try:
         if compiler.family == "clang":
             out = build_dir / "torch.pch"
@@ -231,7 +230,7 @@ def _build(store: LocalStore, key: str, compiler: Compiler, flags: list[str]):
             log.warning("precompiled torch headers failed to build; compiling without them.\n%s",
                         proc.stderr[-2000:])
             return None, seconds
-        entry = store.put(key, files, kind="pch", name="torch/extension.h", move=True,
+        entry = cache.store.put(key, files, kind="pch", name="torch/extension.h", move=True,
                           meta={"compiler": compiler.path, "seconds": round(seconds, 3)})
         return entry, seconds
     except FileNotFoundError as exc:

@@ -1,7 +1,8 @@
 """Looking after the cache: list, count, prune, clear and verify its entries.
 
-Everything here goes through the :class:`~opsmith._cache._store.Store` interface (``list``, ``lock``,
-``remove``, ``verify``), so it works on any backend that implements it. Removal is safe while
+Everything here goes through the :class:`~opsmith._cache._store.Store` interface (``list``,
+``remove``, ``verify``) and the build locks (``Locks.hold``, ``Locks.sweep``), so it works on
+any backend that implements it. Removal is safe while
 other processes use the cache: ``remove`` is an atomic rename (a reader sees the entry whole
 or not at all), each removal happens under the entry's lock, and entries used in the last
 :data:`BUSY_SECONDS` are skipped unless ``force`` is given, because a process that has just
@@ -15,7 +16,7 @@ import re
 import time
 
 from opsmith._errors import ConfigError
-from opsmith._cache._store import EntryInfo, Store
+from opsmith._cache._store import Cache, EntryInfo
 
 __all__ = [
     "BUSY_SECONDS",
@@ -76,9 +77,9 @@ def format_age(seconds: float) -> str:
     return f"{s / 86400:.0f} d"
 
 
-def entries(store: Store) -> list[EntryInfo]:
+def entries(cache: Cache) -> list[EntryInfo]:
     """Every entry, most recently used first."""
-    return sorted(store.list(), key=lambda e: e.last_used, reverse=True)
+    return sorted(cache.store.list(), key=lambda e: e.last_used, reverse=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +101,8 @@ class CacheStats:
         return dataclasses.asdict(self)
 
 
-def stats(store: Store, root: str = "") -> CacheStats:
-    items = list(store.list())
+def stats(cache: Cache, root: str = "") -> CacheStats:
+    items = list(cache.store.list())
     by_kind: dict[str, dict[str, int]] = {}
     for e in items:
         k = by_kind.setdefault(e.kind, {"entries": 0, "bytes": 0, "hits": 0})
@@ -121,7 +122,7 @@ class PruneResult:
     removed: list[EntryInfo] = dataclasses.field(default_factory=list)
     skipped_busy: list[EntryInfo] = dataclasses.field(default_factory=list)
     remaining_bytes: int = 0
-    locks_removed: int = 0  # idle lock files deleted (see LocalStore.sweep_locks)
+    locks_removed: int = 0  # idle lock files deleted (see Locks.sweep)
 
     @property
     def freed(self) -> int:
@@ -139,7 +140,7 @@ def _last_used_now(info: EntryInfo) -> float | None:
         return info.last_used if os.path.isdir(info.path) else None
 
 
-def _remove(store: Store, info: EntryInfo, *, force: bool, now: float, result: PruneResult,
+def _remove(cache: Cache, info: EntryInfo, *, force: bool, now: float, result: PruneResult,
             dry_run: bool) -> bool:
     if not force and now - info.last_used < BUSY_SECONDS:
         result.skipped_busy.append(info)
@@ -147,7 +148,7 @@ def _remove(store: Store, info: EntryInfo, *, force: bool, now: float, result: P
     if dry_run:
         result.removed.append(info)
         return True
-    with store.lock(info.key):
+    with cache.locks.hold(info.key):
         if not force:
             last = _last_used_now(info) if info.kind != "corrupt" else info.last_used
             if last is None:
@@ -155,26 +156,26 @@ def _remove(store: Store, info: EntryInfo, *, force: bool, now: float, result: P
             if time.time() - last < BUSY_SECONDS:
                 result.skipped_busy.append(info)
                 return False
-        if store.remove(info.key):
+        if cache.store.remove(info.key):
             result.removed.append(info)
             return True
     return False
 
 
-def prune(store: Store, *, max_size: int | None = None, older_than: float | None = None,
+def prune(cache: Cache, *, max_size: int | None = None, older_than: float | None = None,
           force: bool = False, dry_run: bool = False, now: float | None = None) -> PruneResult:
     """Remove least recently used entries until the cache holds at most ``max_size`` bytes,
     and every entry unused for ``older_than`` seconds.
 
     Examples
     --------
-    >>> from opsmith._cache._store import open_store
-    >>> prune(open_store(), max_size=parse_size("2G"))          # doctest: +SKIP
+    >>> from opsmith._cache._store import open_cache
+    >>> prune(open_cache(), max_size=parse_size("2G"))          # doctest: +SKIP
     """
     if max_size is None and older_than is None:
         raise ConfigError("prune needs --max-size or --older-than (or both), e.g. --max-size 2G")
     now = time.time() if now is None else now
-    items = sorted(store.list(), key=lambda e: e.last_used)  # least recently used first
+    items = sorted(cache.store.list(), key=lambda e: e.last_used)  # least recently used first
     total = sum(e.size for e in items)
     result = PruneResult()
     for info in items:
@@ -182,41 +183,41 @@ def prune(store: Store, *, max_size: int | None = None, older_than: float | None
         too_big = max_size is not None and total > max_size
         if not (too_old or too_big):
             continue
-        if _remove(store, info, force=force, now=now, result=result, dry_run=dry_run):
+        if _remove(cache, info, force=force, now=now, result=result, dry_run=dry_run):
             total -= info.size
     result.remaining_bytes = total
     if not dry_run:
-        result.locks_removed = store.sweep_locks(LOCK_IDLE_SECONDS)
+        result.locks_removed = cache.locks.sweep(LOCK_IDLE_SECONDS)
     return result
 
 
 LOCK_IDLE_SECONDS = 3600.0
 
 
-def clear(store: Store, *, force: bool = True) -> PruneResult:
+def clear(cache: Cache, *, force: bool = True) -> PruneResult:
     """Remove every entry (each under its lock). ``force=False`` keeps entries in use right now."""
     result = PruneResult()
     now = time.time()
-    for info in list(store.list()):
-        _remove(store, info, force=force, now=now, result=result, dry_run=False)
-    result.remaining_bytes = sum(e.size for e in store.list())
+    for info in list(cache.store.list()):
+        _remove(cache, info, force=force, now=now, result=result, dry_run=False)
+    result.remaining_bytes = sum(e.size for e in cache.store.list())
     # Every lock nobody holds (force) or nobody has opened for a while: none guards an entry now.
-    result.locks_removed = store.sweep_locks(0.0 if force else LOCK_IDLE_SECONDS)
+    result.locks_removed = cache.locks.sweep(0.0 if force else LOCK_IDLE_SECONDS)
     return result
 
 
-def verify(store: Store, *, remove: bool = True) -> tuple[int, list[tuple[EntryInfo, str]]]:
+def verify(cache: Cache, *, remove: bool = True) -> tuple[int, list[tuple[EntryInfo, str]]]:
     """Re-hash every entry. Returns (entries checked, [(entry, problem)]); corrupt ones are removed."""
     bad: list[tuple[EntryInfo, str]] = []
     checked = 0
-    for info in list(store.list()):
+    for info in list(cache.store.list()):
         checked += 1
-        problem = store.verify(info.key) if hasattr(store, "verify") else None
+        problem = cache.store.verify(info.key)
         if problem is None:
             continue
         bad.append((info, problem))
         if remove:
-            with store.lock(info.key):
-                if store.verify(info.key) is not None:  # still corrupt (not republished meanwhile)
-                    store.remove(info.key)
+            with cache.locks.hold(info.key):
+                if cache.store.verify(info.key) is not None:  # still corrupt (not republished meanwhile)
+                    cache.store.remove(info.key)
     return checked, bad

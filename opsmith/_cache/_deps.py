@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from opsmith._cache._stamps import stamp_of
 from opsmith._cache._keys import KeyBuilder, file_sha256
 
 __all__ = ["parse_depfile", "DepIndex"]
@@ -74,10 +75,10 @@ def _target_end(rule: str) -> int:
 
 
 class DepIndex:
-    """Pre-key -> [(header set, key)] records kept in a store."""
+    """Pre-key -> [(header set, key)] records kept in the machine-local state."""
 
-    def __init__(self, store, namespace: str = "deps") -> None:
-        self.store = store
+    def __init__(self, state, namespace: str = "deps2") -> None:
+        self.state = state
         self.namespace = namespace
 
     def resolve(self, prekey: str) -> str | None:
@@ -86,7 +87,7 @@ class DepIndex:
 
     def resolve_with_deps(self, prekey: str) -> tuple[str, list[str]] | None:
         """The key of the recorded header set that matches the disk, and those headers' paths."""
-        rec = self.store.get_record(self.namespace, prekey)
+        rec = self.state.get(self.namespace, prekey)
         if not isinstance(rec, dict):
             return None
         for variant in reversed(rec.get("variants", [])):
@@ -100,17 +101,17 @@ class DepIndex:
     def record(self, prekey: str, deps: list[list]) -> str:
         """Record a header set for ``prekey``; returns the key it yields."""
         key = key_for(prekey, deps)
-        rec = self.store.get_record(self.namespace, prekey)
+        rec = self.state.get(self.namespace, prekey)
         variants = rec.get("variants", []) if isinstance(rec, dict) else []
         variants = [v for v in variants if v.get("key") != key]
         variants.append({"deps": deps, "key": key})
-        self.store.put_record(self.namespace, prekey, {"variants": variants[-_MAX_VARIANTS:]})
+        self.state.put(self.namespace, prekey, {"variants": variants[-_MAX_VARIANTS:]})
         return key
 
 
 def key_for(prekey: str, deps: list[list]) -> str:
     kb = KeyBuilder("unit").str("prekey", prekey)
-    for path, sha, _size, _mtime in sorted(deps):
+    for path, sha, *_stamp in sorted(deps):
         kb.str("dep", path).str("sha", sha)
     return kb.hexdigest()
 
@@ -128,22 +129,27 @@ def snapshot(paths: Iterable[str], exclude_roots: Iterable[str], base: str = "."
             continue
         try:
             st = os.stat(ap)
-            out.append([ap, file_sha256(ap), st.st_size, st.st_mtime_ns])
+            out.append([ap, file_sha256(ap), *stamp_of(st)])
         except OSError:
             continue  # a header that vanished: the compiler saw it, the next lookup will miss
     return out
 
 
-def _dep_matches(path: str, sha: str, size: int, mtime_ns: int) -> bool:
+def _dep_matches(path: str, sha: str, *recorded: int) -> bool:
+    """True when ``path`` still holds the bytes recorded (``sha``).
+
+    The full stamp (size, mtime, ctime, inode) unchanged means unchanged; a same-size file
+    with any other stamp (a fresh checkout, a copy, or an edit that restored the mtime,
+    which moves ctime) is compared by its bytes.
+    """
     try:
         st = os.stat(path)
     except OSError:
         return False
-    if st.st_size != size:
+    if len(recorded) != 4 or st.st_size != recorded[0]:
         return False
-    if st.st_mtime_ns == mtime_ns:
+    if stamp_of(st) == list(recorded):
         return True
-    # Same size, new mtime (a fresh checkout, a copy): compare the bytes.
     try:
         return file_sha256(path) == sha
     except OSError:

@@ -154,10 +154,10 @@ def _can_run(arch: Arch, gpu: str) -> bool:
     return arch.major == major and arch.minor <= minor
 
 
-def visible_gpu_archs(store=None) -> list[str]:
+def visible_gpu_archs(state=None) -> list[str]:
     """Compute capabilities of the visible GPUs (``["9.0"]``), clamped to what torch supports.
 
-    Asked of torch once per boot and GPU set, then remembered in the store; in a process
+    Asked of torch once per boot and GPU set, then remembered in the machine-local state; in a process
     where torch has already initialised CUDA, asked directly (that is cheap there).
     """
     import sys
@@ -165,19 +165,19 @@ def visible_gpu_archs(store=None) -> list[str]:
     if torch is not None and getattr(torch.cuda, "is_initialized", lambda: False)():
         return _query_torch()
     from opsmith._torch._warm import gpu_fingerprint  # one identity of the GPU set, shared with the warm index
-    return _visible_cached(gpu_fingerprint(), store)
+    return _visible_cached(gpu_fingerprint(), state)
 
 
 @functools.lru_cache(maxsize=8)
-def _visible_cached(fingerprint: str, store) -> list[str]:
+def _visible_cached(fingerprint: str, state) -> list[str]:
     key = "gpus-" + fingerprint
-    if store is not None:
-        rec = store.get_record(_RECORD_NS, key)
+    if state is not None:
+        rec = state.get(_RECORD_NS, key)
         if isinstance(rec, dict) and isinstance(rec.get("archs"), list):
             return list(rec["archs"])
     archs = _query_torch()
-    if store is not None:
-        store.put_record(_RECORD_NS, key, {"archs": archs})
+    if state is not None:
+        state.put(_RECORD_NS, key, {"archs": archs})
     return archs
 
 
@@ -208,16 +208,16 @@ def _default_warned(text: str) -> None:
 
 
 def resolve_archs(arch_list: str | None, *, nvcc_archs: tuple[str, ...], cuda_versions: tuple[str, ...],
-                  store=None) -> tuple[Arch, ...]:
+                  state=None) -> tuple[Arch, ...]:
     """The archs to build for: the setting, else the visible GPUs', else a stated default.
 
     ``nvcc_archs`` are the compute capabilities the nvcc in use can build (``"9.0"``...); an
     arch outside them is an error here, with the fix, instead of ``nvcc fatal`` later.
     """
     if arch_list and arch_list.strip() != "native":
-        archs = parse_arch_list(arch_list, gpus=visible_gpu_archs(store), cuda_versions=cuda_versions)
-        _check_against_nvcc(arch_list, archs, nvcc_archs, cuda_versions, store)
-        gpus = visible_gpu_archs(store)
+        archs = parse_arch_list(arch_list, gpus=visible_gpu_archs(state), cuda_versions=cuda_versions)
+        _check_against_nvcc(arch_list, archs, nvcc_archs, cuda_versions, state)
+        gpus = visible_gpu_archs(state)
         if gpus and not any(_can_run(a, g) for a in archs for g in gpus):
             looks_like_version = all(a.cc in cuda_versions or re.fullmatch(r"1[1-3]\.\d", a.cc) for a in archs)
             msg = (f"TORCH_CUDA_ARCH_LIST={arch_list!r} builds code that none of the GPUs here "
@@ -228,7 +228,7 @@ def resolve_archs(arch_list: str | None, *, nvcc_archs: tuple[str, ...], cuda_ve
                                   f"GPU compute capabilities, not CUDA versions. Fix: " + _fix_text(gpus) + ".")
             _default_warned(msg + " Building anyway (for other machines?); add the local GPU's arch to run it here.")
         return archs
-    gpus = visible_gpu_archs(store)
+    gpus = visible_gpu_archs(state)
     usable = [g for g in gpus if not nvcc_archs or g in nvcc_archs]
     if usable:
         archs = [Arch(*map(int, g.split(".")), "", False) for g in usable]
@@ -257,13 +257,13 @@ def _no_gpu_default(nvcc_archs: tuple[str, ...]) -> Arch:
     return Arch(*map(int, cc.split(".")), "", True)
 
 
-def _check_against_nvcc(text, archs, nvcc_archs, cuda_versions, store) -> None:
+def _check_against_nvcc(text, archs, nvcc_archs, cuda_versions, state) -> None:
     if not nvcc_archs:
         return
     missing = [a for a in archs if f"{a.major}.{a.minor}" not in nvcc_archs]
     if not missing:
         return
-    gpus = visible_gpu_archs(store)
+    gpus = visible_gpu_archs(state)
     nvcc_ver = cuda_versions[0] if cuda_versions else "?"
     names = ", ".join(f"{a.cc} (sm_{a.num}{', ' + _GPU_NAMES[a.cc] if a.cc in _GPU_NAMES else ''})"
                       for a in missing)

@@ -1,7 +1,7 @@
 """Finding the tools a build needs, and fingerprinting them for cache keys.
 
 Nothing here runs at import. Each probe runs once per process; the expensive ones (running
-the compiler) are remembered on disk in the store's records, keyed by the compiler binary's
+the compiler) are remembered on disk in the machine-local state, keyed by the compiler binary's
 path, size, mtime and inode, so that a warm load in a fresh process runs no subprocess.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from opsmith._cache._stamps import stamp_of
 from opsmith._record import Record
 from opsmith._config import settings
 from opsmith._errors import ToolchainError
@@ -59,8 +60,8 @@ def _compiler_candidates() -> list[str]:
 _WHICH: dict[tuple[str, str], str] = {}
 
 
-def _which(cmd: str, store=None) -> str | None:
-    """``shutil.which``, remembered in the store while no directory on PATH has changed.
+def _which(cmd: str, state=None) -> str | None:
+    """``shutil.which``, remembered in the machine-local state while no directory on PATH has changed.
 
     Scanning PATH costs ~0.1 ms; a warm load re-checks the directories' mtimes instead
     (installing a compiler into one of them changes its mtime).
@@ -72,9 +73,9 @@ def _which(cmd: str, store=None) -> str | None:
     if memo is not None:
         return memo or None
     rec_id = None
-    if store is not None and "/" not in cmd:
+    if state is not None and "/" not in cmd:
         rec_id = "which-" + KeyBuilder("which").str("cmd", cmd).str("PATH", pathvar).hexdigest()
-        rec = store.get_record(_RECORD_NS, rec_id)
+        rec = state.get(_RECORD_NS, rec_id)
         if isinstance(rec, dict) and _dirs_unchanged(rec.get("dirs")):
             _WHICH[(cmd, pathvar)] = rec.get("path") or ""
             return rec.get("path") or None
@@ -88,7 +89,7 @@ def _which(cmd: str, store=None) -> str | None:
                 dirs.append([d, os.stat(d or ".").st_mtime_ns])
             except OSError:
                 dirs.append([d, None])
-        store.put_record(_RECORD_NS, rec_id, {"path": result, "dirs": dirs})
+        state.put(_RECORD_NS, rec_id, {"path": result, "dirs": dirs})
     return result or None
 
 
@@ -105,13 +106,13 @@ def _dirs_unchanged(dirs) -> bool:
     return True
 
 
-def find_cxx(store=None) -> Compiler:
+def find_cxx(state=None) -> Compiler:
     """The C++ compiler to use: ``OPSMITH_CXX``/``CXX`` if set, else clang++, c++, g++."""
     candidates = _compiler_candidates()
     for cand in candidates:
-        path = _which(cand, store)
+        path = _which(cand, state)
         if path:
-            return probe_compiler(path, store)
+            return probe_compiler(path, state)
     if settings.cxx:
         raise ToolchainError(
             f"the C++ compiler {settings.cxx!r} named by CXX/OPSMITH_CXX was not found on PATH. "
@@ -123,29 +124,29 @@ def find_cxx(store=None) -> Compiler:
         "torch extensions fastest.")
 
 
-def probe_compiler(path: str, store=None) -> Compiler:
+def probe_compiler(path: str, state=None) -> Compiler:
     """Identify the compiler at ``path`` (memoized in-process and on disk)."""
     try:
         st = os.stat(path)
     except OSError:
         raise ToolchainError(f"the compiler {path} cannot be read. Reinstall it or set CXX.") from None
     ident = KeyBuilder("compiler-probe").str("path", path).str("real", os.path.realpath(path)).str(
-        "stat", f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}").str("fmt", str(_PROBE_FORMAT)).hexdigest()
-    return _probe_cached(path, ident, store)
+        "stat", repr(stamp_of(st))).str("fmt", str(_PROBE_FORMAT)).hexdigest()
+    return _probe_cached(path, ident, state)
 
 
 @functools.lru_cache(maxsize=None)
-def _probe_cached(path: str, ident: str, store) -> Compiler:
-    if store is not None:
-        rec = store.get_record(_RECORD_NS, "cxx-" + ident)
+def _probe_cached(path: str, ident: str, state) -> Compiler:
+    if state is not None:
+        rec = state.get(_RECORD_NS, "cxx-" + ident)
         if isinstance(rec, dict):
             try:
                 return Compiler(**{**rec, "system_dirs": tuple(rec["system_dirs"])})
             except TypeError:
                 pass
     comp = _run_probe(path)
-    if store is not None:
-        store.put_record(_RECORD_NS, "cxx-" + ident, comp._asdict())
+    if state is not None:
+        state.put(_RECORD_NS, "cxx-" + ident, comp._asdict())
     return comp
 
 
@@ -183,14 +184,14 @@ def _run_probe(path: str) -> Compiler:
 _TORCH_INFO: list[TorchInfo] = []
 
 
-def torch_info(store=None) -> TorchInfo:
+def torch_info(state=None) -> TorchInfo:
     """Versions, include and library directories and ABI of the installed torch (once per process)."""
     if not _TORCH_INFO:
-        _TORCH_INFO.append(_torch_info(store))
+        _TORCH_INFO.append(_torch_info(state))
     return _TORCH_INFO[0]
 
 
-def _torch_info(store) -> TorchInfo:
+def _torch_info(state) -> TorchInfo:
     try:
         import torch
     except ImportError:
@@ -203,7 +204,7 @@ def _torch_info(store) -> TorchInfo:
         raise ToolchainError(f"torch's C++ headers are missing ({include}/torch/extension.h). "
                              f"Reinstall torch from a wheel that ships them (`pip install --force-reinstall torch`).")
     abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
-    std = _torch_cxx_std(root, store)
+    std = _torch_cxx_std(root, state)
     ext_h = os.stat(os.path.join(include, "torch", "extension.h"))
     fp = KeyBuilder("torch").str("version", torch.__version__).str("root", root).str(
         "abi", str(abi)).str("std", std).str("cuda", torch.version.cuda).str(
@@ -211,10 +212,10 @@ def _torch_info(store) -> TorchInfo:
     return TorchInfo(torch.__version__, root, include_dirs, lib_dir, abi, std, torch.version.cuda, fp)
 
 
-def _torch_cxx_std(root: str, store=None) -> str:
+def _torch_cxx_std(root: str, state=None) -> str:
     """The C++ standard torch's own extension builder uses (read from its source, not imported).
 
-    Remembered in the store by the file's size and mtime: reading it costs a warm load 0.2 ms.
+    Remembered in the machine-local state by the file's size and mtime: reading it costs a warm load 0.2 ms.
     """
     path = os.path.join(root, "utils", "cpp_extension.py")
     try:
@@ -222,9 +223,9 @@ def _torch_cxx_std(root: str, store=None) -> str:
     except OSError:
         return "c++17"
     rec_id = "std-" + KeyBuilder("torch-std-2").str("file", path).str(
-        "stat", f"{st.st_size}:{st.st_mtime_ns}").hexdigest()
-    if store is not None:
-        rec = store.get_record(_RECORD_NS, rec_id)
+        "stat", repr(stamp_of(st))).hexdigest()
+    if state is not None:
+        rec = state.get(_RECORD_NS, rec_id)
         if isinstance(rec, dict) and rec.get("std") in ("c++17", "c++20"):
             return rec["std"]
     try:
@@ -232,8 +233,8 @@ def _torch_cxx_std(root: str, store=None) -> str:
     except OSError:
         return "c++17"
     std = torch_std_from_source(text)
-    if store is not None:
-        store.put_record(_RECORD_NS, rec_id, {"std": std})
+    if state is not None:
+        state.put(_RECORD_NS, rec_id, {"std": std})
     return std
 
 

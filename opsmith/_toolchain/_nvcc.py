@@ -4,7 +4,7 @@ Found from ``CUDACXX`` (a path to nvcc, as CMake reads it), ``CUDA_HOME``/``CUDA
 ``nvcc`` on ``PATH``, ``/usr/local/cuda``, then the pip wheel (``nvidia-cuda-nvcc``). The
 probe (``--version``, ``--list-gpu-arch`` and a ``--dryrun`` that says where nvcc looks for
 headers and libraries) runs once per nvcc binary and host compiler and is remembered in the
-store's records, so that a warm load in a fresh process runs no subprocess.
+state's records, so that a warm load in a fresh process runs no subprocess.
 
 Checks made before nvcc ever runs, each a :class:`ToolchainError` with the fix: no nvcc, a
 ``CUDA_HOME`` without nvcc, a host compiler outside the range this nvcc supports, and a
@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 
+from opsmith._cache._stamps import stamp_of
 from opsmith._config import settings
 from opsmith._record import Record
 from opsmith._errors import ToolchainError
@@ -108,7 +109,7 @@ class Nvcc(Record):
         if not any("arch" in f for f in user if "TORCH_EXTENSION_NAME" not in f):  # torch's rule
             archs = _archs.resolve_archs(settings.cuda_arch_list, nvcc_archs=self.archs,
                                          cuda_versions=self._cuda_versions(tc),
-                                         store=getattr(tc, "store", None))
+                                         state=getattr(tc, "state", None))
             flags += _archs.gencode_flags(archs)
             if len(archs) > 1 and not any(f in ("-t", "--threads") or f.startswith(("--threads=", "-t="))
                                             for f in user):
@@ -163,19 +164,19 @@ class Nvcc(Record):
 def torch_nvcc_std(tc) -> str:
     """The C++ standard torch's own builder passes to nvcc (``cuda_flags.append('-std=...')``).
 
-    Read from torch's source once per torch install and remembered in the store. It matters:
+    Read from torch's source once per torch install and remembered in the machine-local state. It matters:
     with torch 2.11 (c++17), nvcc on a .cu that includes torch headers took 46.4 s at c++17 and
     52.2 s at c++20 on the H100 machine. Falls back to the standard used for C++ sources.
     """
-    store = getattr(tc, "store", None)
+    state = getattr(tc, "state", None)
     key = "nvcc-std-" + tc.torch.fingerprint
-    if store is not None:
-        rec = store.get_record(_RECORD_NS, key)
+    if state is not None:
+        rec = state.get(_RECORD_NS, key)
         if isinstance(rec, dict) and isinstance(rec.get("std"), str):
             return rec["std"]
     std = _read_torch_nvcc_std(tc.torch.root) or tc.torch.std
-    if store is not None:
-        store.put_record(_RECORD_NS, key, {"std": std})
+    if state is not None:
+        state.put(_RECORD_NS, key, {"std": std})
     return std
 
 
@@ -220,15 +221,15 @@ def _pip_nvccs() -> list[str]:
 _DEFAULT_HOMES = ("/usr/local/cuda",)
 
 
-def locate_nvcc(store=None) -> tuple[str, str]:
+def locate_nvcc(state=None) -> tuple[str, str]:
     """(path of nvcc, how it was found). Raises ToolchainError with the fix when there is none.
 
-    PATH lookups go through ``_toolchain._which``: remembered in the store while PATH's
+    PATH lookups go through ``_toolchain._which``: remembered in the machine-local state while PATH's
     directories are unchanged, so a warm load does not rescan PATH.
     """
     cudacxx = settings.cudacxx
     if cudacxx:
-        path = _which(cudacxx, store) or cudacxx
+        path = _which(cudacxx, state) or cudacxx
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise ToolchainError(f"CUDACXX={cudacxx!r} is not an executable nvcc. Point it at nvcc "
                                  f"(e.g. /usr/local/cuda/bin/nvcc) or unset it.")
@@ -249,7 +250,7 @@ def locate_nvcc(store=None) -> tuple[str, str]:
         raise ToolchainError(f"{var}={home} has no nvcc ({path} is missing){hint}. Set {var} to the "
                              f"CUDA toolkit root, the directory holding bin/nvcc (e.g. /usr/local/cuda)."
                              f"{also}")
-    found = _which("nvcc", store)
+    found = _which("nvcc", state)
     if found:
         return found, "PATH"
     for h in _DEFAULT_HOMES:
@@ -268,43 +269,43 @@ def locate_nvcc(store=None) -> tuple[str, str]:
         "`conda install -c nvidia cuda-nvcc`.")
 
 
-def find_nvcc(cxx: Compiler, store=None) -> Nvcc:
+def find_nvcc(cxx: Compiler, state=None) -> Nvcc:
     """The nvcc to use with host compiler ``cxx``'s family, checked against torch's CUDA."""
-    path, how = locate_nvcc(store)
-    host = _host_compiler(cxx, store)
+    path, how = locate_nvcc(state)
+    host = _host_compiler(cxx, state)
     try:
         st = os.stat(path)
     except OSError:
         raise ToolchainError(f"nvcc at {path} cannot be read. Reinstall the CUDA toolkit.") from None
     ident = KeyBuilder("nvcc-probe").str("path", path).str("real", os.path.realpath(path)).str(
-        "stat", f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}").str("host", host).str(
+        "stat", repr(stamp_of(st))).str("host", host).str(
         "fmt", str(_PROBE_FORMAT)).hexdigest()
-    nv = _probe_cached(path, host, ident, store)
+    nv = _probe_cached(path, host, ident, state)
     _check_torch(nv.version, how, path)
     return nv
 
 
-def _host_compiler(cxx: Compiler, store=None) -> str:
+def _host_compiler(cxx: Compiler, state=None) -> str:
     cc = settings.cc  # torch passes $CC to nvcc as -ccbin; so do we
     if cc:
-        return _which(cc, store) or cc
+        return _which(cc, state) or cc
     if cxx.family == "gcc":
         return cxx.path
-    return _which("g++", store) or cxx.path  # nvcc's default and best-tested host compiler
+    return _which("g++", state) or cxx.path  # nvcc's default and best-tested host compiler
 
 
 @functools.lru_cache(maxsize=None)
-def _probe_cached(path: str, host: str, ident: str, store) -> Nvcc:
-    if store is not None:
-        rec = store.get_record(_RECORD_NS, "nvcc-" + ident)
+def _probe_cached(path: str, host: str, ident: str, state) -> Nvcc:
+    if state is not None:
+        rec = state.get(_RECORD_NS, "nvcc-" + ident)
         if isinstance(rec, dict):
             try:
                 return Nvcc(**{k: tuple(v) if isinstance(v, list) else v for k, v in rec.items()})
             except TypeError:
                 pass
-    nv = _run_probe(path, host, store)
-    if store is not None:
-        store.put_record(_RECORD_NS, "nvcc-" + ident, nv._asdict())
+    nv = _run_probe(path, host, state)
+    if state is not None:
+        state.put(_RECORD_NS, "nvcc-" + ident, nv._asdict())
     return nv
 
 
@@ -317,7 +318,7 @@ def _run(cmd, cwd=None) -> subprocess.CompletedProcess:
                              f"or point CUDA_HOME at a working one.") from None
 
 
-def _run_probe(path: str, host: str, store) -> Nvcc:
+def _run_probe(path: str, host: str, state) -> Nvcc:
     out = _run([path, "--version"])
     text = out.stdout + out.stderr
     m = re.search(r"release (\d+)\.(\d+)", text)
@@ -328,7 +329,7 @@ def _run_probe(path: str, host: str, store) -> Nvcc:
     lst = _run([path, "--list-gpu-arch"])
     archs = sorted({f"{int(n) // 10}.{int(n) % 10}" for n in re.findall(r"compute_(\d+)\b", lst.stdout)},
                    key=lambda s: tuple(int(x) for x in s.split(".")))
-    host_c = probe_compiler(host, store) if os.path.isabs(host) else None
+    host_c = probe_compiler(host, state) if os.path.isabs(host) else None
     with tempfile.TemporaryDirectory(prefix="opsmith-nvcc-") as d:
         with open(os.path.join(d, "probe.cu"), "w") as f:
             f.write("__global__ void k() {}\n")

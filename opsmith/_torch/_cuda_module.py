@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opsmith._build._nvrtc import CudaBinary, compile_request, make_request, normalize_arch
-from opsmith._errors import CacheError, LaunchError, SpecError, ToolchainError
+from opsmith._errors import LaunchError, SpecError, ToolchainError
 from opsmith._runtime import _signature as sig
 from opsmith._torch._kernel import Kernel
 
@@ -170,30 +170,26 @@ class CudaModule:
 
 
 def _parsed_kernels(text: str) -> dict[str, sig.KernelDecl]:
-    """``sig.parse_kernels(text)``, remembered in the store's records by the text's hash.
+    """``sig.parse_kernels(text)``, remembered in the machine-local state by the text's hash.
 
     Parsing compiles a dozen regular expressions (~0.5 ms on the GPU machine): a warm load
     reads the earlier parse instead.
     """
     import hashlib
 
-    from opsmith._cache._store import open_store
+    from opsmith._cache._store import open_cache
     from opsmith._version import __version__
-    store = open_store()
+    state = open_cache().state
     ident = hashlib.sha256(f"{__version__}\0{text}".encode()).hexdigest()[:40]
-    rec = store.get_record("kernel-decls", ident)
+    rec = state.get("kernel-decls", ident)
     if isinstance(rec, list):
         try:
             return {d[0]: sig.KernelDecl(d[0], d[1], tuple(d[2]), bool(d[3]), int(d[4])) for d in rec}
         except (TypeError, ValueError, IndexError):
             pass  # not what this version writes: parse again
     decls = sig.parse_kernels(text)
-    try:
-        store.put_record("kernel-decls", ident, [[d.name, d.params_text, list(d.template_params),
-                                                  d.extern_c, d.line] for d in decls.values()])
-    except (OSError, CacheError) as exc:  # an optimisation only: a full disk must not fail a load
-        import logging
-        logging.getLogger("opsmith").debug("kernel parse not recorded: %s", exc)
+    state.put("kernel-decls", ident, [[d.name, d.params_text, list(d.template_params),  # never raises
+                                       d.extern_c, d.line] for d in decls.values()])
     return decls
 
 

@@ -11,18 +11,19 @@ compiler, a pruned entry) is a miss, and the full lookup runs — which still co
 nothing when only stamps moved. ctime cannot be set by a user, so an edit that restores
 size and mtime is still seen.
 
-It lives in the store's records (``records/warm/<key>.json``), written atomically, read
-only from a cache directory that passes the store's ownership and permission checks.
+It lives in the machine-local state (:class:`~opsmith._cache._state.State`, namespace
+``warm``), written atomically, read only from a cache directory owned by the user and not
+writable by others.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import sys
 from typing import Any
 
+from opsmith._cache._stamps import stamp, unchanged
 from opsmith._config import settings
 from opsmith._version import __version__
 
@@ -79,11 +80,6 @@ def call_key(kind: str, args: tuple) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _stamp(path: str) -> list:
-    st = os.stat(path)
-    return [path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
-
 def _private(root: str) -> bool:
     try:
         st = os.stat(root)
@@ -96,35 +92,21 @@ def lookup(key: str | None, build_directory=None) -> Hit | None:
     """The artifact this exact call gave last time, if nothing it rests on has changed."""
     if key is None:
         return None
+    from opsmith._cache._state import State
     root = _root(build_directory)
-    path = os.path.join(root, "records", NAMESPACE, key + ".json")
+    rec = State(root).get(NAMESPACE, key)
+    if rec is None or not _private(root):
+        return None  # the full lookup explains what is wrong with the directory
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_uid != os.getuid():
-                return None
-            rec = json.loads(f.read())
-        if not _private(root):
-            return None  # the full lookup explains what is wrong with the directory
         for s in rec["stamps"]:
-            if _stamp(s[0]) != s:
+            if not unchanged(s[0], s[1:]):
                 return None
         hit = Hit(rec["name"], rec["kind"], rec["path"], rec["key"], tuple(rec["init_names"]))
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+    except (ValueError, KeyError, TypeError, IndexError):
         return None
-    _record_use(os.path.dirname(hit.path))
+    from opsmith._cache._store import open_store
+    open_store(root).record_use(hit.key)  # so that `opsmith cache prune` keeps what is used
     return hit
-
-
-def _record_use(entry_dir: str) -> None:
-    # As the store does on every hit, so that `opsmith cache prune` keeps what is used.
-    try:
-        fd = os.open(os.path.join(entry_dir, "uses"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, b".")
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 def remember(key: str | None, artifact: Any, init_names: tuple[str, ...], build_directory=None) -> None:
@@ -132,10 +114,9 @@ def remember(key: str | None, artifact: Any, init_names: tuple[str, ...], build_
     if key is None or not getattr(artifact, "inputs", None):
         return
     try:
-        stamps = [_stamp(os.fspath(artifact.path))]
-        stamps += [_stamp(p) for p in dict.fromkeys(artifact.inputs)]
-        from opsmith._cache._store import open_store
-        open_store(_root(build_directory)).put_record(NAMESPACE, key, {
+        from opsmith._cache._state import State
+        stamps = [[p, *stamp(p)] for p in (os.fspath(artifact.path), *dict.fromkeys(artifact.inputs))]
+        State(_root(build_directory)).put(NAMESPACE, key, {
             "name": artifact.name, "kind": artifact.kind, "path": os.fspath(artifact.path),
             "key": artifact.key, "init_names": list(init_names), "stamps": stamps})
     except Exception as exc:  # noqa: BLE001 - an optimisation only: a full disk must not fail a load

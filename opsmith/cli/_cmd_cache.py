@@ -6,9 +6,9 @@ import os
 import sys
 import time
 
-def _store():
-    from opsmith._cache._store import open_store
-    return open_store()
+def _cache():
+    from opsmith._cache._store import open_cache
+    return open_cache()
 
 
 def _cache_path(args) -> int:
@@ -19,7 +19,7 @@ def _cache_path(args) -> int:
 
 def _cache_ls(args) -> int:
     from opsmith._cache._admin import entries, format_age, format_size
-    items = entries(_store())
+    items = entries(_cache())
     now = time.time()
     if args.json:
         print(json.dumps([{"key": e.key, "kind": e.kind, "name": e.name, "size": e.size,
@@ -27,7 +27,7 @@ def _cache_ls(args) -> int:
                            "path": os.fspath(e.path)} for e in items], indent=2))
         return 0
     if not items:
-        print(f"the cache is empty ({_store().root})")
+        print(f"the cache is empty ({_cache().root})")
         return 0
     rows = [(e.name or "-", e.kind, format_size(e.size), format_age(now - e.created),
              format_age(now - e.last_used), str(e.hits), e.key[:16]) for e in items]
@@ -56,10 +56,11 @@ def print_table(head, rows, right=frozenset()) -> None:
 
 def _cache_stats(args) -> int:
     from opsmith._cache._admin import format_size, stats
-    store = _store()
-    s = stats(store, os.fspath(store.root))
+    cache = _cache()
+    s = stats(cache, os.fspath(cache.root))
     if args.json:
-        print(json.dumps(s.as_dict(), indent=2))
+        from opsmith._cache._tiered import tier_stats
+        print(json.dumps(s.as_dict() | {"tiers": tier_stats(cache.root)["tiers"]}, indent=2))
         return 0
     rate = f"{s.hit_rate:.1%}" if s.hit_rate is not None else "-"
     print(f"cache:    {s.root}")

@@ -327,7 +327,8 @@ def _arch_text(archs) -> str:
 
 
 def check_arch_list(ctx: _Context) -> list[Check]:
-    text = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    from opsmith._config import settings
+    text = settings.cuda_arch_list or ""
     try:
         from opsmith._toolchain._archs import parse_arch_list, resolve_archs
     except ImportError:
@@ -399,7 +400,7 @@ def _write_probe(directory: Path) -> OSError | None:
 
 
 def check_cache(ctx: _Context) -> list[Check]:
-    from opsmith._cache._store import check_private_dir
+    from opsmith._cache._root import check_private_dir
     root = settings.cache_path
     rows: list[Check] = []
     env_fix = "or set OPSMITH_CACHE_DIR to a directory of your own on a local disk"
@@ -458,9 +459,9 @@ def check_cache(ctx: _Context) -> list[Check]:
         rows.append(Check("cache free space", OK, f"{format_size(free)} free"))
     if existing == root and (root / "entries").is_dir():
         from opsmith._cache._admin import stats
-        from opsmith._cache._store import LocalStore
+        from opsmith._cache._store import open_cache
         try:
-            s = stats(LocalStore(root), os.fspath(root))
+            s = stats(open_cache(root), os.fspath(root))
         except (OpsmithError, OSError) as exc:
             rows.append(Check("cache contents", WARNING, f"cannot be listed: {exc}",
                               "Run opsmith cache verify."))
