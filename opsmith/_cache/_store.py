@@ -140,11 +140,11 @@ def open_cache(root: str | os.PathLike | None = None) -> Cache:
 
 
 def _remote_wrapper():
-    """The shared-cache wrapper (``opsmith._cache._tiered.wrap``) when that module exists."""
-    try:
-        from opsmith._cache._tiered import wrap
-    except ImportError:
-        return None
+    """The shared-cache wrapper when a remote cache is configured (``OPSMITH_REMOTE_CACHE``)."""
+    from opsmith._config import settings
+    if not settings.remote_cache:
+        return None  # the local store alone: nothing of the remote tier is imported
+    from opsmith._cache._tiered import wrap
     return wrap
 
 
