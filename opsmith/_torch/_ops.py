@@ -291,9 +291,9 @@ class CustomOp:
         out_names = {n: k for k, n in enumerate(s.return_names)}
         out_names.update({f"out{k}": k for k in range(s.returns)})
         out_names.update({n: k for k, n in enumerate(kernel_outputs)})
-        binding = _bind(kernels[0].signature, s, out_names, args, self.name)
+        binding = _opschema.bind_kernel(kernels[0].signature, s, out_names, args, self.name)
         for k in kernels[1:]:
-            other = _bind(k.signature, s, out_names, args, self.name)
+            other = _opschema.bind_kernel(k.signature, s, out_names, args, self.name)
             if other != binding:
                 raise SpecError(f"{self.name}: kernels {kernels[0].name} and {k.name} take different "
                                 f"arguments ({binding} vs {other}); one op's kernels must take the same ones")
@@ -448,75 +448,6 @@ def _first_dtype(kernel):
             return getattr(torch, p.dtypes[0])
     raise SpecError(f"kernel {kernel.name}: several kernels are told apart by the dtype of their first "
                     f"typed pointer, and this one has none; register one op per kernel")
-
-
-def _bind(signature, s, out_names: dict[str, int], args: Sequence[str] | None, qualname: str) -> list[str]:
-    """The generated expression for each kernel parameter (an argument's name, ``_o<k>``, ``_n``)."""
-    params = list(signature.params)
-    where = f"{qualname}: kernel {signature.name}({signature.c_params()})"
-    types = dict(zip(s.arg_names, s.arg_types))
-    if args is not None:
-        if len(args) != len(params):
-            raise SpecError(f"{where} takes {len(params)} arguments but args= lists {len(args)}: {list(args)}")
-        exprs = []
-        for p, a in zip(params, args):
-            if a in types:
-                exprs.append(a)
-            elif a in out_names:
-                exprs.append(f"_o{out_names[a]}")
-            elif a in ("n", "numel"):
-                exprs.append("_n")
-            else:
-                raise SpecError(f"{where}: args= names {a!r}, which is neither an argument "
-                                f"({', '.join(s.arg_names)}), an output ({', '.join(out_names)}) nor 'n'")
-        return _check_binding(exprs, params, s, where)
-    tensors = [n for n, t in types.items() if t == "Tensor"]
-    scalars = [n for n, t in types.items() if _opschema.is_number(t)]
-    outputs = [f"_o{k}" for k in range(s.returns)]
-    named = {p.name for p in params}
-    tensors = [n for n in tensors if n not in named]
-    scalars = [n for n in scalars if n not in named]
-    outputs = [o for o in outputs if not any(out_names.get(p.name) == int(o[2:]) for p in params)]
-    exprs = []
-    for p in params:
-        if p.name in types:
-            exprs.append(p.name)
-        elif p.name in out_names:
-            exprs.append(f"_o{out_names[p.name]}")
-        elif p.kind == "tensor":
-            if tensors:
-                exprs.append(tensors.pop(0))
-            elif outputs:
-                exprs.append(outputs.pop(0))
-            else:
-                raise SpecError(f"{where}: nothing left for {p.describe()}; pass args=")
-        elif p.kind == "int" and p.name in _opschema.COUNT_NAMES:
-            exprs.append("_n")
-        elif scalars:
-            exprs.append(scalars.pop(0))
-        elif p.kind == "int":
-            exprs.append("_n")
-        else:
-            raise SpecError(f"{where}: nothing left for {p.describe()}; pass args=")
-    return _check_binding(exprs, params, s, where)
-
-
-def _check_binding(exprs: list[str], params, s, where: str) -> list[str]:
-    types = dict(zip(s.arg_names, s.arg_types))
-    for p, e in zip(params, exprs):
-        is_tensor = e.startswith("_o") or types.get(e) == "Tensor"
-        if (p.kind == "tensor") != is_tensor:
-            raise SpecError(f"{where}: {p.describe()} would take {e.replace('_o', 'output ')} "
-                            f"({'a tensor' if is_tensor else 'a number'}); pass args= in kernel order")
-        if e in types and types[e] != "Tensor" and not _opschema.is_number(types[e]):
-            raise SpecError(f"{where}: argument {e!r} is a {types[e]}, which a kernel cannot take")
-    used = set(exprs)
-    missing = [n for n, t in types.items() if t == "Tensor" and n not in used]
-    missing += [f"output {k}" for k in range(s.returns) if f"_o{k}" not in used]
-    if missing:
-        raise SpecError(f"{where} does not receive {', '.join(missing)}; name the kernel's parameters like "
-                        f"the op's arguments or pass args= (e.g. args={['x', 'out', 'n']!r})")
-    return exprs
 
 
 def _split_name(name: str) -> tuple[str, str]:
