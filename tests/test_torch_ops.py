@@ -119,7 +119,8 @@ def test_schema_text_python_annotations_and_pybind_doc(ext):
         return x * alpha
     op = opsmith.custom_op(fresh("scale"), cpu=scale)
     assert op.schema.text == "(Tensor x, float alpha) -> Tensor"
-    op2 = opsmith.custom_op(fresh("scale"), "scale(Tensor x, float alpha=2.0) -> Tensor", cpu=lambda x, alpha=2.0: x * alpha)
+    op2 = opsmith.custom_op(fresh("scale"), "scale(Tensor x, float alpha=2.0) -> Tensor",
+                            cpu=lambda x, alpha=2.0: x * alpha)
     assert op2.schema.text == "(Tensor x, float alpha=2.0) -> Tensor"
     assert torch.equal(op2(torch.ones(2)), torch.full((2,), 2.0))
     op3 = opsmith.custom_op(fresh("split"), cpu=ext.split_sign)
