@@ -1,0 +1,213 @@
+"""opsmith.ops without a GPU: every kernel source compiles through NVRTC for sm_80, sm_90 and
+sm_100 in every dtype (concurrently, through compile_many), each kernel's signature takes the
+right dtypes, the launch plans on synthetic devices, compile_many's contract, the CPU path
+and the CLI's `warm --ops`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import opsmith
+from opsmith._errors import CompileError, SpecError
+from opsmith.ops import _launch, _sources
+from opsmith.ops._launch import DeviceProps, row_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCHS = ("sm_80", "sm_90", "sm_100")
+
+# synthetic devices: H100-like, A100-like, and a small part with the classic 48 KiB of shared memory
+H100 = DeviceProps(sm_count=132, max_threads_per_block=1024, max_threads_per_sm=2048,
+                   smem_per_block_optin=232448, smem_per_sm=233472)
+A100 = DeviceProps(108, 1024, 2048, 166912, 167936)
+SMALL = DeviceProps(8, 1024, 1536, 49152, 65536)
+TORCH_DTYPE = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16"}
+
+pytest.importorskip("cuda.bindings.nvrtc", reason="compiling needs cuda-bindings (pip install 'opsmith[cuda]')")
+
+
+def _pointer_params(kernel):
+    return [p for p in kernel.params if p.kind == "tensor"]
+
+
+def test_every_source_compiles_for_every_arch_and_dtype():
+    jobs = [j for arch in ARCHS for j in _sources.jobs(arch)]
+    binaries = opsmith.compile_many(jobs, progress=False)
+    assert len(binaries) == len(ARCHS) * len(_sources.FILES) * len(_sources.DTYPES)
+    for job, binary in zip(jobs, binaries):
+        assert binary.kind == "cubin" and binary.arch == job["arch"] and binary.code[:4] == b"\x7fELF"
+        assert sorted(binary.lowered_names) == sorted(job["name_expressions"])
+        assert "warning" not in binary.log.lower(), binary.log
+    # every kernel's parsed signature: element pointers take the dtype, stats the accumulation dtype
+    for dtype, (ctype, acc) in _sources.DTYPES.items():
+        for file in _sources.FILES:
+            binary = next(b for j, b in zip(jobs, binaries)
+                          if j["arch"] == "sm_90" and j["source"].name == file and ctype in j["name_expressions"][0])
+            module = opsmith.CudaModule(binary)
+            for name in _sources.kernel_names(file, dtype):
+                kernel = module.get_kernel(name)
+                dts = {p.dtypes[0] for p in _pointer_params(kernel)}
+                expected = {TORCH_DTYPE[dtype], "float64" if acc == "double" else "float32"}
+                assert dts <= expected, (name, dts)
+                assert TORCH_DTYPE[dtype] in dts
+
+
+def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh"]' in text
+    names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
+    assert names == ["common.cuh", "elementwise.cu", "norm.cu", "softmax.cu"]
+    # the only includes are our own header and CUDA's fp16/bf16 headers, behind __has_include
+    for path in _sources.KERNEL_DIR.glob("*.cu"):
+        includes = [line for line in path.read_text().splitlines() if line.startswith("#include")]
+        assert includes == ['#include "common.cuh"'], (path.name, includes)
+
+
+def test_compile_many_keeps_order_and_raises_the_first_failure_after_every_job():
+    good = 'extern "C" __global__ void k%d(float* x) { x[0] = %d; }'
+    jobs = [{"source": good % (i, i), "name": f"good{i}.cu"} for i in range(3)]
+    jobs.insert(1, {"source": "__global__ void broken( {", "name": "broken.cu"})
+    from opsmith._build import _nvrtc
+    with pytest.raises(CompileError) as info:
+        opsmith.compile_many(jobs, arch="sm_90", max_workers=2, progress=False)
+    assert info.value.source == "broken.cu"
+    before = _nvrtc.nvrtc_stats["compiles"]
+    ok = opsmith.compile_many([j for j in jobs if j["name"] != "broken.cu"], arch="sm_90", progress=False)
+    assert [b.name for b in ok] == ["good0.cu", "good1.cu", "good2.cu"]
+    assert _nvrtc.nvrtc_stats["compiles"] == before  # compiled by the failed call, which ran every job
+    with pytest.raises(SpecError, match="target arch"):
+        opsmith.compile_many([{"source": good % (9, 9)}], progress=False)
+    with pytest.raises(SpecError, match="source"):
+        opsmith.compile_many([{"arch": "sm_90"}], progress=False)
+    with pytest.raises(SpecError, match="max_workers"):
+        opsmith.compile_many(jobs, arch="sm_90", max_workers=0)
+
+
+def test_one_key_compiles_once_when_threads_race():
+    from opsmith._build import _nvrtc
+    src = 'extern "C" __global__ void race(float* x) { x[0] = 42.f; }'
+    before = _nvrtc.nvrtc_stats["compiles"]
+    results = []
+    barrier = threading.Barrier(4)
+
+    def go():
+        barrier.wait()
+        results.append(opsmith.compile_cuda(src, arch="sm_90"))
+
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _nvrtc.nvrtc_stats["compiles"] - before == 1
+    assert len({r.key for r in results}) == 1
+
+
+@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["h100", "a100", "small"])
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+def test_row_plans_cover_every_row_within_the_device_limits(props, itemsize):
+    vec = 16 // itemsize
+    for arrays in (1, 2):
+        for cols in (1, 2, 7, 31, 64, 100, 255, 256, 1000, 1024, 3000, 4096, 8192, 16384, 32768, 100_000):
+            for rows in (1, 3, 65536):
+                plan = row_plan(rows, cols, itemsize, arrays, props)
+                threads = plan.block[0] * plan.block[1]
+                assert 1 <= threads <= props.max_threads_per_block, plan
+                assert plan.grid[0] >= 1
+                if plan.strategy in ("warp", "block"):
+                    tpr, per_block = plan.block
+                    assert tpr & (tpr - 1) == 0  # a power of two: the shuffles' groups
+                    assert tpr * _launch.ROW_CHUNKS * vec >= cols  # the row fits in registers
+                    assert plan.grid[0] * per_block >= rows  # every row has its threads
+                    assert (tpr <= 32) == (plan.strategy == "warp")
+                    assert plan.strategy == "warp" or (per_block == 1 and tpr <= _launch.ROW_THREADS)
+                    assert plan.shared_mem == 0
+                else:
+                    assert plan.strategy == "long" and plan.block[1] == 1
+                    assert plan.block[0] % 32 == 0 and plan.block[0] <= _launch.LONG_THREADS
+                    assert cols > _launch.ROW_THREADS * _launch.ROW_CHUNKS * vec // 2
+                    assert plan.grid[0] <= rows
+                    if plan.cache:
+                        assert plan.shared_mem >= arrays * cols * itemsize
+                        assert plan.shared_mem + 1024 <= props.smem_per_block_optin
+                    else:
+                        assert plan.shared_mem == 0
+                        assert arrays * cols * itemsize + 1024 > props.smem_per_block_optin
+
+
+def test_row_plan_strategy_boundaries_follow_the_device():
+    # fp32: 8 floats a thread in registers; one warp holds 256, a 512-thread block 4096
+    assert row_plan(1024, 256, 4, 1, H100).strategy == "warp"
+    assert row_plan(1024, 257, 4, 1, H100).strategy == "block"
+    assert row_plan(1024, 4096, 4, 1, H100).strategy == "block"
+    assert row_plan(1024, 4097, 4, 1, H100).strategy == "long"
+    # a long row is cached in shared memory where the opt-in limit allows, else read again
+    assert row_plan(1024, 32768, 4, 1, H100).cache == 1
+    assert row_plan(1024, 32768, 4, 2, H100).cache == 0  # 256 KiB for grad and y: too much
+    assert row_plan(1024, 32768, 4, 1, A100).cache == 1
+    assert row_plan(1024, 32768, 4, 1, SMALL).cache == 0
+    # few rows: fewer rows a block so that more SMs get work
+    few, many = row_plan(64, 64, 4, 1, H100), row_plan(65536, 64, 4, 1, H100)
+    assert few.block[1] < many.block[1] and few.grid[0] * few.block[1] >= 64
+    # grids come from the device: more SMs, more resident blocks
+    assert row_plan(65536, 32768, 2, 1, H100).grid[0] > row_plan(65536, 32768, 2, 1, SMALL).grid[0]
+
+
+def test_elementwise_and_weight_grad_plans():
+    for props in (H100, A100, SMALL):
+        resident = props.max_threads_per_sm // _launch.EW_THREADS * props.sm_count
+        assert _launch.elementwise_plan(1, 4, props).grid == (1,)
+        assert _launch.elementwise_plan(1 << 28, 2, props).grid == (resident,)
+        assert _launch.elementwise_plan(1000, 4, props).grid == (1,)  # 1000 floats: 250 vectors, one block
+        for rows, cols in ((1, 1), (7, 33), (65536, 4096), (3, 100_000)):
+            plan, per_chunk = _launch.weight_grad_plan(rows, cols, props)
+            assert plan.grid[0] * 32 >= cols and plan.grid[1] * per_chunk >= rows
+            assert (plan.grid[1] - 1) * per_chunk < rows  # no empty chunk
+    assert _launch.launch_config(_launch.elementwise_plan(1 << 20, 4, H100)) is \
+        _launch.launch_config(_launch.elementwise_plan(1 << 20, 4, H100))  # one config per plan
+
+
+def test_ops_on_cpu_are_torchs():
+    import torch
+    import torch.nn.functional as F
+    from opsmith import ops
+    torch.manual_seed(0)
+    x = torch.randn(5, 7, dtype=torch.float64)
+    w, b = torch.randn(7, dtype=torch.float64), torch.randn(7, dtype=torch.float64)
+    assert torch.equal(ops.relu(x), torch.relu(x))
+    assert torch.equal(ops.gelu(x, "tanh"), F.gelu(x, approximate="tanh"))
+    assert torch.equal(ops.silu(x), F.silu(x))
+    assert torch.equal(ops.softmax(x, 0), torch.softmax(x, 0))
+    assert torch.equal(ops.layer_norm(x, 7, w, b), F.layer_norm(x, (7,), w, b))
+    assert torch.equal(ops.rms_norm(x, (7,), w), F.rms_norm(x, (7,), w))
+    assert torch.equal(ops.LayerNorm(7, dtype=torch.float64)(x), F.layer_norm(x, (7,), torch.ones(7, dtype=torch.float64),
+                                                                             torch.zeros(7, dtype=torch.float64)))
+    assert "approximate='tanh'" in repr(ops.GELU("tanh"))
+    with pytest.raises(SpecError, match="approximate"):
+        ops.gelu(x, "fast")
+
+
+def test_import_is_cheap_and_public_names_resolve():
+    code = ("import sys, opsmith.ops as o; assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert sorted(o.__all__) == sorted(dir(o)); print(len(o.__all__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    from opsmith import ops
+    for name in ops.__all__:
+        assert getattr(ops, name) is not None
+    assert opsmith.compile_many is opsmith._build._many.compile_many
+
+
+def test_cli_warm_ops_compiles_then_hits(fresh_cache, monkeypatch):
+    from opsmith._build import _nvrtc
+    monkeypatch.setattr(_nvrtc, "_memo", {})  # earlier tests' binaries live in other caches
+    env = {**os.environ, "OPSMITH_CACHE_DIR": str(fresh_cache)}
+    _sources.warm("sm_90", ("float32",), progress=False)  # this dtype compiled here: the CLI hits it
+    out = subprocess.run([sys.executable, "-m", "opsmith", "warm", "--ops", "--arch", "sm_90"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "opsmith.ops for sm_90: 12 programs (84 kernels), 9 compiled, 3 from the cache" in out.stdout
