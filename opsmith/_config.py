@@ -159,6 +159,11 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("must_hit", ("OPSMITH_MUST_HIT",), _to_bool, lambda: False,
             "Production and CI: any compile is an error (`CacheError`) naming the cache key and "
             "why it missed, instead of a build."),
+    Setting("test_fault", ("OPSMITH_TEST_FAULT",), str, lambda: None,
+            "Tests only (the fault suite): `POINT[:MARKER]` pauses a build at that named point "
+            "(`put:manifest`, `build:before-compile`, ...; see `opsmith/_cache/_faults.py`), "
+            "writing the process id to MARKER and sleeping until MARKER is removed, so that a "
+            "test can kill the process there. Never set it otherwise."),
 )
 _BY_NAME = {s.name: s for s in _SETTINGS}
 

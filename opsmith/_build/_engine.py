@@ -245,6 +245,8 @@ def build_spec(spec: ExtensionSpec) -> Artifact:
     lock_key = KeyBuilder("build-lock").strs("units", [u.prekey for u in units]).strs(
         "ldflags", ldflags).str("kind", spec.kind).hexdigest()
     with cache.locks.hold(lock_key), cache.store.build_lease(lock_key):
+        from opsmith._cache._faults import point
+        point("build:locked")  # the fault suite's pauses (tests/test_faults.py)
         hit = _lookup(cache, spec, tc, units, ldflags)  # another process may have built it
         if hit is not None:
             return hit
@@ -295,6 +297,7 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list
     from opsmith._build import _pch
     from opsmith._build._ninja import Step, run_steps
     from opsmith._build._progress import Progress
+    from opsmith._cache._faults import point
 
     t0 = time.perf_counter()
     for u in units:
@@ -348,6 +351,7 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list
         for st in steps:
             log.info("%s: %s", st.label, " ".join(st.command))
         progress.begin_steps(len(steps) - 1)  # compile steps; the last one links
+        point("build:before-compile")
         result = run_steps(build_dir, steps, jobs=max_jobs(), log_path=log_path,
                            on_progress=progress.step, on_line=progress.line)
         progress.close()
@@ -383,11 +387,13 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list
             u.deps = [s[0] for s in snap]
             if spec.keep_intermediates:
                 cache.store.put(u.key, {"unit.o": obj}, kind="object", name=u.source.display, move=True)
+        point("build:objects-published")
         link_key = _link_key(spec, tc, units, ldflags)
         entry = cache.store.put(link_key, {out.name: out}, kind=spec.kind, name=spec.name, move=True,
                           meta={"file": out.name, "units": [u.source.display for u in units],
                                 "seconds": round(time.perf_counter() - t0, 3),
                                 "steps": [[label, s] for label, s in result.timings]})
+        point("build:published")
         seconds = time.perf_counter() - t0
         log.info("built %s in %.2f s (%d of %d units compiled; %s)", spec.name, seconds, len(todo),
                  len(units), ", ".join(f"{label} {s:.2f} s" for label, s in result.timings))

@@ -103,7 +103,9 @@ class LocalStore(Store):
             stage = Path(tempfile.mkdtemp(prefix=f"put-{key[:12]}-", dir=self.root / "tmp"))
         except OSError as exc:
             raise disk_error(exc, self.root) from None
+        from opsmith._cache._faults import point  # the fault suite's pauses (cold path only)
         try:
+            point("put:staged")
             listing = {}
             for fname, src in files.items():
                 if "/" in fname or fname in (MANIFEST, USES, STAMPS) or fname.startswith("."):
@@ -114,10 +116,12 @@ class LocalStore(Store):
                 else:
                     shutil.copyfile(src, dst)
                 listing[fname] = {"sha256": file_sha256(dst), "size": dst.stat().st_size}
+            point("put:copied")
             manifest = {"format": _FORMAT, "key": key, "kind": kind, "name": name,
                         "created": time.time(), "files": listing, "meta": dict(meta or {})}
             (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
             os.chmod(stage, 0o700)
+            point("put:manifest")
             try:
                 os.replace(stage, final)
             except OSError as exc:
@@ -127,6 +131,7 @@ class LocalStore(Store):
                 if existing is not None:  # another process published the same key first
                     return existing
                 os.replace(stage, final)  # the corrupt one was removed by get()
+            point("put:replaced")
             _write_stamps(final, manifest)
             return Entry(key, final, manifest)
         except OSError as exc:

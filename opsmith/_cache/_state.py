@@ -54,6 +54,8 @@ class State:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             with open(tmp, "w") as f:
                 f.write(json.dumps(value, sort_keys=True))
+            from opsmith._cache._faults import point
+            point(f"state:{namespace}")  # the fault suite's pause (writes only)
             os.replace(tmp, path)
             return True
         except (OSError, ValueError, TypeError) as exc:
