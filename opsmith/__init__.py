@@ -28,6 +28,7 @@ _LAZY = {
     "build_inline": "opsmith._torch._extension",
     "load_artifact": "opsmith._torch._extension",
     "Artifact": "opsmith._torch._extension",
+    "build_shared_library": "opsmith._build._profile_shared",
     # --- NVRTC kernels (issue 3): add names here ---
     "CudaModule": "opsmith._torch._cuda_module",
     "Kernel": "opsmith._torch._kernel",
@@ -66,11 +67,12 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from opsmith._build._profile_shared import build_shared_library
     from opsmith._torch._extension import Artifact, build, build_inline, load, load_artifact, load_inline
     from opsmith._runtime._launch_config import KernelAttributes, LaunchConfig
     from opsmith._torch._cuda_module import CudaModule, cuda_kernel
     from opsmith._torch._kernel import Kernel
     from opsmith._build._nvrtc import CudaBinary, compile_cuda
+    from opsmith._build._many import compile_many
     from opsmith._torch._ops import CustomOp, custom_op
     from opsmith._torch._outspec import Out
-    from opsmith._build._many import compile_many

@@ -107,20 +107,26 @@ def _suggest(name) -> str:
     return "_" + s if s[0].isdigit() else s
 
 
+# TORCH_EXTENSION_NAME of JIT builds: one constant, so that every extension shares one
+# precompiled torch header; the module is imported under its spec name (see _torch/_extension).
+MODULE_NAME = "opsmith_ext"
+
 class ExtensionSpec(Record):
     """Everything that defines an extension build, validated.
 
     Built by :meth:`from_files` (``load``) or :meth:`from_inline` (``load_inline``).
     ``module_name``: the value of ``TORCH_EXTENSION_NAME`` when it must be the real name
     (setuptools builds, imported by that name); None in JIT builds (a shared constant).
+    ``profile``: the build profile (``"torch-extension"``, ``"shared-library"``; see
+    ``opsmith._build._profile``).
     """
 
     __slots__ = ("name", "sources", "kind", "with_cuda", "extra_cflags", "extra_cuda_cflags",
                  "extra_ldflags", "extra_include_paths", "build_directory", "keep_intermediates",
-                 "verbose", "module_name")
+                 "verbose", "module_name", "profile")
     _defaults = {"extra_cflags": (), "extra_cuda_cflags": (), "extra_ldflags": (),
                  "extra_include_paths": (), "build_directory": None, "keep_intermediates": True,
-                 "verbose": False, "module_name": None}
+                 "verbose": False, "module_name": None, "profile": "torch-extension"}
 
 
     @staticmethod
@@ -214,6 +220,7 @@ class ExtensionSpec(Record):
             keep_intermediates=bool(common.get("keep_intermediates", True)),
             verbose=bool(common.get("verbose", False)),
             module_name=_module_name(common.get("module_name")),
+            profile=common.get("profile") or "torch-extension",
         )
 
 

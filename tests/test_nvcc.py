@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+from opsmith._build._profile_torch import TorchExtension
+
 from opsmith._toolchain import _archs
 from opsmith._toolchain._archs import Arch, gencode_flags, parse_arch_list, resolve_archs
 from opsmith._errors import CompileError, ConfigError, LinkError, ToolchainError
@@ -221,7 +223,7 @@ def test_nvcc_compiles_a_cu_without_torch_headers_to_an_object(nvcc, tmp_path, n
     spec = ExtensionSpec.from_files("relu_k", [str(src)], kind="module")
     assert spec.with_cuda
     tc = _Toolchain(open_cache(), spec)
-    flags = tc.nvcc.flags_for(spec, tc)
+    flags = TorchExtension().cuda_flags(spec, tc)
     assert "-gencode=arch=compute_80,code=sm_80" in flags and "-gencode=arch=compute_90,code=compute_90" in flags
     assert flags[flags.index("--threads") + 1] == "2"
     assert "-DTORCH_EXTENSION_NAME=opsmith_ext" in flags
@@ -232,7 +234,7 @@ def test_nvcc_compiles_a_cu_without_torch_headers_to_an_object(nvcc, tmp_path, n
     assert "relu_cuda_launcher(float const*, float*, int)" in nm
     # a setuptools build names the module for real
     spec2 = ExtensionSpec.from_files("relu_k", [str(src)], kind="module", module_name="myrelu")
-    assert "-DTORCH_EXTENSION_NAME=myrelu" in tc.nvcc.flags_for(spec2, tc)
+    assert "-DTORCH_EXTENSION_NAME=myrelu" in TorchExtension().cuda_flags(spec2, tc)
 
 
 def test_user_arch_flags_win_as_in_torch(nvcc, tmp_path, no_gpu, monkeypatch):
@@ -244,7 +246,7 @@ def test_user_arch_flags_win_as_in_torch(nvcc, tmp_path, no_gpu, monkeypatch):
     src.write_text(KERNEL)
     spec = ExtensionSpec.from_files("k", [str(src)], kind="module", extra_cuda_cflags=["-arch=sm_90"])
     tc = _Toolchain(open_cache(), spec)
-    flags = tc.nvcc.flags_for(spec, tc)
+    flags = TorchExtension().cuda_flags(spec, tc)
     assert not any(f.startswith("-gencode") for f in flags) and flags[-1] == "-arch=sm_90"
 
 
@@ -343,7 +345,7 @@ def test_setuptools_build_ext_inplace_with_the_real_module_name(nvcc, tmp_path, 
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "mod.cu").write_text(MODULE_CU)
     (tmp_path / "setup.py").write_text(SETUP_PY)
-    env = dict(os.environ, TORCH_CUDA_ARCH_LIST="8.0", PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, TORCH_CUDA_ARCH_LIST="8.0", OPSMITH_CUDA_WITH_CPU_TORCH="1", PYTHONPATH=os.pathsep.join(
         [os.path.dirname(os.path.dirname(opsmith.__file__)), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path, env=env,
                        capture_output=True, text=True)

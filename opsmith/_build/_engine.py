@@ -16,24 +16,24 @@ from pathlib import Path
 from opsmith._record import Record
 from opsmith._cache import _deps
 from opsmith._build import _linkstubs
+from opsmith._build._profile import profile_for
 from opsmith._config import settings
 from opsmith._errors import CompileError
 from opsmith._cache._keys import KeyBuilder
 from opsmith._spec import ExtensionSpec, Source
 from opsmith._cache._store import Cache, Entry, open_cache
 from opsmith._cache._tiered import check_must_hit, shared_state
-from opsmith._toolchain._cxx import (Compiler, TorchInfo, find_cxx, max_jobs, python_abi, python_include_dir,
+from opsmith._toolchain._cxx import (Compiler, TorchInfo, find_cxx, max_jobs, python_include_dir,
                          torch_info)
 from opsmith._version import __version__
 
-__all__ = ["Artifact", "build_spec", "MODULE_NAME"]
+__all__ = ["Artifact", "build_spec", "warm_spec"]
 
 log = logging.getLogger("opsmith.build")
 
 # The value of TORCH_EXTENSION_NAME in every build: a constant, so that the user's name is
 # not an input of the compiled code and identical sources under two names share one artifact.
 # Modules are told apart by their file path (Python caches extension modules by path+name).
-MODULE_NAME = "opsmith_ext"
 
 
 class Artifact(Record):
@@ -93,12 +93,19 @@ class _Toolchain:
 
     def __init__(self, cache: Cache, spec: ExtensionSpec) -> None:
         self.cxx: Compiler = find_cxx(cache.state)
-        self.torch: TorchInfo = torch_info(cache.state)
+        self._torch: TorchInfo | None = None
         self.python_include = python_include_dir()
         self.spec = spec
         self.cache = cache
         self.state = cache.state  # machine-local probes (nvcc's, torch's C++ standard)
         self._nvcc = None
+
+    @property
+    def torch(self) -> TorchInfo:
+        """torch's headers, libraries and identity (imported only by profiles that use torch)."""
+        if self._torch is None:
+            self._torch = torch_info(self.state)
+        return self._torch
 
     @property
     def nvcc(self):
@@ -108,68 +115,32 @@ class _Toolchain:
         return self._nvcc
 
     def system_dirs(self, cache_root: Path) -> list[str]:
-        dirs = [*self.torch.include_dirs, self.torch.root, self.python_include, *self.cxx.system_dirs,
-                os.fspath(cache_root)]
+        dirs = [self.python_include, *self.cxx.system_dirs, os.fspath(cache_root)]
+        if self._torch is not None:
+            dirs += [*self._torch.include_dirs, self._torch.root]
         if self.spec.with_cuda and self._nvcc is not None:
             dirs.extend(self._nvcc.include_dirs)
         return [os.path.realpath(d) for d in dirs]
 
 
-def _has_opt_flag(flags) -> bool:
-    return any(f.startswith("-O") for f in flags)
-
-
-def _cxx_flags(spec: ExtensionSpec, tc: _Toolchain) -> list[str]:
-    flags = []
-    if spec.kind != "executable":
-        flags += [f"-DTORCH_EXTENSION_NAME={MODULE_NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
-    if spec.with_cuda:
-        flags += ["-DWITH_CUDA"]
-    flags += [f"-I{p}" for p in spec.extra_include_paths]
-    for inc in (*tc.torch.include_dirs, tc.python_include):
-        flags += ["-isystem", inc]
-    if spec.with_cuda:
-        for inc in tc.nvcc.include_dirs:
-            flags += ["-isystem", inc]
-    flags += ["-fPIC", f"-std={tc.torch.std}", f"-D_GLIBCXX_USE_CXX11_ABI={tc.torch.cxx11_abi}"]
-    if not _has_opt_flag(spec.extra_cflags) and settings.opt_level:
-        flags.append(settings.opt_level)
-    flags += list(spec.extra_cflags)
-    return flags
-
-
-def _module_name_flags(spec: ExtensionSpec, tc: _Toolchain) -> list[str]:
-    """For a real module name (setuptools builds): redefine TORCH_EXTENSION_NAME after the PCH.
-
-    The command line keeps the constant, so the shared precompiled torch header stays valid
-    (clang refuses a PCH whose -D differs); a forced include, after the PCH's, redefines it.
-    """
-    if not spec.module_name or spec.kind == "executable":
-        return []
-    path = tc.cache.workspace.stable_dir("module-names") / f"{spec.module_name}.h"
-    if not path.exists():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(f"#undef TORCH_EXTENSION_NAME\n#define TORCH_EXTENSION_NAME {spec.module_name}\n")
-        os.replace(tmp, path)
-    return ["-include", os.fspath(path)]
-
-
 def _plan(spec: ExtensionSpec, tc: _Toolchain) -> list[_Unit]:
-    cxx_flags = _cxx_flags(spec, tc) + _module_name_flags(spec, tc)
+    prof = profile_for(spec)
+    cxx_flags = prof.cxx_flags(spec, tc)
     use_pch = settings.pch and tc.cxx.family in ("gcc", "clang")
+    key_parts = prof.key_parts(spec, tc)
     units = []
     for src in spec.sources:
         if src.lang == "cuda":
-            compiler, flags, rule, pch = tc.nvcc.path, tc.nvcc.flags_for(spec, tc), "nvcc", False
+            compiler, flags, rule, pch = tc.nvcc.path, prof.cuda_flags(spec, tc), "nvcc", False
             fingerprint = tc.nvcc.fingerprint
         else:
             compiler, flags, rule = tc.cxx.path, cxx_flags, "cxx"
-            pch = use_pch and src.includes_torch_extension
+            pch = use_pch and prof.uses_pch(src)
             fingerprint = tc.cxx.fingerprint
         prekey = (KeyBuilder("unit-prekey").str("opsmith", __version__).str("lang", src.lang)
                   .str("origin", src.path or src.filename).bytes("text", src.text)
-                  .str("compiler", fingerprint).strs("flags", flags).str("torch", tc.torch.fingerprint)
-                  .str("python", python_abi()).str("pch", "1" if pch else "0").hexdigest())
+                  .str("compiler", fingerprint).strs("flags", flags).str("profile", prof.name)
+                  .strs("profile-parts", key_parts).str("pch", "1" if pch else "0").hexdigest())
         units.append(_Unit(src, compiler, flags, prekey, pch, rule))
     return units
 
@@ -177,31 +148,10 @@ def _plan(spec: ExtensionSpec, tc: _Toolchain) -> list[_Unit]:
 def _link_key(spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit], ldflags: list[str]) -> str:
     kb = (KeyBuilder("link").str("opsmith", __version__).str("kind", spec.kind)
           .strs("units", [u.key or "" for u in units]).strs("ldflags", ldflags)
-          .str("compiler", tc.cxx.fingerprint).str("torch", tc.torch.fingerprint)
-          .str("python", python_abi()).str("link-stubs", "1" if _linkstubs.wanted(spec.kind, ldflags) else "0"))
+          .str("compiler", tc.cxx.fingerprint).str("profile", profile_for(spec).name)
+          .strs("profile-parts", profile_for(spec).key_parts(spec, tc))
+          .str("link-stubs", "1" if profile_for(spec).link_stubs(spec, ldflags) else "0"))
     return kb.hexdigest()
-
-
-def _ldflags(spec: ExtensionSpec, tc: _Toolchain) -> list[str]:
-    flags = [] if spec.kind == "executable" else ["-shared"]
-    flags += list(spec.extra_ldflags)
-    flags += [f"-L{tc.torch.lib_dir}", "-lc10"]
-    # A CPU-only torch has no CUDA libraries: CUDA code still links (against cudart), for a
-    # standalone program or for checking that it builds.
-    torch_cuda = spec.with_cuda and os.path.exists(os.path.join(tc.torch.lib_dir, "libtorch_cuda.so"))
-    if torch_cuda:
-        flags += ["-lc10_cuda"]
-    flags += ["-ltorch_cpu"]
-    if spec.with_cuda:
-        if torch_cuda:
-            flags += ["-ltorch_cuda"]
-        flags += tc.nvcc.link_flags()
-    flags += ["-ltorch"]
-    if spec.kind != "executable":
-        flags += ["-ltorch_python"]
-    else:
-        flags += [f"-Wl,-rpath,{tc.torch.lib_dir}"]
-    return flags
 
 
 def _artifact_filename(spec: ExtensionSpec) -> str:
@@ -225,7 +175,7 @@ def _inputs(spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit]) -> tuple[st
     files.append(os.path.realpath(tc.cxx.path))
     if spec.with_cuda:
         files.append(os.path.realpath(tc.nvcc.path))
-    files.append(os.path.join(tc.torch.include_dirs[0], "torch", "extension.h"))
+    files.extend(profile_for(spec).inputs(spec, tc))
     return tuple(dict.fromkeys(files))
 
 
@@ -234,10 +184,11 @@ def build_spec(spec: ExtensionSpec) -> Artifact:
     cache = open_cache(spec.build_directory)
     tc = _Toolchain(cache, spec)
     if spec.with_cuda:
-        _require_cuda_torch(spec, tc)
         tc.nvcc  # noqa: B018 - resolve nvcc (and its errors) before planning
+    prof = profile_for(spec)
+    prof.check(spec, tc)
     units = _plan(spec, tc)
-    ldflags = _ldflags(spec, tc)
+    ldflags = prof.ldflags(spec, tc)
 
     hit = _lookup(cache, spec, tc, units, ldflags)
     if hit is not None:
@@ -270,9 +221,10 @@ def warm_spec(spec: ExtensionSpec, on_status=None):
                              f"Set CXX=clang++ or CXX=g++.")
     if spec.with_cuda:
         tc.nvcc  # noqa: B018 - find nvcc (and say so clearly) before building anything
-    if _linkstubs.wanted(spec.kind, _ldflags(spec, tc)):
+    prof = profile_for(spec)
+    if prof.link_stubs(spec, prof.ldflags(spec, tc)):
         _linkstubs.ensure(cache, tc.cxx, tc.torch)
-    pch = _pch.ensure_pch(cache, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=on_status, wait=True)
+    pch = _pch.ensure_pch(cache, tc.cxx, tc.torch, prof.pch_flags(spec, tc), on_status=on_status, wait=True)
     return pch, tc.cxx
 
 
@@ -316,7 +268,8 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list
     try:
         pch = None
         if any(u.uses_pch for u in todo):
-            pch = _pch.ensure_pch(cache, tc.cxx, tc.torch, _cxx_flags(spec, tc), on_status=progress.status,
+            pch = _pch.ensure_pch(cache, tc.cxx, tc.torch, profile_for(spec).pch_flags(spec, tc),
+                                  on_status=progress.status,
                                   on_note=progress.note)
         steps, objects = [], []
         for u in units:
@@ -345,7 +298,8 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list
                                         f"compile {u.source.display}", depfile=True)])
             objects.append(os.fspath(obj))
         out = build_dir / _artifact_filename(spec)
-        link_flags = _linkstubs.link_flags(cache, tc.cxx, tc.torch, spec.kind, ldflags)
+        link_flags = (_linkstubs.link_flags(cache, tc.cxx, tc.torch, spec.kind, ldflags)
+                      if profile_for(spec).link_stubs(spec, ldflags) else ldflags)
         link_cmd = (tc.cxx.path, *objects, *link_flags, "-o", os.fspath(out))
         steps.append(Step(os.fspath(out), tuple(objects), link_cmd, f"link {out.name}"))
         for st in steps:
@@ -404,20 +358,6 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list
         _pch.release_foreground()  # a deferred background PCH build may start now
         shutil.rmtree(build_dir, ignore_errors=True)
 
-
-def _require_cuda_torch(spec: ExtensionSpec, tc: _Toolchain) -> None:
-    """CUDA sources need a CUDA build of torch: with a CPU-only one the module's kernel launches
-    fail unchecked and an op silently returns garbage. OPSMITH_CUDA_WITH_CPU_TORCH=1 builds anyway."""
-    if tc.torch.cuda or spec.kind == "executable" or settings.cuda_with_cpu_torch:
-        return
-    from opsmith._errors import ToolchainError
-    raise ToolchainError(
-        f"{spec.name} has CUDA sources but torch {tc.torch.version} is a CPU-only build: the module "
-        f"would build, but its kernels cannot run with this torch (an op would return unset memory). "
-        f"Install a CUDA build of torch, e.g. `pip install torch --index-url "
-        f"https://download.pytorch.org/whl/cu130` (pick your CUDA version at "
-        f"https://pytorch.org/get-started/locally/), or set OPSMITH_CUDA_WITH_CPU_TORCH=1 to build "
-        f"anyway (to check that the code compiles).")
 
 
 def _failure(spec: ExtensionSpec, result, steps, log_path: Path) -> CompileError:

@@ -164,7 +164,7 @@ def visible_gpu_archs(state=None) -> list[str]:
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch.cuda, "is_initialized", lambda: False)():
         return _query_torch()
-    from opsmith._torch._warm import gpu_fingerprint  # one identity of the GPU set, shared with the warm index
+    from opsmith._toolchain._gpus import gpu_fingerprint  # one identity of the GPU set, shared with the warm index
     return _visible_cached(gpu_fingerprint(), state)
 
 

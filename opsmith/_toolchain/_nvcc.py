@@ -89,43 +89,6 @@ class Nvcc(Record):
     def major(self) -> int:
         return int(self.version.split(".")[0])
 
-    def flags_for(self, spec, tc) -> list[str]:
-        """nvcc's flags for the CUDA sources of ``spec`` (without -c, -o and depfile options)."""
-        from opsmith._toolchain import _archs
-        from opsmith._build._engine import MODULE_NAME
-
-        user = list(spec.extra_cuda_cflags)
-        self.check_host(user)
-        flags = [] if _has_ccbin(user) else ["-ccbin", self.host]
-        if spec.kind != "executable":
-            name = getattr(spec, "module_name", None) or MODULE_NAME
-            flags += [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
-        flags += ["-DWITH_CUDA"]
-        flags += [f"-I{p}" for p in spec.extra_include_paths]
-        for inc in (*tc.torch.include_dirs, tc.python_include, *self.include_dirs):
-            flags += ["-isystem", inc]
-        flags += [f"-D_GLIBCXX_USE_CXX11_ABI={tc.torch.cxx11_abi}", *COMMON_NVCC_FLAGS,
-                  "-Xcompiler", "-fPIC"]
-        if not any("arch" in f for f in user if "TORCH_EXTENSION_NAME" not in f):  # torch's rule
-            archs = _archs.resolve_archs(settings.cuda_arch_list, nvcc_archs=self.archs,
-                                         cuda_versions=self._cuda_versions(tc),
-                                         state=getattr(tc, "state", None))
-            flags += _archs.gencode_flags(archs)
-            if len(archs) > 1 and not any(f in ("-t", "--threads") or f.startswith(("--threads=", "-t="))
-                                            for f in user):
-                # one nvcc builds several archs on as many threads: still one fat binary
-                flags += ["--threads", str(min(len(archs), 8))]
-        if not any(f.startswith(("-std=", "--std")) for f in user):
-            flags.append(f"-std={torch_nvcc_std(tc)}")
-        flags += user
-        return flags
-
-    def _cuda_versions(self, tc) -> tuple[str, ...]:
-        out = [self.version]
-        if tc.torch.cuda:
-            out.append(".".join(str(tc.torch.cuda).split(".")[:2]))
-        return tuple(out)
-
     def link_flags(self) -> list[str]:
         """Linker flags for the CUDA runtime (libcudart), as torch links CUDA extensions."""
         return [*(f"-L{d}" for d in self.lib_dirs), self.cudart]

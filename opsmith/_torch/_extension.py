@@ -239,7 +239,7 @@ def _abs_sources(paths):
 
 
 def _init_names(name: str) -> tuple[str, ...]:
-    from opsmith._build._engine import MODULE_NAME
+    from opsmith._spec import MODULE_NAME
     return (MODULE_NAME, name)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from opsmith._cache._stamps import stamp, unchanged
 from opsmith._config import settings
+from opsmith._toolchain._gpus import gpu_fingerprint
 from opsmith._version import __version__
 
 __all__ = ["call_key", "lookup", "remember", "gpu_fingerprint", "Hit"]
@@ -42,21 +43,6 @@ class Hit:
 
     def __init__(self, name: str, kind: str, path: str, key: str, init_names: tuple[str, ...]) -> None:
         self.name, self.kind, self.path, self.key, self.init_names = name, kind, path, key, init_names
-
-
-def gpu_fingerprint() -> str:
-    """Cheap identity of this boot's visible GPU set: no CUDA call, a few small file reads."""
-    parts = [os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"), os.environ.get("NVIDIA_VISIBLE_DEVICES", "")]
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            parts.append(f.read().strip())
-    except OSError:
-        parts.append("no-boot-id")
-    try:
-        parts.extend(sorted(os.listdir("/proc/driver/nvidia/gpus")))
-    except OSError:
-        parts.append("no-nvidia-proc")
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 def _root(build_directory) -> str:

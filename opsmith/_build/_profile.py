@@ -1,0 +1,70 @@
+"""Build profiles: what a target needs from the engine (flags, link inputs, key parts, inputs).
+
+The engine (:mod:`._engine`) compiles and links units and knows nothing of its targets; a
+profile says what one kind of target needs. ``torch-extension`` (:mod:`._profile_torch`) owns
+torch's flags, ``TORCH_EXTENSION_NAME``, the precompiled torch headers and the link stubs;
+``shared-library`` (:mod:`._profile_shared`) builds a C/C++/CUDA library with no torch at all.
+A new target (an ONNX Runtime op library, a C export) is a new profile module registered here.
+"""
+from __future__ import annotations
+
+from opsmith._errors import SpecError
+
+__all__ = ["Profile", "profile_for", "PROFILES"]
+
+PROFILES = {
+    "torch-extension": "opsmith._build._profile_torch:TorchExtension",
+    "shared-library": "opsmith._build._profile_shared:SharedLibrary",
+}
+
+
+class Profile:
+    """What a target needs; every method receives the spec and the engine's toolchain ``tc``."""
+
+    name = "?"
+    uses_torch = False  # True: the engine resolves torch (its fingerprint is in the keys)
+
+    def key_parts(self, spec, tc) -> list[str]:
+        """Identities the outputs depend on beyond the compiler and the flags."""
+        return []
+
+    def cxx_flags(self, spec, tc) -> list[str]:
+        raise NotImplementedError
+
+    def cuda_flags(self, spec, tc) -> list[str]:
+        raise NotImplementedError
+
+    def ldflags(self, spec, tc) -> list[str]:
+        raise NotImplementedError
+
+    def uses_pch(self, source) -> bool:
+        """Whether this unit is compiled with the profile's precompiled header."""
+        return False
+
+    def link_stubs(self, spec, ldflags) -> bool:
+        """Whether the link reads stand-ins of the profile's libraries (see :mod:`._linkstubs`)."""
+        return False
+
+    def inputs(self, spec, tc) -> list[str]:
+        """Files (besides sources, headers and compilers) that a warm load re-checks."""
+        return []
+
+    def check(self, spec, tc) -> None:
+        """Refuse a build that cannot work, before anything runs."""
+
+
+_INSTANCES: dict[str, Profile] = {}
+
+
+def profile_for(spec) -> Profile:
+    """The profile of ``spec`` (``spec.profile``, default ``torch-extension``)."""
+    name = getattr(spec, "profile", None) or "torch-extension"
+    prof = _INSTANCES.get(name)
+    if prof is None:
+        target = PROFILES.get(name)
+        if target is None:
+            raise SpecError(f"unknown build profile {name!r}; known: {sorted(PROFILES)}")
+        import importlib
+        mod, _, cls = target.partition(":")
+        prof = _INSTANCES[name] = getattr(importlib.import_module(mod), cls)()
+    return prof

@@ -1,0 +1,74 @@
+"""The ``shared-library`` profile: a C/C++/CUDA shared library (or executable) with no torch.
+
+No torch header, define or library; no Python. CUDA sources are compiled by nvcc for the
+archs of ``TORCH_CUDA_ARCH_LIST`` (or the visible GPUs) and linked against the CUDA runtime.
+Used by :func:`build_shared_library` and by targets that are not torch extensions (an ONNX
+Runtime op library, exported C launchers).
+"""
+from __future__ import annotations
+
+from opsmith._build._profile import Profile
+from opsmith._config import settings
+
+__all__ = ["SharedLibrary", "build_shared_library"]
+
+
+class SharedLibrary(Profile):
+    name = "shared-library"
+
+    def key_parts(self, spec, tc) -> list[str]:
+        return ["shared-library/1"]
+
+    def cxx_flags(self, spec, tc) -> list[str]:
+        flags = [f"-I{p}" for p in spec.extra_include_paths]
+        if spec.with_cuda:
+            for inc in tc.nvcc.include_dirs:
+                flags += ["-isystem", inc]
+        flags += ["-fPIC"]
+        if not any(f.startswith("-O") for f in spec.extra_cflags) and settings.opt_level:
+            flags.append(settings.opt_level)
+        return flags + list(spec.extra_cflags)
+
+    def cuda_flags(self, spec, tc) -> list[str]:
+        from opsmith._toolchain import _archs
+        user = list(spec.extra_cuda_cflags)
+        tc.nvcc.check_host(user)
+        flags = ["-ccbin", tc.nvcc.host] if not any(f.startswith("-ccbin") or f.startswith("--compiler-bindir")
+                                                   for f in user) else []
+        flags += [f"-I{p}" for p in spec.extra_include_paths]
+        flags += ["-Xcompiler", "-fPIC"]
+        if not any("arch" in f for f in user):
+            archs = _archs.resolve_archs(settings.cuda_arch_list, nvcc_archs=tc.nvcc.archs,
+                                         cuda_versions=(tc.nvcc.version,), state=tc.state)
+            flags += _archs.gencode_flags(archs)
+        return flags + user
+
+    def ldflags(self, spec, tc) -> list[str]:
+        flags = [] if spec.kind == "executable" else ["-shared"]
+        flags += list(spec.extra_ldflags)
+        if spec.with_cuda:
+            flags += tc.nvcc.link_flags()
+        return flags
+
+
+def build_shared_library(name: str, sources, *, extra_cflags=None, extra_cuda_cflags=None,
+                         extra_ldflags=None, extra_include_paths=None, build_directory=None,
+                         with_cuda=None, verbose=False):
+    """Build a plain shared library (no torch, no Python) from C/C++/CUDA files; cached.
+
+    Returns the :class:`~opsmith.Artifact`; load it with ``ctypes.CDLL(artifact.path)``.
+
+    Examples
+    --------
+    >>> import ctypes, opsmith                                              # doctest: +SKIP
+    >>> art = opsmith.build_shared_library("answer", ["answer.c"])         # doctest: +SKIP
+    >>> ctypes.CDLL(art.path).answer()                                      # doctest: +SKIP
+    42
+    """
+    from opsmith._build._engine import build_spec
+    from opsmith._spec import ExtensionSpec
+    spec = ExtensionSpec.from_files(
+        name, sources, kind="library", with_cuda=with_cuda, profile="shared-library",
+        extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, build_directory=build_directory, verbose=verbose)
+    return build_spec(spec)

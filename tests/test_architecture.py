@@ -1,0 +1,122 @@
+"""The arrows between opsmith's packages, as docs/architecture.md draws them, checked on the code.
+
+Every ``import`` statement of every module is read (module level and inside functions: a lazy
+import is still an arrow), resolved to an absolute module name and checked against the rules.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "opsmith"
+BASE = {"opsmith._errors", "opsmith._config", "opsmith._record", "opsmith._version"}
+
+# (package or module prefix, forbidden import prefixes, why)
+RULES = [
+    ("opsmith._cache", ("opsmith._build", "opsmith._toolchain", "opsmith._torch", "opsmith._runtime",
+                        "opsmith.ops", "opsmith._onnx", "opsmith.setuptools", "torch"),
+     "the cache knows no compiler and no torch"),
+    ("opsmith._runtime", ("opsmith._build", "opsmith._toolchain", "opsmith.ops"), "the runtime never compiles"),
+    ("opsmith._toolchain", ("opsmith._build", "opsmith._torch", "opsmith._runtime", "opsmith.ops"),
+     "the toolchain knows neither build, torch integration nor runtime"),
+    ("opsmith._build", ("opsmith._torch", "opsmith.ops", "opsmith.setuptools"),
+     "the build engine and its profiles know no torch integration"),
+    ("opsmith._spec", ("opsmith._build", "opsmith._torch", "opsmith._runtime", "opsmith._cache"),
+     "a spec is a value: it builds and loads nothing"),
+]
+
+
+def _modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            for a in node.names:  # `from opsmith._cache import _store` imports opsmith._cache._store
+                found.add(f"{mod}.{a.name}")
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module" \
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            found.add(node.args[0].value)
+    return found
+
+
+def _under(mod: str, prefix: str) -> bool:
+    return mod == prefix or mod.startswith(prefix + ".")
+
+
+def test_forbidden_arrows():
+    bad = []
+    for name, path in _modules():
+        imports = _imports(name, path)
+        for owner, forbidden, why in RULES:
+            if not _under(name, owner):
+                continue
+            for imp in imports:
+                if any(_under(imp, f) for f in forbidden):
+                    bad.append(f"{name} imports {imp}: {why}")
+        if not _under(name, "opsmith.cli") and name != "opsmith.__main__":
+            bad += [f"{name} imports {imp}: nothing imports the CLI" for imp in imports if _under(imp, "opsmith.cli")]
+        if name in BASE:
+            bad += [f"{name} imports {imp}: the base modules import only the standard library"
+                    for imp in imports if imp.split(".")[0] not in sys.stdlib_module_names
+                    and not any(_under(imp, b) for b in BASE) and imp != "opsmith"]
+    assert not bad, "forbidden imports:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_the_rules_catch_an_arrow(tmp_path):
+    """The checker itself: a runtime module importing the build is reported."""
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from opsmith._build._nvrtc import compile_cuda\n")
+    imports = _imports("opsmith._runtime.m", f)
+    assert "opsmith._build._nvrtc" in imports
+
+
+@pytest.mark.parametrize("pkg", ["_cache", "_toolchain", "_build", "_runtime", "_torch"])
+def test_each_package_says_what_it_owns(pkg):
+    assert ast.get_docstring(ast.parse((PKG / pkg / "__init__.py").read_text()))
+
+
+def test_warm_load_imports_only_these_modules(tmp_path):
+    """A warm ``load`` (answered by the warm index) imports no build, toolchain or compiler code."""
+    src = tmp_path / "lib.cpp"
+    src.write_text('extern "C" int answer() { return 42; }\n')
+    env = dict(os.environ, OPSMITH_CACHE_DIR=str(tmp_path / "cache"))
+    code = ("import sys, json, opsmith\n"
+            f"p = opsmith.load('warmmods', [{str(src)!r}], is_python_module=False, is_standalone=False)\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('opsmith'))))\n")
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    allowed = {"opsmith", "opsmith._config", "opsmith._errors", "opsmith._record", "opsmith._version",
+               "opsmith._torch", "opsmith._torch._extension", "opsmith._torch._warm",
+               "opsmith._cache", "opsmith._cache._stamps", "opsmith._cache._state", "opsmith._cache._store",
+               "opsmith._cache._local", "opsmith._cache._keys", "opsmith._cache._root",
+               "opsmith._cache._locks", "opsmith._cache._workspace",
+               "opsmith._toolchain", "opsmith._toolchain._gpus", "opsmith._spec"}
+    assert loaded <= allowed, f"a warm load imported {sorted(loaded - allowed)}"
+    assert not any(m.startswith(("opsmith._build", "opsmith._toolchain._cxx", "opsmith._toolchain._nvcc")) for m in loaded)
