@@ -1,0 +1,251 @@
+"""opsmith.ops on a GPU: every op against torch in float64, forward and backward, in every dtype,
+on a seeded sweep of shapes (row length 1, odd, non-powers of two, longer than registers and
+than shared memory, empty tensors, non-contiguous and misaligned inputs), inf/NaN as torch,
+gradcheck in float64.
+
+Tolerances (rtol, atol) against torch in float64 on the same (already rounded) inputs; the
+error is the output's rounding to its dtype plus float32 arithmetic (docs/ops.md says the same):
+    float32 (1e-4, 1e-5), float16 (2e-3, 1e-4), bfloat16 (1.6e-2, 1e-3), float64 (1e-10, 1e-12);
+weight and bias gradients (sums over rows) take atol * sqrt(rows).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from opsmith import ops  # noqa: E402
+from opsmith.ops import _launch  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+TOL = {torch.float32: (1e-4, 1e-5), torch.float16: (2e-3, 1e-4), torch.bfloat16: (1.6e-2, 1e-3),
+       torch.float64: (1e-10, 1e-12)}
+DT_IDS = [str(d).replace("torch.", "") for d in DTYPES]
+
+EW_SIZES = [0, 1, 7, 1000, 4099, (1 << 20) + 3, (33, 65)]
+EW_OPS = {
+    "relu": (ops.relu, torch.relu),
+    "gelu": (ops.gelu, F.gelu),
+    "gelu_tanh": (lambda x: ops.gelu(x, "tanh"), lambda x: F.gelu(x, approximate="tanh")),
+    "silu": (ops.silu, F.silu),
+}
+# (rows, cols): 1, odd, non-powers of two, warp / block / long rows, long rows that do not fit
+# in shared memory (fp32 backward: 2 x 70001 x 4 bytes), empty
+ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000), (4, 1024), (3, 3001),
+              (2, 4096), (2, 4097), (3, 8193), (2, 20000), (1, 32768), (2, 70001), (0, 64), (300, 33)]
+
+
+def _close(actual, expected, dtype, scale=1.0, what=""):
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol * scale,
+                               equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+def _rand(shape, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(shape, device="cuda", dtype=torch.float32, generator=g).to(dtype)
+
+
+def _grads(fn, inputs, grad_out):
+    """Gradients of fn(*inputs) . grad_out for the inputs that require them."""
+    out = fn(*inputs)
+    return torch.autograd.grad(out, [t for t in inputs if t is not None and t.requires_grad], grad_out)
+
+
+def _leaf(t, requires_grad=True):
+    return None if t is None else t.detach().clone().requires_grad_(requires_grad)
+
+
+# -- elementwise --------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("size", EW_SIZES, ids=str)
+@pytest.mark.parametrize("op", list(EW_OPS))
+def test_elementwise_matches_float64_torch(op, size, dtype):
+    ours, ref = EW_OPS[op]
+    x = _rand(size, dtype, 1) * 3
+    g = _rand(size, dtype, 2)
+    xo, xr = _leaf(x), _leaf(x.double())
+    y = ours(xo)
+    assert y.dtype == dtype and y.shape == x.shape
+    _close(y, ref(xr), dtype, what=f"{op} forward")
+    (dx,) = torch.autograd.grad(y, xo, g) if x.numel() else (torch.zeros_like(x),)
+    (dxr,) = torch.autograd.grad(ref(xr), xr, g.double()) if x.numel() else (torch.zeros_like(xr),)
+    _close(dx, dxr, dtype, what=f"{op} backward")
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:3], ids=DT_IDS[:3])
+@pytest.mark.parametrize("op", list(EW_OPS))
+def test_elementwise_noncontiguous_and_misaligned(op, dtype):
+    ours, ref = EW_OPS[op]
+    base = _rand((257, 129), dtype, 3) * 3
+    for x in (base.t(), base[:, 1:], base.reshape(-1)[1:]):  # transposed, strided, 16-byte misaligned
+        _close(ours(x), ref(x.double()), dtype, what=f"{op} on a view {tuple(x.stride())}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("op", list(EW_OPS))
+def test_elementwise_inf_nan_as_torch(op, dtype):
+    ours, ref = EW_OPS[op]
+    vals = [float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1.0, -1.0, 30.0, -30.0]
+    x = torch.tensor(vals * 5, device="cuda", dtype=dtype)
+    torch.testing.assert_close(ours(x), ref(x), equal_nan=True, rtol=TOL[dtype][0], atol=TOL[dtype][1])
+    xo = _leaf(x)
+    (dx,) = torch.autograd.grad(ours(xo), xo, torch.ones_like(x))
+    assert torch.isnan(dx[2::9]).all() or op == "relu"  # a NaN input gives a NaN gradient (relu: 0, as torch)
+
+
+# -- softmax ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
+def test_softmax_matches_float64_torch(shape, dtype):
+    x = _rand(shape, dtype, 4) * 4
+    g = _rand(shape, dtype, 5)
+    xo = _leaf(x)
+    y = ops.softmax(xo, -1)
+    _close(y, torch.softmax(x.double(), -1), dtype, what="softmax forward")
+    if not x.numel():
+        return
+    (dx,) = torch.autograd.grad(y, xo, g)
+    # the backward reads the saved output (rounded to dtype), as torch's does: the reference too
+    yr = y.detach().double()
+    expected = yr * (g.double() - (g.double() * yr).sum(-1, keepdim=True))
+    _close(dx, expected, dtype, what="softmax backward")
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:3], ids=DT_IDS[:3])
+def test_softmax_any_dim_and_views(dtype):
+    x = _rand((6, 33, 70), dtype, 6)
+    for dim in (0, 1, 2, -1, -3):
+        _close(ops.softmax(x, dim), torch.softmax(x.double(), dim), dtype, what=f"softmax dim={dim}")
+    for v in (x.transpose(1, 2), x[:, :, 1:], x.reshape(-1)[1:-1].reshape(-1, 7)):
+        _close(ops.softmax(v, -1), torch.softmax(v.double(), -1), dtype, what=f"softmax view {tuple(v.stride())}")
+    s = torch.tensor(2.5, device="cuda", dtype=dtype)
+    assert ops.softmax(s, 0).item() == 1.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("cols", [7, 1000, 20000, 70001])  # warp, block, long (cached), long (not cached)
+def test_softmax_inf_nan_as_torch(cols, dtype):
+    x = _rand((6, cols), dtype, 7)
+    x[0, cols // 2] = float("nan")
+    x[1, cols // 3] = float("inf")
+    x[2] = float("-inf")
+    x[3, : cols // 2] = float("-inf")  # some -inf, the rest finite: those get probability 0
+    x[4, 0] = float("inf")
+    x[4, -1] = float("inf")
+    x[5, -1] = float("-inf")
+    torch.testing.assert_close(ops.softmax(x, -1).double(), torch.softmax(x.double(), -1), equal_nan=True,
+                               rtol=TOL[dtype][0], atol=TOL[dtype][1])
+
+
+# -- layer_norm and rms_norm ------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
+@pytest.mark.parametrize("affine", ["wb", "w", "none"])
+def test_layer_norm_matches_float64_torch(shape, dtype, affine):
+    rows, cols = shape
+    x = _rand(shape, dtype, 8) * 2 + 0.5
+    g = _rand(shape, dtype, 9)
+    w = _rand(cols, dtype, 10) if affine != "none" else None
+    b = _rand(cols, dtype, 11) if affine == "wb" else None
+    args = [_leaf(x), _leaf(w), _leaf(b)]
+    refs = [_leaf(t.double()) if t is not None else None for t in (x, w, b)]
+    y = ops.layer_norm(args[0], (cols,), args[1], args[2], 1e-5)
+    yr = F.layer_norm(refs[0], (cols,), refs[1], refs[2], 1e-5)
+    _close(y, yr, dtype, what="layer_norm forward")
+    if not x.numel():
+        return
+    got = torch.autograd.grad(y, [t for t in args if t is not None], g)
+    want = torch.autograd.grad(yr, [t for t in refs if t is not None], g.double())
+    _close(got[0], want[0], dtype, what="layer_norm grad x")
+    for name, a, e in zip(("grad w", "grad b"), got[1:], want[1:]):
+        _close(a, e, dtype, scale=math.sqrt(rows), what=f"layer_norm {name}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
+@pytest.mark.parametrize("affine", [True, False], ids=["w", "none"])
+def test_rms_norm_matches_float64_torch(shape, dtype, affine):
+    rows, cols = shape
+    x = _rand(shape, dtype, 12) * 2 + 0.5
+    g = _rand(shape, dtype, 13)
+    w = _rand(cols, dtype, 14) if affine else None
+    eps = torch.finfo(dtype).eps
+    args = [_leaf(x), _leaf(w)]
+    refs = [_leaf(x.double()), _leaf(w.double()) if w is not None else None]
+    y = ops.rms_norm(args[0], (cols,), args[1])  # eps=None: the dtype's eps, as torch
+    yr = F.rms_norm(refs[0], (cols,), refs[1], eps)
+    _close(y, yr, dtype, what="rms_norm forward")
+    if not x.numel():
+        return
+    got = torch.autograd.grad(y, [t for t in args if t is not None], g)
+    want = torch.autograd.grad(yr, [t for t in refs if t is not None], g.double())
+    _close(got[0], want[0], dtype, what="rms_norm grad x")
+    if affine:
+        _close(got[1], want[1], dtype, scale=math.sqrt(rows), what="rms_norm grad w")
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:3], ids=DT_IDS[:3])
+def test_norms_multi_dim_shapes_and_views(dtype):
+    x = _rand((4, 6, 10, 12), dtype, 15)
+    w, b = _rand((10, 12), dtype, 16), _rand((10, 12), dtype, 17)
+    _close(ops.layer_norm(x, (10, 12), w, b), F.layer_norm(x.double(), (10, 12), w.double(), b.double()), dtype,
+           what="layer_norm over two dims")
+    v = x.transpose(0, 1)
+    _close(ops.rms_norm(v, 12, w[0]), F.rms_norm(v.double(), (12,), w[0].double(), torch.finfo(dtype).eps), dtype,
+           what="rms_norm of a transposed view")
+    m = ops.LayerNorm(12, device="cuda", dtype=dtype)
+    _close(m(x), F.layer_norm(x.double(), (12,)), dtype, what="LayerNorm module")
+    r = ops.RMSNorm(12, eps=1e-6, device="cuda", dtype=dtype)
+    _close(r(x), F.rms_norm(x.double(), (12,), eps=1e-6), dtype, what="RMSNorm module")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("cols", [7, 1000, 20000])
+def test_norms_inf_nan_as_torch(cols, dtype):
+    x = _rand((4, cols), dtype, 18)
+    x[0, 1] = float("nan")
+    x[1, 2] = float("inf")
+    x[2, 3] = float("-inf")
+    for ours, ref in ((ops.layer_norm(x, (cols,)), F.layer_norm(x.double(), (cols,))),
+                      (ops.rms_norm(x, (cols,), eps=1e-5), F.rms_norm(x.double(), (cols,), eps=1e-5))):
+        torch.testing.assert_close(torch.isnan(ours), torch.isnan(ref))
+        _close(ours[3], ref[3], dtype, what="the finite row")
+
+
+# -- gradcheck, strategies, benchmark ------------------------------------------------------------------------
+@pytest.mark.parametrize("cols", [1, 5, 64, 300, 2100], ids=lambda c: f"cols{c}")  # 2100 doubles: long rows
+def test_gradcheck_float64(cols):
+    rows = 3 if cols < 2100 else 1
+    fast = cols >= 300
+    x = _rand((rows, cols), torch.float64, 19).requires_grad_()
+    w = _rand(cols, torch.float64, 20).requires_grad_()
+    b = _rand(cols, torch.float64, 21).requires_grad_()
+    check = lambda fn, *a: torch.autograd.gradcheck(fn, a, fast_mode=fast)  # noqa: E731
+    assert check(ops.relu, x) and check(ops.gelu, x) and check(lambda t: ops.gelu(t, "tanh"), x)
+    assert check(ops.silu, x) and check(lambda t: ops.softmax(t, -1), x)
+    assert check(lambda t, a, c: ops.layer_norm(t, (cols,), a, c), x, w, b)
+    assert check(lambda t, a: ops.rms_norm(t, (cols,), a, 1e-5), x, w)
+
+
+def test_the_sweep_covers_every_strategy():
+    props = _launch.device_props(torch.cuda.current_device())
+    seen = set()
+    for rows, cols in ROW_SHAPES:
+        for arrays, itemsize in ((1, 4), (2, 4), (1, 2)):
+            plan = _launch.row_plan(max(rows, 1), cols, itemsize, arrays, props)
+            seen.add((plan.strategy, plan.cache))
+    assert {("warp", 0), ("block", 0), ("long", 1), ("long", 0)} <= seen
+
+
+def test_benchmark_helper_reports_bandwidth():
+    x = torch.randn(1 << 24, device="cuda")
+    r = ops.benchmark(ops.relu, x, bytes_moved=2 * x.nbytes, runs=20)
+    assert r.runs == 20 and r.median_ms > 0 and 0.2 < r.fraction < 1.2, r
+    assert ops.copy_bandwidth() == r.copy_gbps
+    assert "GB/s" in str(r)
