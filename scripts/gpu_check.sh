@@ -1,46 +1,60 @@
 #!/usr/bin/env bash
-# Everything GPU in one device call: install opsmith (with its C launcher), the NVRTC gpu tests,
-# the nvcc-extension gpu tests, the kernel benchmark, the nvcc-extension benchmark, the warm-load
-# profile and the demo. Logs go to $OUT/logs (packed into $OUT/logs.tgz, because a device call
-# returns only a few files); the two benchmark JSONs stay beside it; a short table is printed last.
-#   bash scripts/gpu_check.sh [kernels|ext|all] [--skip-torch-ext]
-#     kernels: NVRTC tests + kernel benchmark + warm profile + demo (~4 min)
-#     ext:     nvcc-extension gpu tests + CUDA-extension benchmark (~8 min)
-#     all (default): both, ~12 min: more than one 600 s device call allows, so run the parts
-#     in two calls there. --skip-torch-ext: no torch load_inline anchor in the kernel benchmark.
-#   EXT_BENCH_ARGS="--parts two" (or "--parts inline --inline-repeat 2") is passed to
-#   bench/bench_cuda_ext.py, to fit the ext part into one call.
+# Everything GPU, in parts that each fit one 600 s device call. Every part installs opsmith
+# (with its C launcher), runs its pieces with their logs and JSON under a work directory, packs
+# them into $OUT/<part>.tgz (a device call returns at most 8 files) and prints a short table last.
+#   bash scripts/gpu_check.sh tests    every gpu-marked test: NVRTC kernels, C launcher, nvcc
+#                                      extensions, torch ops (opsmith.custom_op), opsmith.ops,
+#                                      export-c (example on each device), ONNX Runtime (~6 min)
+#   bash scripts/gpu_check.sh bench    op-call overhead, export-c launch cost, opsmith.ops sweep,
+#                                      the kernel benchmark and the demo (~8 min)
+#   bash scripts/gpu_check.sh kernels|ext   the earlier parts (scripts/gpu_check_kernels.sh, _cuda_ext.sh)
 set -uo pipefail
-PART=all; case "${1:-}" in kernels|ext|all) PART=$1; shift;; esac
+PART=${1:-tests}; shift || true
 cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/opsmith-gpu-out}"; L="$OUT/logs"; mkdir -p "$L"
+OUT="${OUT:-/tmp/opsmith-gpu-out}"; mkdir -p "$OUT"
+W=$(mktemp -d); L="$W/$PART"; mkdir -p "$L"
 export PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; python3 -V; git log -1 --format=%H; } \
-  | tee "$L/versions.txt"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; python3 -V
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } 2>&1 | tee "$L/versions.txt"
 python3 -m pip install --no-deps --no-build-isolation -e . >"$L/pip.log" 2>&1 || { tail -20 "$L/pip.log"; exit 1; }
-python3 -m compileall -q opsmith >/dev/null   # as a regular install would: warm loads read .pyc
+python3 -m compileall -q opsmith >/dev/null
 python3 -c "import opsmith._runtime._claunch as c; print('C launcher:', c.__file__)" 2>&1 | tee -a "$L/versions.txt"
-rc_k=0; rc_x=0; rc_demo=0
-if [ "$PART" != ext ]; then
-  python3 -m pytest -q -p no:cacheprovider tests/test_nvrtc.py tests/test_kernel_args.py tests/test_kernel_gpu.py \
-    tests/test_claunch.py >"$L/pytest_kernels.log" 2>&1; rc_k=$?
-  python3 bench/bench_kernels.py --out "$OUT/bench_kernels.json" "$@" >"$L/bench_kernels.log" 2>&1
-  OPSMITH_CACHE_DIR=$(mktemp -d) opsmith demo >"$L/demo.log" 2>&1; rc_demo=$?
-  python3 bench/profile_warm.py --out "$L" >"$L/profile_warm.log" 2>&1
-fi
-if [ "$PART" != kernels ]; then
-  python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_cuda_ext_gpu.py tests/test_doctor.py \
-    tests/test_nvcc_split.py >"$L/pytest_cuda_ext.log" 2>&1; rc_x=$?
-  # shellcheck disable=SC2086
-  python3 bench/bench_cuda_ext.py --out "$OUT/bench_cuda_ext.json" ${EXT_BENCH_ARGS:-} >"$L/bench_cuda_ext.log" 2>&1
-fi
-tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
-X=$(mktemp -d); tar -xzf "$OUT/logs.tgz" -C "$X" && L="$X/logs"
-show() { [ -f "$L/$2" ] && { echo "== $1 =="; tail -"$3" "$L/$2"; }; }
-show "kernel tests (rc=$rc_k)" pytest_kernels.log 3
-show "demo (rc=$rc_demo)" demo.log 8
-show "profile_warm" profile_warm.log 24
-show "bench_kernels" bench_kernels.log 36
-show "cuda-ext gpu tests (rc=$rc_x)" pytest_cuda_ext.log 3
-show "bench_cuda_ext" bench_cuda_ext.log 20
-exit $(( rc_k || rc_x || rc_demo ))
+declare -A RC
+run() {  # run NAME CMD...: log to $L/NAME.log, remember the exit status
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"$L/$name.log" 2>&1; RC[$name]=$?
+  echo "$name rc=${RC[$name]} $((SECONDS - t0))s" >>"$L/status.txt"
+}
+case "$PART" in
+  tests)
+    run kernels python3 -m pytest -q -p no:cacheprovider -rs tests/test_nvrtc.py tests/test_kernel_args.py \
+      tests/test_kernel_gpu.py tests/test_claunch.py
+    run cuda_ext python3 -m pytest -q -p no:cacheprovider -rs -m gpu tests/test_cuda_ext_gpu.py tests/test_doctor.py \
+      tests/test_nvcc_split.py
+    run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/test_torch_ops.py tests/test_torch_ops_gpu.py
+    for f in tests/test_ops_gpu.py tests/test_ops_compile.py tests/test_export_c_gpu.py tests/test_onnx_ort_gpu.py; do
+      [ -f "$f" ] && run "$(basename "$f" .py)" python3 -m pytest -q -p no:cacheprovider -rs "$f"
+    done
+    if [ -x examples/export_c/build.sh ]; then
+      run export_c_example_build examples/export_c/build.sh "$W/example"
+      for d in $(seq 0 $(( $(nvidia-smi -L | wc -l) - 1 ))); do run "export_c_example_dev$d" "$W/example/example" "$d"; done
+    fi
+    ;;
+  bench)
+    [ -f bench/bench_op_overhead.py ] && run bench_op_overhead python3 bench/bench_op_overhead.py --json "$L/bench_op_overhead.json"
+    [ -f bench/bench_export_c_launch.py ] && run bench_export_c python3 bench/bench_export_c_launch.py --out "$L/bench_export_c.json"
+    [ -f bench/bench_ops.py ] && run bench_ops python3 bench/bench_ops.py --out "$L/ops" ${OPS_BENCH_ARGS:-}
+    run bench_kernels python3 bench/bench_kernels.py --out "$L/bench_kernels.json" --skip-torch-ext
+    OPSMITH_CACHE_DIR=$(mktemp -d) run demo opsmith demo
+    ;;
+  kernels|ext) exec bash "scripts/gpu_check_${PART/ext/cuda_ext}.sh" "$@" ;;
+  *) echo "usage: gpu_check.sh tests|bench|kernels|ext"; exit 2 ;;
+esac
+tar -czf "$OUT/$PART.tgz" -C "$W" "$PART"
+for f in "$L"/*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done 2>/dev/null
+echo; echo "== $PART on $(head -1 "$L/versions.txt") =="
+for name in "${!RC[@]}"; do
+  printf '%-28s rc=%s  %s\n' "$name" "${RC[$name]}" "$(grep -E 'passed|failed|error' "$L/$name.log" | tail -1 | cut -c1-90)"
+done | sort
+rc=0; for v in "${RC[@]}"; do [ "$v" -ne 0 ] && rc=1; done; exit $rc
