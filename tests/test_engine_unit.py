@@ -269,7 +269,7 @@ def test_spec_errors(tmp_path):
 
 
 def test_inline_spec_marks_user_lines():
-    spec = ExtensionSpec.from_inline("m", ["int a;", "int b;"], functions={"f": 'say "hi"'}, kind="module")
+    spec = ExtensionSpec.from_inline("m", ["int a;", "int f(int);"], functions={"f": 'say "hi"'}, kind="module")
     text = spec.sources[0].text.decode()
     assert text.splitlines()[0] == "#include <torch/extension.h>"
     assert '#line 1 "cpp_sources[1]"' in text
