@@ -36,6 +36,7 @@ log = logging.getLogger("opsmith.cache")
 MANIFEST = "manifest.json"
 USES = "uses"
 STAMPS = "verified"
+DIGEST = "manifest_sha256"
 _FORMAT = 1
 
 
@@ -119,6 +120,7 @@ class LocalStore(Store):
             point("put:copied")
             manifest = {"format": _FORMAT, "key": key, "kind": kind, "name": name,
                         "created": time.time(), "files": listing, "meta": dict(meta or {})}
+            manifest[DIGEST] = _manifest_digest(manifest)
             (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
             os.chmod(stage, 0o700)
             point("put:manifest")
@@ -198,7 +200,25 @@ def _parse_manifest(raw: bytes, key: str) -> dict[str, Any] | None:
     if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT \
             or manifest.get("key") != key or not isinstance(manifest.get("files"), dict):
         return None
+    try:
+        if manifest.get(DIGEST) != _manifest_digest(manifest):
+            return None  # a changed byte: the files' stamps cannot see it, this does
+    except (TypeError, ValueError):
+        return None
     return manifest
+
+
+def _manifest_digest(manifest: dict[str, Any]) -> str:
+    """The sha256 of everything in a manifest that decides what is loaded.
+
+    The file stamps let ``get`` skip re-hashing unchanged files, but they do not cover the
+    manifest itself: without this a flipped bit in a file's recorded sha256, in ``meta`` (the
+    artifact's file name, a kernel's lowered names) or in ``kind`` would pass unseen.
+    ``created`` is left out: it only orders pruning, and ``opsmith cache`` tooling edits it.
+    """
+    import hashlib
+    body = {k: v for k, v in manifest.items() if k not in (DIGEST, "created")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _verify_files(path: Path, manifest: dict[str, Any]) -> str | None:
