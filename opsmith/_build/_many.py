@@ -89,10 +89,8 @@ def compile_many(jobs: Iterable[CompileRequest | Mapping[str, Any]], *, arch: st
         from opsmith._build._progress import Progress
         bar = Progress(title)
     try:
-        done = 0
         from concurrent.futures import as_completed
-        for _ in as_completed(futures):
-            done += 1
+        for done, _ in enumerate(as_completed(futures), 1):
             if bar is not None:
                 bar.status(f"{done} of {len(futures)} programs")
     finally:
