@@ -160,7 +160,7 @@ _SETTINGS: tuple[Setting, ...] = (
             "Production and CI: any compile is an error (`CacheError`) naming the cache key and "
             "why it missed, instead of a build."),
     Setting("test_fault", ("OPSMITH_TEST_FAULT",), str, lambda: None,
-            "Tests only (the fault suite): `POINT[:MARKER]` pauses a build at that named point "
+            "Tests only (the fault suite): `POINT[@MARKER]` pauses a build at that named point "
             "(`put:manifest`, `build:before-compile`, ...; see `opsmith/_cache/_faults.py`), "
             "writing the process id to MARKER and sleeping until MARKER is removed, so that a "
             "test can kill the process there. Never set it otherwise."),

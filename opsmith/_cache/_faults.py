@@ -6,7 +6,7 @@ building, writing machine-local state). It does nothing unless the setting
 sleeps until that file is removed (or 120 s pass), so that a test can ``kill -9`` the
 process there, fill the disk under it, or let it go on by deleting the marker.
 
-The value is ``POINT`` or ``POINT:MARKER`` (the marker's path; default
+The value is ``POINT`` or ``POINT@MARKER`` (the marker's path; default
 ``<cache dir>/fault-POINT.pid``). Points: ``build:locked``, ``build:before-compile``,
 ``build:objects-published``, ``build:published``, ``put:staged``, ``put:copied``,
 ``put:manifest``, ``put:replaced``, ``state:<namespace>`` (e.g. ``state:warm``,
@@ -27,7 +27,7 @@ def point(name: str) -> None:
     target = settings.test_fault
     if not target:
         return
-    wanted, _, marker = target.partition(":")
+    wanted, _, marker = target.partition("@")
     if wanted != name:
         return
     if not marker:
