@@ -15,7 +15,7 @@ from pathlib import Path
 
 from opsmith._record import Record
 from opsmith._cache import _deps
-from opsmith._build import _linkstubs
+from opsmith._build import _linkstubs, _prefix
 from opsmith._build._profile import profile_for
 from opsmith._config import settings
 from opsmith._errors import CompileError
@@ -73,7 +73,7 @@ class _Unit:
     """One translation unit of a build; ``key`` and ``object_entry`` are filled in as found."""
 
     __slots__ = ("source", "compiler", "flags", "prekey", "uses_pch", "rule", "key", "object_entry",
-                 "deps")
+                 "deps", "roots", "mapped")
 
     def __init__(self, source: Source, compiler: str, flags: list[str], prekey: str,
                  uses_pch: bool, rule: str) -> None:
@@ -86,6 +86,8 @@ class _Unit:
         self.key: str | None = None
         self.object_entry: Entry | None = None
         self.deps: list[str] = []     # the user headers the key covers
+        self.roots = None             # the sources' root (_prefix.Roots) when paths are mapped
+        self.mapped = False           # True: compiled with prefix maps, keyed relative to roots
 
 
 class _Toolchain:
@@ -128,6 +130,7 @@ def _plan(spec: ExtensionSpec, tc: _Toolchain) -> list[_Unit]:
     cxx_flags = prof.cxx_flags(spec, tc)
     use_pch = settings.pch and tc.cxx.family in ("gcc", "clang")
     key_parts = prof.key_parts(spec, tc)
+    roots = _prefix.source_roots(spec)
     units = []
     for src in spec.sources:
         if src.lang == "cuda":
@@ -137,11 +140,22 @@ def _plan(spec: ExtensionSpec, tc: _Toolchain) -> list[_Unit]:
             compiler, flags, rule = tc.cxx.path, cxx_flags, "cxx"
             pch = use_pch and prof.uses_pch(src)
             fingerprint = tc.cxx.fingerprint
+        # Keys that travel: where the compiler maps the sources' root to a canonical path, the
+        # key names the source and the include paths under the root relative to it.
+        mapped = (_prefix.nvcc_maps_paths(tc.nvcc, flags) if rule == "nvcc"
+                  else _prefix.cxx_maps_paths(tc.cxx))
+        origin, key_flags = src.path or src.filename, flags
+        if mapped and roots is not None:
+            origin = roots.canonical(origin) if src.path else origin
+            key_flags = _prefix.map_flags(flags, roots)
         prekey = (KeyBuilder("unit-prekey").str("opsmith", __version__).str("lang", src.lang)
-                  .str("origin", src.path or src.filename).bytes("text", src.text)
-                  .str("compiler", fingerprint).strs("flags", flags).str("profile", prof.name)
-                  .strs("profile-parts", key_parts).str("pch", "1" if pch else "0").hexdigest())
-        units.append(_Unit(src, compiler, flags, prekey, pch, rule))
+                  .str("origin", origin).bytes("text", src.text)
+                  .str("compiler", fingerprint).strs("flags", key_flags).str("profile", prof.name)
+                  .strs("profile-parts", key_parts).str("pch", "1" if pch else "0")
+                  .str("paths", _prefix.CANONICAL_SRC if mapped else "absolute").hexdigest())
+        unit = _Unit(src, compiler, flags, prekey, pch, rule)
+        unit.roots, unit.mapped = (roots if mapped else None), bool(mapped)
+        units.append(unit)
     return units
 
 
@@ -162,9 +176,14 @@ def _resolve(cache: Cache, units: list[_Unit]) -> None:
     index = _deps.DepIndex(shared_state(cache))  # a cluster's shared cache shares the index
     for u in units:
         if u.key is None:
-            found = index.resolve_with_deps(u.prekey)
+            found = index.resolve_with_deps(u.prekey, _dep_root(u))
             if found is not None:
                 u.key, u.deps = found
+
+
+def _dep_root(u: _Unit) -> tuple[str, str] | None:
+    """How the dependency index names the headers under ``u``'s sources' root, if it does."""
+    return (u.roots.real, _prefix.CANONICAL_SRC) if u.roots is not None else None
 
 
 def _inputs(spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit]) -> tuple[str, ...]:
@@ -287,6 +306,8 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list
                 # The assembler reads the compiler's output as it comes (0.2 s of a torch
                 # unit); not part of any key: it changes how, not what, is compiled.
                 extra.insert(0, "-pipe")
+            if u.mapped:  # kept out of keys: they name this checkout's paths (see _prefix)
+                extra += _prefix.command_flags(u.rule, u.roots, os.fspath(build_dir))
             cmd = (u.compiler, *extra, *u.flags, "-MD", "-MF", f"{obj}.d", "-c", os.fspath(src_path),
                    "-o", os.fspath(obj))
             split = None
@@ -336,9 +357,9 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list
             deps = _deps.parse_depfile((build_dir / f"{u.source.stem}.o.d").read_text(errors="replace"))
             own = {os.path.realpath(u.source.path)} if u.source.path else set()
             snap = _deps.snapshot([d for d in deps[1:] if os.path.realpath(d) not in own], system,
-                                  base=os.fspath(build_dir))
+                                  base=os.fspath(build_dir), root=_dep_root(u))
             u.key = index.record(u.prekey, snap)
-            u.deps = [s[0] for s in snap]
+            u.deps = [_deps.real_path(s[0], _dep_root(u)) for s in snap]
             if spec.keep_intermediates:
                 cache.store.put(u.key, {"unit.o": obj}, kind="object", name=u.source.display, move=True)
         point("build:objects-published")

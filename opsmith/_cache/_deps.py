@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from opsmith._cache._stamps import stamp_of
 from opsmith._cache._keys import KeyBuilder, file_sha256
 
-__all__ = ["parse_depfile", "DepIndex"]
+__all__ = ["parse_depfile", "DepIndex", "snapshot", "key_for", "real_path"]
 
 _MAX_VARIANTS = 8
 
@@ -85,16 +85,22 @@ class DepIndex:
         found = self.resolve_with_deps(prekey)
         return None if found is None else found[0]
 
-    def resolve_with_deps(self, prekey: str) -> tuple[str, list[str]] | None:
-        """The key of the recorded header set that matches the disk, and those headers' paths."""
+    def resolve_with_deps(self, prekey: str, root: tuple[str, str] | None = None
+                          ) -> tuple[str, list[str]] | None:
+        """The key of the recorded header set that matches the disk, and those headers' paths.
+
+        ``root`` is ``(real root, canonical root)`` for a unit whose key names the headers under
+        its sources' root canonically (see :func:`snapshot`): they are checked under ``real root``.
+        """
         rec = self.state.get(self.namespace, prekey)
         if not isinstance(rec, dict):
             return None
         for variant in reversed(rec.get("variants", [])):
             try:
-                if all(_dep_matches(*dep) for dep in variant["deps"]):
-                    return variant["key"], [dep[0] for dep in variant["deps"]]
-            except (TypeError, ValueError, KeyError):
+                deps = [[real_path(dep[0], root), *dep[1:]] for dep in variant["deps"]]
+                if all(_dep_matches(*dep) for dep in deps):
+                    return variant["key"], [dep[0] for dep in deps]
+            except (TypeError, ValueError, KeyError, IndexError):
                 continue
         return None
 
@@ -110,16 +116,22 @@ class DepIndex:
 
 
 def key_for(prekey: str, deps: list[list]) -> str:
+    """The unit key: the pre-key and each header's path (as recorded: canonical under the
+    sources' root, absolute elsewhere) and sha256."""
     kb = KeyBuilder("unit").str("prekey", prekey)
     for path, sha, *_stamp in sorted(deps):
         kb.str("dep", path).str("sha", sha)
     return kb.hexdigest()
 
 
-def snapshot(paths: Iterable[str], exclude_roots: Iterable[str], base: str = ".") -> list[list]:
-    """``[path, sha256, size, mtime_ns]`` for each user header (toolchain headers excluded).
+def snapshot(paths: Iterable[str], exclude_roots: Iterable[str], base: str = ".",
+             root: tuple[str, str] | None = None) -> list[list]:
+    """``[path, sha256, *stamp]`` for each user header (toolchain headers excluded).
 
     Relative paths in ``paths`` are relative to ``base`` (the directory the compiler ran in).
+    With ``root`` = ``(real root, canonical root)``, a header under the real root is recorded
+    (and keyed) by its canonical path, so that checkouts at two paths share the record; one
+    outside it by its absolute path. Either way its bytes are keyed by their sha256.
     """
     roots = tuple(r.rstrip("/") + "/" for r in exclude_roots if r)
     out = []
@@ -129,10 +141,23 @@ def snapshot(paths: Iterable[str], exclude_roots: Iterable[str], base: str = "."
             continue
         try:
             st = os.stat(ap)
-            out.append([ap, file_sha256(ap), *stamp_of(st)])
+            out.append([_canonical(ap, root), file_sha256(ap), *stamp_of(st)])
         except OSError:
             continue  # a header that vanished: the compiler saw it, the next lookup will miss
     return out
+
+
+def _canonical(path: str, root: tuple[str, str] | None) -> str:
+    if root is not None and path.startswith(root[0].rstrip("/") + "/"):
+        return root[1] + path[len(root[0].rstrip("/")):]
+    return path
+
+
+def real_path(path: str, root: tuple[str, str] | None) -> str:
+    """A recorded header path on this disk: a canonical one under the real root."""
+    if root is not None and path.startswith(root[1] + "/"):
+        return root[0].rstrip("/") + path[len(root[1]):]
+    return path
 
 
 def _dep_matches(path: str, sha: str, *recorded: int) -> bool:
