@@ -162,6 +162,11 @@ def test_source_roots_find_the_checkout_or_the_common_directory(tmp_path):
     bare = _Spec(sources=(_Src(path=str(tmp_path / "p" / "q" / "x.cpp")), _Src(path=str(tmp_path / "p" / "y.cpp"))),
                  extra_include_paths=())
     assert _prefix.source_roots(bare).given == str(tmp_path / "p")
+    beside = _Spec(sources=(_Src(path=str(tmp_path / "p" / "csrc" / "x.cpp")),),
+                   extra_include_paths=(str(tmp_path / "p" / "include"),))
+    assert _prefix.source_roots(beside).given == str(tmp_path / "p")  # an unpacked sdist
+    system = _Spec(sources=(_Src(path=str(tmp_path / "p" / "csrc" / "x.cpp")),), extra_include_paths=("/usr/include/eigen3",))
+    assert _prefix.source_roots(system).given == str(tmp_path / "p" / "csrc")
     assert _prefix.source_roots(_Spec(sources=(_Src(path=None),), extra_include_paths=())) is None
     odd = _Spec(sources=(_Src(path=str(tmp_path / "a,b" / "x.cpp")),), extra_include_paths=())
     assert _prefix.source_roots(odd) is None  # nvcc's -Xcompiler splits at commas
@@ -217,3 +222,27 @@ def test_which_compilers_map_paths():
         "-Xcompiler", "-ffile-prefix-map=/a/proj=/opsmith/src",
         "-Xcompiler", "-ffile-prefix-map=/b/proj=/opsmith/src",
         "-Xcompiler", "-ffile-prefix-map=/tmp/build-x=/opsmith/build"]
+
+
+CU = ('#include "k.cuh"\n__global__ void k(int* p) { *p = K; }\n'
+      'extern "C" const char* where() { return __FILE__; }\n'
+      'extern "C" int k_value() { return K; }\n')
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_cuda_sources_travel_too(tmp_path, monkeypatch):
+    """nvcc gives the maps to its host compiler (-Xcompiler); compiling needs no GPU."""
+    monkeypatch.setenv("OPSMITH_CUDA_WITH_CPU_TORCH", "1")
+    arts = []
+    for name in ("one", "two"):
+        root = tmp_path / name
+        (root / "include").mkdir(parents=True)
+        (root / "include" / "k.cuh").write_text("#define K 5\n")
+        (root / "kern.cu").write_text(CU)
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        arts.append(opsmith.build("cu_travel", [str(root / "kern.cu")], is_python_module=False,
+                                  extra_include_paths=[str(root / "include")]))
+    assert arts[0].built and arts[0].compiled_units == 1
+    assert not arts[1].built and arts[1].key == arts[0].key
+    data = arts[1].path.read_bytes()
+    assert b"/opsmith/src/kern.cu" in data and os.fsencode(tmp_path) not in data

@@ -51,8 +51,9 @@ def source_roots(spec) -> Roots | None:
     directory. None for inline sources only, or for a root no prefix map can name.
 
     A checkout's top (the nearest directory with ``.git``, a worktree's ``.git`` file
-    included) makes its ``include/`` beside ``csrc/`` travel with it; without one, include
-    directories under the sources' common directory travel and others key by absolute path.
+    included) makes its ``include/`` beside ``csrc/`` travel with it. Without one (an
+    unpacked sdist), the root is the common directory of the sources and the include paths,
+    unless that is ``/``: then the sources' own, and include paths elsewhere key by path.
     """
     dirs = [os.path.dirname(s.path) for s in spec.sources if s.path]
     if not dirs:
@@ -62,8 +63,9 @@ def source_roots(spec) -> Roots | None:
         if os.path.exists(os.path.join(root, ".git")):
             break
         parent = os.path.dirname(root)
-        if parent == root:
-            root = common
+        if parent == root:  # no checkout: the include paths widen the root, short of "/"
+            wide = os.path.commonpath([common, *spec.extra_include_paths])
+            root = wide if wide != "/" else common
             break
         root = parent
     if root == "/" or "=" in root or "," in root:
