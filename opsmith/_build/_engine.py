@@ -18,7 +18,7 @@ from opsmith._cache import _deps
 from opsmith._build import _linkstubs, _prefix
 from opsmith._build._profile import profile_for
 from opsmith._config import settings
-from opsmith._errors import CompileError
+from opsmith._errors import CacheError, CompileError
 from opsmith._cache._keys import KeyBuilder
 from opsmith._spec import ExtensionSpec, Source
 from opsmith._cache._store import Cache, Entry, open_cache
@@ -381,10 +381,15 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: _Toolchain, units: list
 
 
 
-def _failure(spec: ExtensionSpec, result, steps, log_path: Path) -> CompileError:
+def _failure(spec: ExtensionSpec, result, steps, log_path: Path) -> CompileError | CacheError:
     from opsmith._build import _diagnostics
 
     step = result.failed_step
+    output = result.failed_output or result.output
+    if _diagnostics.disk_full(output, list(step.command) if step else []) is not None:
+        # The disk, not the code: a CacheError that leads with the directory and its free space.
+        return CacheError(str(_diagnostics.compile_error(output, command=list(step.command) if step else [],
+                                                         sources={}, log_path=os.fspath(log_path))))
     sources = {}
     for s in spec.sources:
         text = s.text.decode(errors="replace")
