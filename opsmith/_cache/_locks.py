@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from opsmith._cache._root import ensure_root
+from opsmith._cache._root import disk_error, ensure_root, require_writable
 
 __all__ = ["Locks"]
 
@@ -37,12 +37,18 @@ class Locks:
     def hold(self, key: str) -> Iterator[None]:
         """Hold the lock for building ``key`` (waiting, with a log line, while another has it)."""
         import filelock  # a warm load never locks, and filelock costs ~9 ms to import
+        # Only a build locks: on a read-only or foreign-permission root say so (naming the
+        # directory and OPSMITH_CACHE_DIR) rather than let filelock's OSError through.
+        require_writable(self.root, f"build {key[:16]}")
         lk = filelock.FileLock(self.path(key), mode=0o600)
         try:
-            lk.acquire(timeout=2.0)
-        except filelock.Timeout:
-            log.info("waiting for another process that is building %s", key)
-            lk.acquire()
+            try:
+                lk.acquire(timeout=2.0)
+            except filelock.Timeout:
+                log.info("waiting for another process that is building %s", key)
+                lk.acquire()
+        except OSError as exc:
+            raise disk_error(exc, self.root) from None
         try:
             yield
         finally:
