@@ -174,6 +174,7 @@ def test_elementwise_and_weight_grad_plans():
 def test_ops_on_cpu_are_torchs():
     import torch
     import torch.nn.functional as F
+
     from opsmith import ops
     torch.manual_seed(0)
     x = torch.randn(5, 7, dtype=torch.float64)
@@ -211,3 +212,81 @@ def test_cli_warm_ops_compiles_then_hits(fresh_cache, monkeypatch):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "opsmith.ops for sm_90: 12 programs (84 kernels), 9 compiled, 3 from the cache" in out.stdout
+
+
+# -- the torch operators (CPU: torch's code or the formula; the schemas, fakes and autograd are the CUDA ones') --
+def _op_cases(torch, dtype=None):
+    dtype = dtype or torch.float64
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 3, 10, dtype=dtype, generator=g)
+    w, b = torch.randn(10, dtype=dtype, generator=g), torch.randn(10, dtype=dtype, generator=g)
+    x2 = torch.randn(4, 3, 10, dtype=dtype, generator=g)
+    mean = torch.randn(12, dtype=torch.float64 if dtype == torch.float64 else torch.float32, generator=g)
+    rstd = mean.abs() + 0.5
+    return [("relu", (x,)), ("relu_backward", (x2, x)), ("gelu", (x,)), ("gelu", (x, "tanh")),
+            ("gelu_backward", (x2, x, "tanh")), ("silu", (x,)), ("silu_backward", (x2, x)), ("softmax", (x,)),
+            ("softmax", (x, 1)), ("softmax_backward", (x2, torch.softmax(x, 0), 0)),
+            ("layer_norm", (x, [10], w, b, 1e-5)), ("layer_norm", (x, [3, 10], None, None, 1e-3)),
+            ("layer_norm_backward", (x2, x, [10], mean, rstd, True, True, w)),
+            ("layer_norm_backward", (x2, x, [10], mean, rstd, False, False, None)),
+            ("rms_norm", (x, [10], w, None)), ("rms_norm", (x, [10], None, 1e-5)),
+            ("rms_norm_backward", (x2, x, [10], rstd, True, w))]
+
+
+def test_registered_ops_pass_opcheck_on_cpu():
+    import torch
+    from opsmith.ops._register import OP_NAMES, ops
+    T = ops()
+    cases = _op_cases(torch)
+    assert {name for name, _ in cases} == set(OP_NAMES)
+    for name, args in cases:
+        # forwards get inputs that require grad (autograd is checked); backwards plain ones
+        args = tuple(a.detach().clone().requires_grad_(not name.endswith("backward"))
+                     if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+        result = torch.library.opcheck(getattr(T, name).default, args)
+        assert set(result.values()) == {"SUCCESS"}, (name, result)
+    # a gradient of a gradient is refused with a clear error, never silently wrong
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(T.silu(x).sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match="double backward"):
+        g.sum().backward()
+    assert str(T.layer_norm.default._schema) == (
+        "opsmith::layer_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+        "float eps=1.0000000000000001e-05) -> (Tensor, Tensor, Tensor)")
+
+
+def test_fake_kernels_give_the_cuda_outputs_shapes_and_dtypes():
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from opsmith.ops._register import ops
+    T = ops()
+    with FakeTensorMode():
+        x = torch.empty(6, 5, 8, dtype=torch.bfloat16)
+        y, mean, rstd = T.layer_norm(x, [5, 8])
+        assert y.shape == x.shape and y.dtype == torch.bfloat16 and y.is_contiguous()
+        assert mean.shape == (6,) and mean.dtype == torch.float32 and rstd.shape == (6,)
+        y, rstd = T.rms_norm(x.double(), [8])
+        assert rstd.shape == (30,) and rstd.dtype == torch.float64
+        dx, dw, db = T.layer_norm_backward(x, x, [8], mean.new_empty(30), mean.new_empty(30), True, False, None)
+        assert dx.shape == x.shape and dw.shape == (8,) and db.shape == (0,)
+        assert T.softmax(x.transpose(0, 2), 0).is_contiguous()
+
+
+def test_ops_trace_into_one_graph_with_torch_compile():
+    import torch
+    from opsmith import ops
+    torch._dynamo.reset()
+    x = torch.randn(4, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(16, dtype=torch.float64, requires_grad=True)
+
+    def f(x, w):
+        h = ops.gelu(ops.silu(ops.relu(x) + x), "tanh")
+        return ops.rms_norm(ops.softmax(ops.layer_norm(h, 16, w, w), -1), 16, w)
+
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)  # fullgraph: a graph break raises
+    out = compiled(x, w)
+    ref = f(x, w)
+    torch.testing.assert_close(out, ref)
+    (gx, gw), (rx, rw) = torch.autograd.grad(out.sum(), (x, w)), torch.autograd.grad(ref.sum(), (x, w))
+    torch.testing.assert_close(gx, rx)
+    torch.testing.assert_close(gw, rw)

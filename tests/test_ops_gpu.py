@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from opsmith import ops  # noqa: E402
-from opsmith.ops import _launch  # noqa: E402
+from opsmith import ops
+from opsmith.ops import _launch
 
 pytestmark = pytest.mark.gpu
 
@@ -226,7 +226,7 @@ def test_gradcheck_float64(cols):
     x = _rand((rows, cols), torch.float64, 19).requires_grad_()
     w = _rand(cols, torch.float64, 20).requires_grad_()
     b = _rand(cols, torch.float64, 21).requires_grad_()
-    check = lambda fn, *a: torch.autograd.gradcheck(fn, a, fast_mode=fast)  # noqa: E731
+    check = lambda fn, *a: torch.autograd.gradcheck(fn, a, fast_mode=fast)
     assert check(ops.relu, x) and check(ops.gelu, x) and check(lambda t: ops.gelu(t, "tanh"), x)
     assert check(ops.silu, x) and check(lambda t: ops.softmax(t, -1), x)
     assert check(lambda t, a, c: ops.layer_norm(t, (cols,), a, c), x, w, b)
@@ -249,3 +249,52 @@ def test_benchmark_helper_reports_bandwidth():
     assert r.runs == 20 and r.median_ms > 0 and 0.2 < r.fraction < 1.2, r
     assert ops.copy_bandwidth() == r.copy_gbps
     assert "GB/s" in str(r)
+
+
+# -- the torch operators -----------------------------------------------------------------------------------
+def _cuda_cases(dtype):
+    x = _rand((4, 3, 300), dtype, 30)
+    x2 = _rand((4, 3, 300), dtype, 31)
+    w, b = _rand(300, dtype, 32), _rand(300, dtype, 33)
+    stats = torch.float64 if dtype == torch.float64 else torch.float32
+    mean = _rand(12, stats, 34)
+    rstd = mean.abs() + 0.5
+    return [("relu", (x,)), ("relu_backward", (x2, x)), ("gelu", (x,)), ("gelu", (x, "tanh")),
+            ("gelu_backward", (x2, x, "none")), ("silu", (x,)), ("silu_backward", (x2, x)), ("softmax", (x,)),
+            ("softmax", (x, 1)), ("softmax_backward", (x2, torch.softmax(x, 0), 0)),
+            ("layer_norm", (x, [300], w, b, 1e-5)), ("layer_norm", (x, [3, 300], None, None, 1e-3)),
+            ("layer_norm_backward", (x2, x, [300], mean, rstd, True, True, w)),
+            ("rms_norm", (x, [300], w, None)), ("rms_norm_backward", (x2, x, [300], rstd, True, w))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_opcheck_every_op_on_cuda(dtype):
+    from opsmith.ops._register import OP_NAMES, ops as registered
+    T = registered()
+    cases = _cuda_cases(dtype)
+    assert {n for n, _ in cases} == set(OP_NAMES)
+    rtol, atol = TOL[dtype]
+    for name, args in cases:
+        args = tuple(a.detach().clone().requires_grad_(not name.endswith("backward"))
+                     if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+        result = torch.library.opcheck(getattr(T, name).default, args, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5))
+        assert set(result.values()) == {"SUCCESS"}, (name, result)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_torch_compile_fullgraph_with_inductor(dtype):
+    torch._dynamo.reset()
+    x = _rand((64, 512), dtype, 40).requires_grad_()
+    w = _rand(512, dtype, 41).requires_grad_()
+
+    def f(x, w):
+        h = ops.gelu(ops.silu(ops.relu(x) + x), "tanh")
+        return ops.rms_norm(ops.softmax(ops.layer_norm(h, 512, w, w), -1), 512, w)
+
+    out = torch.compile(f, fullgraph=True)(x, w)  # fullgraph: a graph break raises
+    ref = f(x, w)
+    _close(out, ref, dtype, what="compiled vs eager")
+    g = torch.autograd.grad(out.float().sum(), (x, w))
+    r = torch.autograd.grad(ref.float().sum(), (x, w))
+    _close(g[0], r[0], dtype, what="compiled grad x")
+    _close(g[1], r[1], dtype, scale=8, what="compiled grad w")

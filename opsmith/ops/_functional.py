@@ -1,23 +1,24 @@
-"""The ops: CUDA implementations over the kernels, autograd, and torch's own code for CPU.
+"""The ops: their CUDA implementations over the kernels, and the public functions.
 
-Each op is a forward and a backward function on CUDA tensors (``relu_fwd(x) -> y``,
-``relu_bwd(grad_y, x) -> grad_x`` ...) and an ``autograd.Function`` that joins them.
-Inputs are made contiguous first (a copy for a non-contiguous view); softmax over a dim other
-than the last moves that dim last (a copy), runs, and moves it back. CPU tensors go to torch's
-own functions. Supported CUDA dtypes: float32, float16, bfloat16 and float64.
+The CUDA implementations (``ew_fwd``, ``ew_bwd``, ``softmax_cuda``, ``layer_norm_fwd`` ...)
+are what the torch operators ``torch.ops.opsmith.*`` run on CUDA tensors (``_register``
+defines the operators, their CPU code, fake kernels and autograd). Inputs are made contiguous
+first (a copy for a non-contiguous view); softmax over a dim other than the last moves that
+dim last (a copy), runs, and moves it back (another copy). Outputs are contiguous.
+Supported CUDA dtypes: float32, float16, bfloat16 and float64.
 """
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from opsmith._errors import SpecError
 from opsmith.ops import _launch, _sources
 
-__all__ = ["relu", "gelu", "silu", "softmax", "layer_norm", "rms_norm"]
+__all__ = ["gelu", "layer_norm", "relu", "rms_norm", "silu", "softmax"]
 
 _EW = "elementwise.cu"
-_GELU = {"none": "gelu_erf", "tanh": "gelu_tanh"}
+GELU_KERNELS = {"none": "gelu_erf", "tanh": "gelu_tanh"}
 
 
 def _dtype_name(x, op: str) -> str:
@@ -60,69 +61,6 @@ def ew_bwd(op: str, grad_y, x):
     return dx
 
 
-def _ew_function(op: str):
-    import torch
-    from torch.autograd.function import once_differentiable
-
-    class Fn(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return ew_fwd(op, x)
-
-        @staticmethod
-        @once_differentiable  # double backward raises (not implemented)
-        def backward(ctx, grad_y):
-            (x,) = ctx.saved_tensors
-            return ew_bwd(op, grad_y, x)
-
-    Fn.__name__ = Fn.__qualname__ = f"{op}_function"
-    return Fn
-
-
-_functions: dict = {}
-
-
-def _fn(key: str, make):
-    f = _functions.get(key)
-    if f is None:
-        f = _functions[key] = make()
-    return f
-
-
-def _ew(op: str, x, torch_fn):
-    if not x.is_cuda:
-        return torch_fn(x)
-    return _fn(op, lambda: _ew_function(op)).apply(x)
-
-
-def relu(x):
-    """ReLU: ``max(x, 0)``, NaN kept (as ``torch.relu``).
-
-    Examples
-    --------
-    >>> y = opsmith.ops.relu(torch.randn(1024, device="cuda"))  # doctest: +SKIP
-    """
-    import torch
-    return _ew("relu", x, torch.relu)
-
-
-def gelu(x, approximate: str = "none"):
-    """GELU, exact (``approximate="none"``: ``0.5 x (1 + erf(x / sqrt 2))``) or the tanh form
-    (``approximate="tanh"``), as ``torch.nn.functional.gelu``."""
-    import torch.nn.functional as F
-    op = _GELU.get(approximate)
-    if op is None:
-        raise SpecError(f"opsmith.ops.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _ew(op, x, lambda t: F.gelu(t, approximate=approximate))
-
-
-def silu(x):
-    """SiLU (swish): ``x * sigmoid(x)``, as ``torch.nn.functional.silu``."""
-    import torch.nn.functional as F
-    return _ew("silu", x, F.silu)
-
-
 # -- softmax ------------------------------------------------------------------------------------
 def softmax_fwd(x):
     """Softmax over the last dim of a CUDA tensor."""
@@ -159,42 +97,27 @@ def softmax_bwd(grad_y, y):
     return dx
 
 
-def _softmax_class():
-    import torch
-    from torch.autograd.function import once_differentiable
-
-    class Softmax(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            y = softmax_fwd(x)
-            ctx.save_for_backward(y)
-            return y
-
-        @staticmethod
-        @once_differentiable
-        def backward(ctx, grad_y):
-            (y,) = ctx.saved_tensors
-            return softmax_bwd(grad_y, y)
-
-    return Softmax
+def softmax_cuda(x, dim: int = -1):
+    """``torch.ops.opsmith.softmax`` on CUDA: the last dim in place, another moved last and back."""
+    d = _dim(x, dim)
+    if x.dim() == 0 or d == x.dim() - 1:
+        return softmax_fwd(x)
+    return softmax_fwd(x.movedim(d, -1)).movedim(-1, d).contiguous()
 
 
-def softmax(x, dim: int = -1):
-    """Softmax along ``dim`` (numerically stable), as ``torch.softmax(x, dim)``.
+def softmax_backward_cuda(grad, y, dim: int):
+    """``torch.ops.opsmith.softmax_backward`` on CUDA."""
+    d = _dim(y, dim)
+    if y.dim() == 0 or d == y.dim() - 1:
+        return softmax_bwd(grad, y)
+    return softmax_bwd(grad.movedim(d, -1), y.movedim(d, -1)).movedim(-1, d).contiguous()
 
-    The last dim is the fast path; another dim is moved last (a copy) and back.
-    """
-    import torch
-    if not x.is_cuda:
-        return torch.softmax(x, dim)
+
+def _dim(x, dim: int) -> int:
     nd = max(x.dim(), 1)
     if not -nd <= dim < nd:
         raise SpecError(f"opsmith.ops.softmax: dim {dim} is out of range for a {x.dim()}-d tensor")
-    dim %= nd
-    fn = _fn("softmax", _softmax_class)
-    if x.dim() == 0 or dim == x.dim() - 1:
-        return fn.apply(x)
-    return fn.apply(x.movedim(dim, -1)).movedim(-1, dim)
+    return dim % nd
 
 
 # -- layer_norm and rms_norm ------------------------------------------------------------------------
@@ -212,7 +135,7 @@ def _stats_dtype(x):
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def layer_norm_fwd(x, weight, bias, normalized_shape, eps: float):
+def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """(y, mean, rstd) of layer norm over the last ``len(normalized_shape)`` dims (CUDA)."""
     import torch
     x = x.contiguous()
@@ -245,17 +168,18 @@ def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_b: bool):
     return dw.sum(0), (db.sum(0) if want_b else None)
 
 
-def layer_norm_bwd(grad_y, x, weight, mean, rstd, normalized_shape, want_w: bool, want_b: bool):
-    """(grad_x, grad_weight, grad_bias) of layer norm (CUDA); None where not wanted."""
+def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b: bool, weight=None):
+    """(grad_x, grad_weight, grad_bias) of layer norm (CUDA); an empty tensor where not wanted."""
     import torch
     x = x.contiguous()
     g = grad_y.contiguous().to(x.dtype)
     rows, cols = _rows_cols(x, normalized_shape, "layer_norm")
     dx = torch.empty_like(x)
     shape = tuple(normalized_shape)
+    none = x.new_empty(0)
     if not (rows and cols):
         z = torch.zeros(shape, dtype=x.dtype, device=x.device)
-        return dx, (z if want_w else None), (z.clone() if want_b else None)
+        return dx, (z if want_w else none), (z.clone() if want_b else none.clone())
     w = weight.contiguous() if weight is not None else x
     plan = _launch.row_plan(rows, cols, x.element_size(), 2, _launch.device_props(x.get_device()))
     args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
@@ -263,17 +187,19 @@ def layer_norm_bwd(grad_y, x, weight, mean, rstd, normalized_shape, want_w: bool
         _kernel("norm.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
     else:
         _kernel("norm.cu", "layer_norm_bwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
-    dw = db = None
+    dw, db = none, none.clone()
     if want_w or want_b:
         sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_b)
-        dw = sw.to(x.dtype).reshape(shape) if want_w else None
-        db = sb.to(x.dtype).reshape(shape) if want_b else None
+        dw = sw.to(x.dtype).reshape(shape) if want_w else dw
+        db = sb.to(x.dtype).reshape(shape) if want_b else db
     return dx, dw, db
 
 
-def rms_norm_fwd(x, weight, normalized_shape, eps: float):
-    """(y, rstd) of RMS norm (CUDA)."""
+def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
+    """(y, rstd) of RMS norm (CUDA); ``eps=None``: the dtype's machine epsilon, as torch."""
     import torch
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
     x = x.contiguous()
     rows, cols = _rows_cols(x, normalized_shape, "rms_norm")
     y = torch.empty_like(x)
@@ -289,8 +215,8 @@ def rms_norm_fwd(x, weight, normalized_shape, eps: float):
     return y, rstd
 
 
-def rms_norm_bwd(grad_y, x, weight, rstd, normalized_shape, want_w: bool):
-    """(grad_x, grad_weight) of RMS norm (CUDA)."""
+def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None):
+    """(grad_x, grad_weight) of RMS norm (CUDA); an empty tensor where not wanted."""
     import torch
     x = x.contiguous()
     g = grad_y.contiguous().to(x.dtype)
@@ -298,7 +224,7 @@ def rms_norm_bwd(grad_y, x, weight, rstd, normalized_shape, want_w: bool):
     dx = torch.empty_like(x)
     shape = tuple(normalized_shape)
     if not (rows and cols):
-        return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else None)
+        return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else x.new_empty(0))
     w = weight.contiguous() if weight is not None else x
     plan = _launch.row_plan(rows, cols, x.element_size(), 2, _launch.device_props(x.get_device()))
     args = (g, x, w, rstd, dx, rows, cols, int(weight is not None))
@@ -306,61 +232,14 @@ def rms_norm_bwd(grad_y, x, weight, rstd, normalized_shape, want_w: bool):
         _kernel("norm.cu", "rms_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
     else:
         _kernel("norm.cu", "rms_norm_bwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
-    dw = None
+    dw = x.new_empty(0)
     if want_w:
         sw, _ = _weight_grads(g, x, None, rstd, rows, cols, False)
         dw = sw.to(x.dtype).reshape(shape)
     return dx, dw
 
 
-def _layer_norm_class():
-    import torch
-    from torch.autograd.function import once_differentiable
-
-    class LayerNorm(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, normalized_shape, weight, bias, eps):
-            y, mean, rstd = layer_norm_fwd(x, weight, bias, normalized_shape, eps)
-            ctx.save_for_backward(x, weight, mean, rstd)
-            ctx.normalized_shape = tuple(normalized_shape)
-            ctx.has_bias = bias is not None
-            return y
-
-        @staticmethod
-        @once_differentiable
-        def backward(ctx, grad_y):
-            x, weight, mean, rstd = ctx.saved_tensors
-            want_w = weight is not None and ctx.needs_input_grad[2]
-            want_b = ctx.has_bias and ctx.needs_input_grad[3]
-            dx, dw, db = layer_norm_bwd(grad_y, x, weight, mean, rstd, ctx.normalized_shape, want_w, want_b)
-            return dx, None, dw, db, None
-
-    return LayerNorm
-
-
-def _rms_norm_class():
-    import torch
-    from torch.autograd.function import once_differentiable
-
-    class RMSNorm(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, normalized_shape, weight, eps):
-            y, rstd = rms_norm_fwd(x, weight, normalized_shape, eps)
-            ctx.save_for_backward(x, weight, rstd)
-            ctx.normalized_shape = tuple(normalized_shape)
-            return y
-
-        @staticmethod
-        @once_differentiable
-        def backward(ctx, grad_y):
-            x, weight, rstd = ctx.saved_tensors
-            want_w = weight is not None and ctx.needs_input_grad[2]
-            dx, dw = rms_norm_bwd(grad_y, x, weight, rstd, ctx.normalized_shape, want_w)
-            return dx, None, dw, None
-
-    return RMSNorm
-
-
+# -- the public functions: the torch operators -----------------------------------------------------------
 def _shape(normalized_shape) -> tuple[int, ...]:
     if isinstance(normalized_shape, int):
         return (normalized_shape,)
@@ -371,24 +250,54 @@ def _same_dtype(t, x):
     return t if t is None or t.dtype == x.dtype else t.to(x.dtype)
 
 
+def _ops():
+    from opsmith.ops._register import ops
+    return ops()
+
+
+def relu(x):
+    """ReLU: ``max(x, 0)``, NaN kept (as ``torch.relu``); ``torch.ops.opsmith.relu``.
+
+    Examples
+    --------
+    >>> y = opsmith.ops.relu(torch.randn(1024, device="cuda"))  # doctest: +SKIP
+    """
+    return _ops().relu.default(x)
+
+
+def gelu(x, approximate: str = "none"):
+    """GELU, exact (``approximate="none"``: ``0.5 x (1 + erf(x / sqrt 2))``) or the tanh form
+    (``approximate="tanh"``), as ``torch.nn.functional.gelu``; ``torch.ops.opsmith.gelu``."""
+    if approximate not in GELU_KERNELS:
+        raise SpecError(f"opsmith.ops.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _ops().gelu.default(x, approximate)
+
+
+def silu(x):
+    """SiLU (swish): ``x * sigmoid(x)``, as ``torch.nn.functional.silu``; ``torch.ops.opsmith.silu``."""
+    return _ops().silu.default(x)
+
+
+def softmax(x, dim: int = -1):
+    """Softmax along ``dim`` (numerically stable), as ``torch.softmax(x, dim)``;
+    ``torch.ops.opsmith.softmax``. The last dim is the fast path; another dim is moved last
+    (a copy) and back."""
+    _dim(x, dim)
+    return _ops().softmax.default(x, dim)
+
+
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """Layer norm over the last dims, as ``torch.nn.functional.layer_norm`` (weight and bias
-    optional; biased variance; mean and variance in float32, float64 for float64 inputs)."""
-    import torch.nn.functional as F
+    optional; biased variance; statistics in float32, float64 for float64 inputs);
+    ``torch.ops.opsmith.layer_norm(...)[0]``."""
     shape = _shape(normalized_shape)
-    if not x.is_cuda:
-        return F.layer_norm(x, shape, weight, bias, eps)
-    return _fn("layer_norm", _layer_norm_class).apply(x, shape, _same_dtype(weight, x), _same_dtype(bias, x), eps)
+    _rows_cols(x, shape, "layer_norm")
+    return _ops().layer_norm.default(x, list(shape), _same_dtype(weight, x), _same_dtype(bias, x), float(eps))[0]
 
 
 def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
     """RMS norm over the last dims, as ``torch.nn.functional.rms_norm`` (``eps=None``: the
-    dtype's machine epsilon, as torch)."""
-    import torch
-    import torch.nn.functional as F
+    dtype's machine epsilon, as torch); ``torch.ops.opsmith.rms_norm(...)[0]``."""
     shape = _shape(normalized_shape)
-    if not x.is_cuda:
-        return F.rms_norm(x, shape, weight, eps)
-    if eps is None:
-        eps = torch.finfo(x.dtype).eps
-    return _fn("rms_norm", _rms_norm_class).apply(x, shape, _same_dtype(weight, x), eps)
+    _rows_cols(x, shape, "rms_norm")
+    return _ops().rms_norm.default(x, list(shape), _same_dtype(weight, x), None if eps is None else float(eps))[0]

@@ -1,0 +1,251 @@
+"""The ops as torch operators ``torch.ops.opsmith.*`` through :func:`opsmith.custom_op`.
+
+Each op and its backward is an operator with a schema, a CUDA implementation (the kernels,
+``_functional``), a CPU implementation (torch's own code, or the formula in float32/64), a
+fake kernel (contiguous outputs of the real shapes and dtypes: ``torch.compile`` traces the
+ops without a graph break) and an autograd formula that calls the backward operator:
+
+=====================  =====================================================================
+``relu``               ``(Tensor x) -> Tensor``; ``relu_backward(Tensor grad, Tensor x)``
+``gelu``               ``(Tensor x, str approximate="none") -> Tensor``; ``gelu_backward``
+``silu``               ``(Tensor x) -> Tensor``; ``silu_backward``
+``softmax``            ``(Tensor x, int dim=-1) -> Tensor``; ``softmax_backward(grad, y, dim)``
+``layer_norm``         ``(Tensor x, int[] normalized_shape, Tensor? weight, Tensor? bias,
+                       float eps) -> (Tensor y, Tensor mean, Tensor rstd)``; ``layer_norm_backward``
+                       (optional tensors come last in the backward schemas)
+``rms_norm``           ``(Tensor x, int[] normalized_shape, Tensor? weight, float? eps)
+                       -> (Tensor y, Tensor rstd)``; ``rms_norm_backward``
+=====================  =====================================================================
+
+``mean`` and ``rstd`` hold one value per row (float32; float64 for float64 inputs).
+Registration happens once, on the first call of an opsmith.ops function.
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+from opsmith._errors import SpecError
+from opsmith.ops import _functional as fn
+
+__all__ = ["ops", "OP_NAMES"]
+
+OP_NAMES = ("relu", "relu_backward", "gelu", "gelu_backward", "silu", "silu_backward", "softmax",
+            "softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward")
+
+_lock = threading.Lock()
+_done = False
+
+
+def ops():
+    """``torch.ops.opsmith``, with every op registered."""
+    import torch
+    global _done
+    if not _done:
+        with _lock:
+            if not _done:
+                _register_all()
+                _done = True
+    return torch.ops.opsmith
+
+
+def _stats(x):
+    import torch
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _rows(x, shape) -> int:
+    return math.prod(x.shape[: x.dim() - len(shape)])
+
+
+def _gelu_op(approximate: str) -> str:
+    op = fn.GELU_KERNELS.get(approximate)
+    if op is None:
+        raise SpecError(f"opsmith.ops.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return op
+
+
+# -- CPU: torch's own code, or the backward formula in the accumulation type ------------------------------
+def _softmax_cpu(x, dim=-1):
+    import torch
+    return torch.softmax(x, dim)
+
+
+def _softmax_backward_cpu(grad, y, dim):
+    import torch
+    return torch._softmax_backward_data(grad, y, dim, y.dtype)
+
+
+def _layer_norm_cpu(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    import torch
+    y, mean, rstd = torch.native_layer_norm(x, normalized_shape, weight, bias, eps)
+    return y, mean.reshape(-1).to(_stats(x)).clone(), rstd.reshape(-1).to(_stats(x)).clone()
+
+
+def _layer_norm_backward_cpu(grad, x, normalized_shape, mean, rstd, want_w, want_b, weight=None):
+    cols = math.prod(normalized_shape)
+    a = _stats(x)
+    xs, g = x.reshape(-1, cols).to(a), grad.reshape(-1, cols).to(a)
+    xhat = (xs - mean[:, None]) * rstd[:, None]
+    gw = g * weight.reshape(-1).to(a) if weight is not None else g
+    dx = rstd[:, None] * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
+    dw = (g * xhat).sum(0).reshape(normalized_shape).to(x.dtype) if want_w else x.new_empty(0)
+    db = g.sum(0).reshape(normalized_shape).to(x.dtype) if want_b else x.new_empty(0)
+    return dx.to(x.dtype).reshape(x.shape), dw, db
+
+
+def _rms_norm_cpu(x, normalized_shape, weight=None, eps=None):
+    import torch
+    import torch.nn.functional as F
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
+    rstd = torch.rsqrt(x.to(_stats(x)).pow(2).mean(dims) + eps).reshape(-1)
+    return F.rms_norm(x, normalized_shape, weight, eps), rstd
+
+
+def _rms_norm_backward_cpu(grad, x, normalized_shape, rstd, want_w, weight=None):
+    cols = math.prod(normalized_shape)
+    a = _stats(x)
+    xs, g = x.reshape(-1, cols).to(a), grad.reshape(-1, cols).to(a)
+    gw = g * weight.reshape(-1).to(a) if weight is not None else g
+    r = rstd[:, None]
+    dx = r * (gw - xs * r * r * (gw * xs).mean(-1, keepdim=True))
+    dw = (g * xs * r).sum(0).reshape(normalized_shape).to(x.dtype) if want_w else x.new_empty(0)
+    return dx.to(x.dtype).reshape(x.shape), dw
+
+
+# -- fake kernels: what the CUDA implementations return, without data ----------------------------------------
+def _like(x):
+    return x.new_empty(x.shape)
+
+
+def _layer_norm_fake(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    rows = _rows(x, normalized_shape)
+    return _like(x), x.new_empty((rows,), dtype=_stats(x)), x.new_empty((rows,), dtype=_stats(x))
+
+
+def _layer_norm_backward_fake(grad, x, normalized_shape, mean, rstd, want_w, want_b, weight=None):
+    shape = tuple(normalized_shape)
+    return _like(x), x.new_empty(shape if want_w else (0,)), x.new_empty(shape if want_b else (0,))
+
+
+def _rms_norm_fake(x, normalized_shape, weight=None, eps=None):
+    return _like(x), x.new_empty((_rows(x, normalized_shape),), dtype=_stats(x))
+
+
+def _rms_norm_backward_fake(grad, x, normalized_shape, rstd, want_w, weight=None):
+    return _like(x), x.new_empty(tuple(normalized_shape) if want_w else (0,))
+
+
+def _keep_nothing(ctx, inputs, output):
+    pass
+
+
+def _no_double_backward(name: str):
+    def backward(ctx, *grads):
+        raise NotImplementedError(f"opsmith.ops: double backward (a gradient of {name}) is not implemented; "
+                                  f"use torch's op where a second derivative is needed")
+    return backward
+
+
+# -- registration -------------------------------------------------------------------------------------------
+def _register_all() -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from opsmith._torch._ops import custom_op
+    aten = torch.ops.aten
+
+    def define(name, schema, cuda, cpu, fake):
+        op = custom_op(f"opsmith::{name}", schema, cuda=cuda, cpu=cpu).register_fake(fake)
+        if name.endswith("_backward"):
+            op.register_autograd(_no_double_backward(name), _keep_nothing)
+        return op
+
+    # elementwise: (x) -> y and (grad, x) -> grad_x
+    relu = define("relu", "(Tensor x) -> Tensor", lambda x: fn.ew_fwd("relu", x), torch.relu, _like)
+    relu_b = define("relu_backward", "(Tensor grad, Tensor x) -> Tensor", lambda g, x: fn.ew_bwd("relu", g, x),
+                    lambda g, x: aten.threshold_backward(g, x, 0), lambda g, x: _like(x))
+    relu.register_autograd(relu_b.default, save=("x",))
+
+    silu = define("silu", "(Tensor x) -> Tensor", lambda x: fn.ew_fwd("silu", x), F.silu, _like)
+    silu_b = define("silu_backward", "(Tensor grad, Tensor x) -> Tensor", lambda g, x: fn.ew_bwd("silu", g, x),
+                    aten.silu_backward, lambda g, x: _like(x))
+    silu.register_autograd(silu_b.default, save=("x",))
+
+    gelu = define("gelu", '(Tensor x, str approximate="none") -> Tensor',
+                  lambda x, approximate="none": fn.ew_fwd(_gelu_op(approximate), x),
+                  lambda x, approximate="none": F.gelu(x, approximate=approximate),
+                  lambda x, approximate="none": _like(x))
+    gelu_b = define("gelu_backward", '(Tensor grad, Tensor x, str approximate="none") -> Tensor',
+                    lambda g, x, approximate="none": fn.ew_bwd(_gelu_op(approximate), g, x),
+                    lambda g, x, approximate="none": aten.gelu_backward(g, x, approximate=approximate),
+                    lambda g, x, approximate="none": _like(x))
+
+    def gelu_setup(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.approximate = inputs[1]
+
+    def gelu_backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return gelu_b.default(grad, x, ctx.approximate), None
+
+    gelu.register_autograd(gelu_backward, gelu_setup)
+
+    # softmax
+    softmax = define("softmax", "(Tensor x, int dim=-1) -> Tensor", fn.softmax_cuda, _softmax_cpu,
+                     lambda x, dim=-1: _like(x))
+    softmax_b = define("softmax_backward", "(Tensor grad, Tensor y, int dim) -> Tensor", fn.softmax_backward_cuda,
+                       _softmax_backward_cpu, lambda g, y, dim: _like(y))
+
+    def softmax_setup(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.dim = inputs[1]
+
+    def softmax_backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return softmax_b.default(grad, y, ctx.dim), None
+
+    softmax.register_autograd(softmax_backward, softmax_setup)
+
+    # layer_norm
+    ln = define("layer_norm", "(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+                "float eps=1e-05) -> (Tensor, Tensor, Tensor)", fn.layer_norm_fwd, _layer_norm_cpu, _layer_norm_fake)
+    ln_b = define("layer_norm_backward", "(Tensor grad, Tensor x, int[] normalized_shape, Tensor mean, "
+                  "Tensor rstd, bool want_w, bool want_b, Tensor? weight=None) -> (Tensor, Tensor, Tensor)",
+                  fn.layer_norm_bwd, _layer_norm_backward_cpu, _layer_norm_backward_fake)
+
+    def ln_setup(ctx, inputs, output):
+        x, shape, w, b, _ = inputs
+        ctx.save_for_backward(x, w, output[1], output[2])
+        ctx.shape = list(shape)
+        ctx.want_w = w is not None and w.requires_grad
+        ctx.want_b = b is not None and b.requires_grad
+
+    def ln_backward(ctx, grad, _gmean, _grstd):
+        x, w, mean, rstd = ctx.saved_tensors
+        dx, dw, db = ln_b.default(grad, x, ctx.shape, mean, rstd, ctx.want_w, ctx.want_b, w)
+        return dx, None, (dw if ctx.want_w else None), (db if ctx.want_b else None), None
+
+    ln.register_autograd(ln_backward, ln_setup)
+
+    # rms_norm
+    rms = define("rms_norm", "(Tensor x, int[] normalized_shape, Tensor? weight=None, float? eps=None) "
+                 "-> (Tensor, Tensor)", fn.rms_norm_fwd, _rms_norm_cpu, _rms_norm_fake)
+    rms_b = define("rms_norm_backward", "(Tensor grad, Tensor x, int[] normalized_shape, Tensor rstd, "
+                   "bool want_w, Tensor? weight=None) -> (Tensor, Tensor)", fn.rms_norm_bwd, _rms_norm_backward_cpu,
+                   _rms_norm_backward_fake)
+
+    def rms_setup(ctx, inputs, output):
+        x, shape, w, _ = inputs
+        ctx.save_for_backward(x, w, output[1])
+        ctx.shape = list(shape)
+        ctx.want_w = w is not None and w.requires_grad
+
+    def rms_backward(ctx, grad, _grstd):
+        x, w, rstd = ctx.saved_tensors
+        dx, dw = rms_b.default(grad, x, ctx.shape, rstd, ctx.want_w, w)
+        return dx, None, (dw if ctx.want_w else None), None
+
+    rms.register_autograd(rms_backward, rms_setup)
