@@ -290,3 +290,72 @@ def test_ops_trace_into_one_graph_with_torch_compile():
     (gx, gw), (rx, rw) = torch.autograd.grad(out.sum(), (x, w)), torch.autograd.grad(ref.sum(), (x, w))
     torch.testing.assert_close(gx, rx)
     torch.testing.assert_close(gw, rw)
+
+
+class _CheckedLaunch:
+    """Stands in for a kernel's launch: checks every argument against the kernel's parsed
+    signature (count, tensor dtype and contiguity, int and float kinds) and the config."""
+
+    def __init__(self, kernel, calls):
+        self.kernel, self.calls = kernel, calls
+
+    def launch(self, config, *args):
+        import torch
+        from opsmith._runtime._launch_config import LaunchConfig
+        k = self.kernel
+        assert isinstance(config, LaunchConfig)
+        assert len(args) == len(k.params), (k.name, len(args), [p.name for p in k.params])
+        for p, a in zip(k.params, args):
+            if p.kind == "tensor":
+                assert isinstance(a, torch.Tensor) and a.is_contiguous(), (k.name, p.name)
+                assert str(a.dtype).replace("torch.", "") in p.dtypes, (k.name, p.name, a.dtype, p.dtypes)
+            elif p.kind == "int":
+                assert type(a) is int and p.range[0] <= a <= p.range[1], (k.name, p.name, a)
+            else:
+                assert type(a) is float, (k.name, p.name, a)
+        self.calls.append((k.name, config))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monkeypatch):
+    """The CUDA implementations run on CPU tensors here, with launches checked against the
+    kernels' signatures: every strategy of every op, with and without weight and bias."""
+    import torch
+    from opsmith.ops import _functional as fn
+    binaries = {j["source"].name: b for j, b in zip(_sources.jobs("sm_90", (dtype,)),
+                                                   opsmith.compile_many(_sources.jobs("sm_90", (dtype,)), progress=False))}
+    modules = {f: opsmith.CudaModule(b) for f, b in binaries.items()}
+    calls: list = []
+
+    def kernel(file, name, dt, device):
+        t, a = _sources.DTYPES[dt]
+        return _CheckedLaunch(modules[file].get_kernel(name.format(T=t, A=a)), calls)
+
+    monkeypatch.setattr(_sources, "kernel", kernel)
+    monkeypatch.setattr(_launch, "device_props", lambda device: H100)
+    dt = getattr(torch, dtype)
+    for cols in (1, 100, 3000, 70000):  # warp, block (fp32/bf16), long, long without the cache
+        x = torch.randn(3, cols, dtype=dt)
+        w, b = torch.randn(cols, dtype=dt), torch.randn(cols, dtype=dt)
+        for op in ("relu", "gelu_erf", "gelu_tanh", "silu"):
+            fn.ew_fwd(op, x)
+            fn.ew_bwd(op, x, x)
+        fn.softmax_cuda(x, -1)
+        fn.softmax_cuda(x, 0)
+        fn.softmax_backward_cuda(x, x, -1)
+        for weight, bias in ((w, b), (None, None), (w, None)):
+            y, mean, rstd = fn.layer_norm_fwd(x, [cols], weight, bias, 1e-5)
+            assert mean.dtype == (torch.float64 if dtype == "float64" else torch.float32) and mean.shape == (3,)
+            dx, dw, db = fn.layer_norm_bwd(x, x, [cols], mean, rstd, weight is not None, bias is not None, weight)
+            assert dx.shape == x.shape and dw.shape == ((cols,) if weight is not None else (0,))
+            y, rstd = fn.rms_norm_fwd(x, [cols], weight, None)
+            dx, dw = fn.rms_norm_bwd(x, x, [cols], rstd, weight is not None, weight)
+    names = {n.split("<")[0] for n, _ in calls}
+    assert names == {n.split("<")[0] for f in _sources.FILES for n in _sources.FILES[f]}, names
+    assert {c.shared_mem > 0 for n, c in calls if "_long" in n} == {True, False}
+    # empty tensors launch nothing
+    before = len(calls)
+    fn.ew_fwd("relu", torch.empty(0, dtype=dt))
+    fn.layer_norm_fwd(torch.empty(0, 8, dtype=dt), [8])
+    fn.softmax_cuda(torch.empty(4, 0, dtype=dt))
+    assert len(calls) == before
