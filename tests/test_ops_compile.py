@@ -334,7 +334,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     monkeypatch.setattr(_sources, "kernel", kernel)
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)
     dt = getattr(torch, dtype)
-    for cols in (1, 100, 3000, 70000):  # warp, block (fp32/bf16), long, long without the cache
+    for cols in (1, 100, 3000, 12000, 70000):  # warp, block, long cached, long without the cache
         x = torch.randn(3, cols, dtype=dt)
         w, b = torch.randn(cols, dtype=dt), torch.randn(cols, dtype=dt)
         for op in ("relu", "gelu_erf", "gelu_tanh", "silu"):
