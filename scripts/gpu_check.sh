@@ -44,7 +44,7 @@ case "$PART" in
   bench)
     [ -f bench/bench_op_overhead.py ] && run bench_op_overhead python3 bench/bench_op_overhead.py --json "$L/bench_op_overhead.json"
     [ -f bench/bench_export_c_launch.py ] && run bench_export_c python3 bench/bench_export_c_launch.py --out "$L/bench_export_c.json"
-    [ -f bench/bench_ops.py ] && run bench_ops python3 bench/bench_ops.py --out "$L/ops" ${OPS_BENCH_ARGS:-}
+    [ -f bench/bench_ops.py ] && [ "${OPS_BENCH:-1}" != 0 ] && run bench_ops python3 bench/bench_ops.py --out "$L/ops" ${OPS_BENCH_ARGS:-}
     run bench_kernels python3 bench/bench_kernels.py --out "$L/bench_kernels.json" --skip-torch-ext
     OPSMITH_CACHE_DIR=$(mktemp -d) run demo opsmith demo
     ;;

@@ -308,14 +308,18 @@ def test_setuptools_extension_objects():
 
 
 def test_nvcc_std_is_the_one_torch_gives_nvcc(tmp_path):
-    from opsmith._toolchain._nvcc import _read_torch_nvcc_std
+    from opsmith._cache._state import State
+    from opsmith._toolchain._cxx import _torch_stds
     (tmp_path / "utils").mkdir()
     (tmp_path / "utils" / "cpp_extension.py").write_text(
         "x = {'cxx': ['-std=c++20']}  # a docstring example\n"
+        "        cflags = common_cflags + ['-fPIC', '-std=c++20']\n"
         "            if not any(flag.startswith('-std=') for flag in cuda_flags):\n"
         "                cuda_flags.append('-std=c++17')\n")
-    assert _read_torch_nvcc_std(str(tmp_path)) == "c++17"
-    assert _read_torch_nvcc_std(str(tmp_path / "none")) is None
+    state = State(tmp_path / "cache")
+    assert _torch_stds(str(tmp_path), state) == ("c++20", "c++17")  # one reader, both standards
+    assert _torch_stds(str(tmp_path), state) == ("c++20", "c++17")  # the second from the state
+    assert _torch_stds(str(tmp_path / "none"), state) == ("c++17", "c++17")
 
 
 MODULE_CU = r"""

@@ -125,32 +125,8 @@ class Nvcc(Record):
 
 
 def torch_nvcc_std(tc) -> str:
-    """The C++ standard torch's own builder passes to nvcc (``cuda_flags.append('-std=...')``).
-
-    Read from torch's source once per torch install and remembered in the machine-local state. It matters:
-    with torch 2.11 (c++17), nvcc on a .cu that includes torch headers took 46.4 s at c++17 and
-    52.2 s at c++20 on the H100 machine. Falls back to the standard used for C++ sources.
-    """
-    state = getattr(tc, "state", None)
-    key = "nvcc-std-" + tc.torch.fingerprint
-    if state is not None:
-        rec = state.get(_RECORD_NS, key)
-        if isinstance(rec, dict) and isinstance(rec.get("std"), str):
-            return rec["std"]
-    std = _read_torch_nvcc_std(tc.torch.root) or tc.torch.std
-    if state is not None:
-        state.put(_RECORD_NS, key, {"std": std})
-    return std
-
-
-def _read_torch_nvcc_std(root: str) -> str | None:
-    try:
-        with open(os.path.join(root, "utils", "cpp_extension.py"), errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return None
-    m = re.search(r"cuda_flags\.append\(['\"]-std=(c\+\+\d+)['\"]\)", text)
-    return m[1] if m else None
+    """The C++ standard torch's own builder passes to nvcc (read with the C++ one: ``TorchInfo``)."""
+    return tc.torch.cuda_std
 
 
 def _has_ccbin(flags) -> bool:
