@@ -327,6 +327,7 @@ class CustomOp:
                      "    if _c is not None:",
                      f"        _launch(_c, {call})"]
         self._kernels = kernels
+        self._binding, self._launch_rule = binding, launch  # read by the ONNX Runtime export
         fn = self._generate(alloc_only=False, body=body, ns=ns)
         self.register_kernel("cuda", fn)
 

@@ -491,9 +491,16 @@ def check_settings(ctx: _Context) -> list[Check]:
     return rows
 
 
+def check_onnxruntime(ctx: _Context) -> list[Check]:
+    """ONNX Runtime: the installed version and providers, whether the CUDA provider's libraries
+    load (naming the missing one), whether the opsmith op libraries built here load."""
+    from opsmith._onnx._session import doctor_rows
+    return [Check(*row) for row in doctor_rows(settings.cache_path)]
+
+
 CHECKS: tuple[Callable[[_Context], list[Check]], ...] = (
     check_settings, check_python, check_torch, check_compilers, check_ninja, check_cuda_home,
-    check_nvcc, check_nvrtc, check_driver_and_gpus, check_arch_list, check_cache,
+    check_nvcc, check_nvrtc, check_driver_and_gpus, check_arch_list, check_cache, check_onnxruntime,
 )
 
 
