@@ -1,0 +1,115 @@
+"""ORT session with the opsmith ReLU node against the same session using ORT's built-in Relu.
+
+Each model is a single node (opsmith: ``mylib.relu`` from the library opsmith builds; anchor:
+ONNX ``Relu``). Sizes: 4 KiB (per-node overhead) and 1 GiB (kernel time), float32. On the GPU
+inputs and outputs are bound to CUDA tensors (I/O binding: no copies); on the CPU numpy arrays.
+Rounds alternate ours and the anchor; each round times ``--runs`` session runs; the median
+round is reported, with the ratio ours / anchor.
+
+    python3 bench/bench_ort.py --device cuda --json out.json
+    python3 bench/bench_ort.py --device cpu --sizes 4096,67108864
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import opsmith
+import opsmith.onnx
+
+SRC = r"""
+template <typename T> __global__ void relu_fwd(const T* x, T* y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] > T(0) ? x[i] : T(0); }
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--sizes", default=f"{4 << 10},{1 << 30}", help="bytes per tensor, comma separated")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--runs", type=int, default=0, help="runs per round (default: by size)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    import onnxruntime as ort
+    cuda = a.device == "cuda"
+    arch = "sm_%d%d" % torch.cuda.get_device_capability() if cuda else "sm_90"
+    mod = opsmith.CudaModule(SRC, name_expressions=["relu_fwd<float>"], arch=None if cuda else "sm_90")
+    relu = opsmith.custom_op("benchort::relu", kernel=mod.get_kernel("relu_fwd<float>"))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ort-"))
+    lib = opsmith.onnx.build_library([relu], cpu_source=opsmith.onnx.RELU_CPU_SOURCE,
+                                     cpu={"benchort::relu": "relu_cpu"}, archs=[arch], out_dir=tmp / "lib")
+
+    class Ours(torch.nn.Module):
+        def forward(self, x):
+            return relu(x)
+
+    class Anchor(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x)
+
+    dyn = ({0: torch.export.Dim("n", min=2)},)
+    opsmith.onnx.export(Ours(), (torch.randn(64),), tmp / "ours.onnx", dynamic_shapes=dyn)
+    opsmith.onnx.export(Anchor(), (torch.randn(64),), tmp / "anchor.onnx", dynamic_shapes=dyn)
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+    sessions = {"opsmith": opsmith.onnx.inference_session(tmp / "ours.onnx", lib, providers=providers),
+                "ort_relu": opsmith.onnx.inference_session(tmp / "anchor.onnx", lib, providers=providers)}
+    results = []
+    for nbytes in (int(s) for s in a.sizes.split(",")):
+        n = nbytes // 4
+        runs = a.runs or (2000 if nbytes <= 1 << 20 else 20)
+        dev = "cuda" if cuda else "cpu"
+        x = torch.randn(n, device=dev)
+        y = torch.empty_like(x)
+        call = {}
+        for name, sess in sessions.items():
+            if cuda:
+                io = sess.io_binding()
+                io.bind_input(sess.get_inputs()[0].name, "cuda", 0, np.float32, (n,), x.data_ptr())
+                io.bind_output(sess.get_outputs()[0].name, "cuda", 0, np.float32, (n,), y.data_ptr())
+                call[name] = (lambda s=sess, b=io: s.run_with_iobinding(b))
+            else:
+                feed = {sess.get_inputs()[0].name: x.numpy()}
+                call[name] = (lambda s=sess, f=feed: s.run(None, f))
+        for f in call.values():  # warm up, and check both give the same result
+            for _ in range(3):
+                f()
+        times = {k: [] for k in call}
+        for _ in range(a.rounds):
+            for name, f in call.items():
+                if cuda:
+                    torch.cuda.synchronize()
+                t = time.perf_counter()
+                for _ in range(runs):
+                    f()
+                if cuda:
+                    torch.cuda.synchronize()
+                times[name].append((time.perf_counter() - t) / runs * 1e6)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        row = {"device": a.device, "bytes": nbytes, "runs": runs, "rounds": a.rounds,
+               "opsmith_us": med["opsmith"], "ort_relu_us": med["ort_relu"],
+               "ratio": med["opsmith"] / med["ort_relu"], "diff_us": med["opsmith"] - med["ort_relu"],
+               "all_us": times}
+        results.append(row)
+        del x, y
+    info = {"onnxruntime": ort.__version__, "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name() if cuda else None, "rows": results}
+    if a.json:
+        Path(a.json).write_text(json.dumps(info, indent=1))
+    print(f"ORT {ort.__version__} on {a.device}" + (f" ({info['gpu']})" if cuda else ""))
+    print(f"{'size':>10} {'opsmith us':>12} {'ORT Relu us':>12} {'ratio':>7} {'diff us':>9}")
+    for r in results:
+        size = f"{r['bytes'] >> 10} KiB" if r["bytes"] < 1 << 20 else f"{r['bytes'] >> 20} MiB"
+        print(f"{size:>10} {r['opsmith_us']:12.2f} {r['ort_relu_us']:12.2f} {r['ratio']:7.3f} {r['diff_us']:9.2f}")
+
+
+if __name__ == "__main__":
+    main()
