@@ -122,7 +122,7 @@ def test_softmax_any_dim_and_views(dtype):
     x = _rand((6, 33, 70), dtype, 6)
     for dim in (0, 1, 2, -1, -3):
         _close(ops.softmax(x, dim), torch.softmax(x.double(), dim), dtype, what=f"softmax dim={dim}")
-    for v in (x.transpose(1, 2), x[:, :, 1:], x.reshape(-1)[1:-1].reshape(-1, 7)):
+    for v in (x.transpose(1, 2), x[:, :, 1:], x.reshape(-1)[1:-6].reshape(-1, 7)):
         _close(ops.softmax(v, -1), torch.softmax(v.double(), -1), dtype, what=f"softmax view {tuple(v.stride())}")
     s = torch.tensor(2.5, device="cuda", dtype=dtype)
     assert ops.softmax(s, 0).item() == 1.0
