@@ -311,3 +311,19 @@ def test_wrong_arch_cubin_is_explained(monkeypatch):
         # an sm_80 cubin does not run on sm_90: the error names both archs and the fix
         with pytest.raises(LaunchError, match=r"compiled for sm_80 but cuda:\d is sm_\d+"):
             k.launch_n(10, x, torch.empty_like(x), 10)
+
+
+def test_config_for_and_occupancy_before_any_cuda_work_in_a_fresh_process(tmp_path):
+    """The occupancy API needs a current context: config_for() as a process's first CUDA call
+    (found by the op-overhead benchmark: CUDA_ERROR_INVALID_CONTEXT)."""
+    code = (
+        "import opsmith\n"
+        "mod = opsmith.CudaModule('extern \"C\" __global__ void k(float* y, int n) "
+        "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 1.f; }')\n"
+        "k = mod.get_kernel('k')\n"
+        "cfg = k.config_for(1)\n"
+        "print(cfg.block[0] >= 32, k.occupancy(128) >= 1)\n")
+    env = dict(os.environ, OPSMITH_CACHE_DIR=str(tmp_path / "c"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]

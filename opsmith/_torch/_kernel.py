@@ -251,7 +251,8 @@ class Kernel:
             block = st.block_for.get(shared_mem)
             if block is None:
                 from opsmith._runtime import _driver
-                block = st.block_for[shared_mem] = _driver.occupancy_block_size(st.fn, shared_mem)
+                with _driver.pushed_context(dev):  # the occupancy API needs a current context
+                    block = st.block_for[shared_mem] = _driver.occupancy_block_size(st.fn, shared_mem)
         per_block = block * items_per_thread
         return LaunchConfig(((n + per_block - 1) // per_block,), (block,), shared_mem)
 
@@ -281,8 +282,10 @@ class Kernel:
     def occupancy(self, block_size: int, shared_mem: int = 0) -> int:
         """Resident blocks per multiprocessor at ``block_size`` threads and ``shared_mem`` bytes."""
         from opsmith._runtime import _driver
-        st = self._state(_current_device())
-        return _driver.occupancy_active_blocks(st.fn, block_size, shared_mem)
+        dev = _current_device()
+        st = self._state(dev)
+        with _driver.pushed_context(dev):
+            return _driver.occupancy_active_blocks(st.fn, block_size, shared_mem)
 
     # -- slow path: first launch on a device, a new config, another device, errors ----------------
     def _state(self, dev: int) -> _DeviceState:
