@@ -6,7 +6,6 @@ import os
 import shlex
 
 
-
 def split_flags(values) -> list[str]:
     out: list[str] = []
     for v in values or ():

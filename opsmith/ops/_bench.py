@@ -9,12 +9,13 @@ roofline of an op that reads and writes each byte once.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from opsmith._errors import SpecError
 from opsmith._record import Record
 
-__all__ = ["benchmark", "copy_bandwidth", "BenchResult"]
+__all__ = ["BenchResult", "benchmark", "copy_bandwidth"]
 
 _copy_cache: dict[int, float] = {}
 
@@ -25,7 +26,7 @@ class BenchResult(Record):
     bandwidth) and ``fraction`` (``gbps / copy_gbps``); the GB/s fields are None without
     ``bytes_moved``."""
 
-    __slots__ = ("median_ms", "min_ms", "runs", "bytes_moved", "gbps", "copy_gbps", "fraction")
+    __slots__ = ("median_ms", "min_ms", "runs", "bytes_moved", "gbps", "copy_gbps", "fraction")  # noqa: RUF023
 
     def __str__(self) -> str:
         if self.gbps is None:

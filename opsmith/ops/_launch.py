@@ -19,8 +19,19 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-__all__ = ["DeviceProps", "Plan", "device_props", "elementwise_plan", "row_plan", "weight_grad_plan",
-           "launch_config", "ROW_CHUNKS", "ROW_THREADS", "LONG_THREADS", "EW_THREADS"]
+__all__ = [
+    "EW_THREADS",
+    "LONG_THREADS",
+    "ROW_CHUNKS",
+    "ROW_THREADS",
+    "DeviceProps",
+    "Plan",
+    "device_props",
+    "elementwise_plan",
+    "launch_config",
+    "row_plan",
+    "weight_grad_plan",
+]
 
 # The kernels' compile-time numbers (common.cuh, elementwise.cu, softmax.cu, norm.cu).
 ROW_CHUNKS = 2        # OPSMITH_ROW_CHUNKS: 16-byte vectors per thread and input in registers
@@ -65,7 +76,7 @@ def launch_config(plan: Plan):
     return cfg
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device_props(device: int) -> DeviceProps:
     """The properties of CUDA ``device`` that plans use, from ``torch.cuda.get_device_properties``."""
     import torch

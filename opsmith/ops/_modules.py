@@ -1,12 +1,11 @@
 """Thin ``torch.nn.Module`` wrappers of the opsmith.ops functions (same parameters as torch's)."""
 from __future__ import annotations
 
-
 import torch
 
 from opsmith.ops import _functional as F
 
-__all__ = ["ReLU", "GELU", "SiLU", "Softmax", "LayerNorm", "RMSNorm"]
+__all__ = ["GELU", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "Softmax"]
 
 
 class ReLU(torch.nn.Module):

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KERNEL_DIR", "DTYPES", "FILES", "kernel_names", "jobs", "warm", "kernel"]
+__all__ = ["DTYPES", "FILES", "KERNEL_DIR", "jobs", "kernel", "kernel_names", "warm"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 
