@@ -202,10 +202,10 @@ def build_spec(spec: ExtensionSpec) -> Artifact:
     """Build ``spec`` (or find it in the cache) and return the artifact."""
     cache = open_cache(spec.build_directory)
     tc = _Toolchain(cache, spec)
+    prof = profile_for(spec)
+    prof.check(spec, tc)  # before anything is looked for: a build that cannot work says so first
     if spec.with_cuda:
         tc.nvcc  # noqa: B018 - resolve nvcc (and its errors) before planning
-    prof = profile_for(spec)
-    prof.check(spec, tc)
     units = _plan(spec, tc)
     ldflags = prof.ldflags(spec, tc)
 
