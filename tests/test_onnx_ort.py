@@ -293,3 +293,19 @@ def test_doctor_missing_cuda_library_fix():
 def test_doctor_has_the_onnx_section():
     from opsmith.cli import _doctor
     assert _doctor.check_onnxruntime in _doctor.CHECKS
+
+
+def test_items_per_thread_sets_the_grid_of_the_cuda_launch(built):
+    """A kernel that handles K items per thread gets ceil(n / (256 K)) blocks, as config_for does."""
+    from opsmith._build._ort_lib import generate_source
+    from opsmith._errors import SpecError
+    from opsmith._torch._onnx import ort_specs
+    relu = built["relu"]
+    specs, _ = ort_specs([relu], items_per_thread={"ortlib::relu": 4})
+    assert specs[0].items_per_thread == 4
+    launchers = {v.kernel: "launch_" + str(i) for i, v in enumerate(specs[0].variants)}
+    assert "grid_for(n, 4)" in generate_source(specs, launchers=launchers)
+    specs1, _ = ort_specs([relu])
+    assert specs1[0].items_per_thread == 1
+    with pytest.raises(SpecError, match=r"items_per_thread\['ortlib::relu'\] = 0"):
+        ort_specs([relu], items_per_thread={"ortlib::relu": 0})

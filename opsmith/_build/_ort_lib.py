@@ -94,11 +94,13 @@ class OrtVariant(Record):
 class OrtOpSpec(Record):
     """One op of the library: ``domain`` and ``name`` (the node's domain and op_type),
     ``inputs`` and ``outputs`` (counts), ``like`` (per output, the input whose shape and
-    dtype it takes), ``variants`` (one :class:`OrtVariant` per dtype) and ``cpu`` (the C++
-    function the CPU provider calls with the same arguments as the kernel, or None)."""
+    dtype it takes), ``variants`` (one :class:`OrtVariant` per dtype), ``cpu`` (the C++
+    function the CPU provider calls with the same arguments as the kernel, or None) and
+    ``items_per_thread`` (how many items one CUDA thread handles: the grid covers
+    ``ceil(n / (256 * items_per_thread))`` blocks of 256, as ``Kernel.config_for`` does)."""
 
-    __slots__ = ("domain", "name", "inputs", "outputs", "like", "variants", "cpu")
-    _defaults = {"cpu": None}
+    __slots__ = ("domain", "name", "inputs", "outputs", "like", "variants", "cpu", "items_per_thread")
+    _defaults = {"cpu": None, "items_per_thread": 1}
 
 
 class OrtLibrary(Record):
@@ -287,8 +289,9 @@ static void *gpu_stream(const osm_api *api, void *ctx, const char *op) {
 static void launched(opsmith_CUresult r, const char *op) {
   if (r != 0) throw std::runtime_error(std::string("opsmith op ") + op + " (CUDAExecutionProvider): " + @LAST_ERROR@());
 }
-static opsmith_dim3 grid_for(long long n) {
-  return opsmith_dim3_make((unsigned)((n + @BLOCK@ - 1) / @BLOCK@), 1, 1);
+static opsmith_dim3 grid_for(long long n, long long items_per_thread) {
+  long long per_block = @BLOCK@ * items_per_thread;
+  return opsmith_dim3_make((unsigned)((n + per_block - 1) / per_block), 1, 1);
 }
 #endif
 
@@ -381,7 +384,8 @@ def _op_code(spec: OrtOpSpec, index: int, provider: str | None, launchers: dict[
         else:
             fn = launchers[v.kernel]
             sep = ", " if args else ""
-            call = (f"if (n > 0) launched({fn}((opsmith_CUstream)gpu_stream(api, ctx, op->qualname), grid_for(n), "
+            call = (f"if (n > 0) launched({fn}((opsmith_CUstream)gpu_stream(api, ctx, op->qualname), "
+                    f"grid_for(n, {int(spec.items_per_thread)}), "
                     f"opsmith_dim3_make({_BLOCK}, 1, 1), 0{sep}{args}), op->qualname);")
         cases.append(f"    case {ONNX_DTYPES[v.dtype]}: {{ {call} return; }}")
         have.append(v.dtype)

@@ -52,7 +52,8 @@ def _first_dtype(kernel) -> str:
     raise SpecError(f"kernel {kernel.name}: its first typed pointer gives the ONNX element type, and it has none")
 
 
-def ort_specs(ops=None, cpu: Mapping[str, str] | None = None, dtypes: Mapping[str, Sequence[str]] | None = None):
+def ort_specs(ops=None, cpu: Mapping[str, str] | None = None, dtypes: Mapping[str, Sequence[str]] | None = None,
+              items_per_thread: Mapping[str, int] | None = None):
     """``(specs, cuda_sources)`` for :func:`~opsmith._build._ort_lib.build_ort_library`.
 
     ``cpu`` maps an op's name (``"mylib::relu"``) to the C++ function (in ``cpu_source``)
@@ -90,9 +91,11 @@ def ort_specs(ops=None, cpu: Mapping[str, str] | None = None, dtypes: Mapping[st
         kernels = getattr(op, "_kernels", None) or []
         variants = []
         if kernels:
-            if getattr(op, "_launch_rule", None) is not None:
-                raise SpecError(f"{where}: launch= is a Python rule; the ORT op launches elementwise (one "
-                                f"thread per item of output 0). Register the op without launch= to export it")
+            if getattr(op, "_launch_rule", None) is not None and op.name not in (items_per_thread or {}):
+                raise SpecError(f"{where}: launch= is a Python rule; the ORT op launches elementwise (256 "
+                                f"threads per block over output 0's items). Register the op without launch=, "
+                                f"or, for a rule that is config_for(n, items_per_thread=K), pass "
+                                f"items_per_thread={{{op.name!r}: K}} to build_library")
             binding = []
             for e in op._binding:
                 if e == "_n":
@@ -137,13 +140,15 @@ def ort_specs(ops=None, cpu: Mapping[str, str] | None = None, dtypes: Mapping[st
             raise SpecError(f"{where}: two kernels take {seen_dt}; one kernel per dtype")
         ns, name = op.name.split("::")
         specs.append(OrtOpSpec(domain=ns, name=name, inputs=len(s.arg_names), outputs=s.returns,
-                               like=tuple(like), variants=tuple(variants), cpu=cpu.get(op.name)))
+                               like=tuple(like), variants=tuple(variants), cpu=cpu.get(op.name),
+                               items_per_thread=_items_per_thread(items_per_thread, op.name)))
     return specs, sources
 
 
 def build_library(ops=None, *, cpu_source: str | os.PathLike | None = None, cpu: Mapping[str, str] | None = None,
                   dtypes: Mapping[str, Sequence[str]] | None = None, name: str = "opsmith_ops",
-                  archs: Iterable[str] | None = None, out_dir: str | os.PathLike | None = None):
+                  archs: Iterable[str] | None = None, out_dir: str | os.PathLike | None = None,
+                  items_per_thread: Mapping[str, int] | None = None):
     """Build an ONNX Runtime custom-op library from opsmith ops.
 
     Parameters
@@ -164,6 +169,10 @@ def build_library(ops=None, *, cpu_source: str | os.PathLike | None = None, cpu:
         GPU archs to embed code for (default: as ``opsmith export-c``).
     out_dir : path, optional
         Where to put it (default: under opsmith's cache directory, by content hash).
+    items_per_thread : dict, optional
+        ``{"mylib::relu": 4}``: items one CUDA thread handles (a kernel with vector loads), so
+        the grid is ``ceil(n / (256 * 4))`` blocks, as the torch op's
+        ``kernel.config_for(n, items_per_thread=4)``. Default 1.
 
     Returns
     -------
@@ -188,11 +197,19 @@ def build_library(ops=None, *, cpu_source: str | os.PathLike | None = None, cpu:
             text = str(cpu_source)
     if cpu and not text:
         raise SpecError("cpu= names CPU functions but no cpu_source= defines them; pass the C++ source")
-    specs, sources = ort_specs(ops, cpu, dtypes)
+    specs, sources = ort_specs(ops, cpu, dtypes, items_per_thread)
     if not specs:
         raise SpecError("no opsmith op to build an ONNX Runtime library from: register ops with "
                         "opsmith.custom_op first, or pass ops=")
     return build_ort_library(specs, name=name, cuda_sources=sources, cpu_source=text, archs=archs, out_dir=out_dir)
+
+
+def _items_per_thread(table: Mapping[str, int] | None, name: str) -> int:
+    value = (table or {}).get(name, 1)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 64:
+        raise SpecError(f"items_per_thread[{name!r}] = {value!r}: give an int from 1 to 64 (items one "
+                        f"CUDA thread handles)")
+    return value
 
 
 # -- export -------------------------------------------------------------------------------------
