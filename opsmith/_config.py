@@ -122,6 +122,11 @@ _SETTINGS: tuple[Setting, ...] = (
             "Launch NVRTC kernels through the C fast path (`opsmith._runtime._claunch`, built at install "
             "when a C compiler is present); `0` forces the Python launcher. Read when a kernel "
             "is taken from its module."),
+    Setting("torch_op_cshim", ("OPSMITH_TORCH_OP_CSHIM",), _to_bool, lambda: True,
+            "Register the CUDA implementation of `opsmith.custom_op` kernel ops as a boxed C kernel "
+            "through torch's C shim (torch >= 2.8; ops of tensors in, `Out(like=...)` outputs and the "
+            "elementwise launch rule); `0` keeps the generated Python implementation. Read when an op is "
+            "registered."),
     Setting("store_backend", ("OPSMITH_STORE_BACKEND",), str, lambda: "local",
             "The artifact-store backend: `local` (entries as directories under the cache "
             "directory) or `module:Class`, a `opsmith._cache._store.Store` subclass constructed "
