@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from opsmith._errors import CompileError, SpecError, ToolchainError
+from opsmith._build._run import run_tool
+from opsmith._errors import SpecError, ToolchainError
 from opsmith._record import Record
 from opsmith._version import __version__
 
@@ -320,16 +321,7 @@ def build_c_library(source: str | os.PathLike, out_dir: str | os.PathLike, name:
 
 
 def _run(cmd: list[str], source) -> None:
-    log.info("%s", " ".join(cmd))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as exc:
-        raise ToolchainError(f"could not run {cmd[0]}: {exc.strerror}") from None
-    if proc.returncode != 0:
-        output = proc.stdout + proc.stderr
-        first = next((ln for ln in output.splitlines() if "error" in ln), output.strip()[:500])
-        raise CompileError(f"building the exported library failed: {first}\ncommand: {' '.join(cmd)}",
-                           command=cmd, output=output, source=os.fspath(source))
+    run_tool(cmd, source, "the exported library")
 
 
 # -- the export -------------------------------------------------------------------------------

@@ -32,12 +32,12 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from opsmith._errors import CompileError, SpecError, ToolchainError
+from opsmith._build._run import run_tool
+from opsmith._errors import SpecError, ToolchainError
 from opsmith._record import Record
 from opsmith._version import __version__
 
@@ -480,17 +480,8 @@ def _compiler(names: Sequence[str], given: str | None, what: str) -> str:
     return found
 
 
-def _run(cmd: list[str], source: Path) -> None:
-    log.info("%s", " ".join(cmd))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as exc:
-        raise ToolchainError(f"could not run {cmd[0]}: {exc.strerror}") from None
-    if proc.returncode != 0:
-        output = proc.stdout + proc.stderr
-        first = next((ln for ln in output.splitlines() if "error" in ln), output.strip()[:500])
-        raise CompileError(f"building the ONNX Runtime op library failed: {first}\ncommand: {' '.join(cmd)}",
-                           command=cmd, output=output, source=str(source))
+def _run(cmd: list[str], source) -> None:
+    run_tool(cmd, source, "the ONNX Runtime op library")
 
 
 def build_ort_library(specs: Sequence[OrtOpSpec], *, name: str = "opsmith_ops",

@@ -293,12 +293,3 @@ def _du(path: Path) -> int:
             if p.is_file():
                 total += p.stat().st_size
     return total
-
-
-def _du(path: Path) -> int:
-    total = 0
-    for p in path.rglob("*"):
-        with contextlib.suppress(OSError):
-            if p.is_file():
-                total += p.stat().st_size
-    return total
