@@ -329,7 +329,29 @@ class CustomOp:
         self._kernels = kernels
         self._binding, self._launch_rule = binding, launch  # read by the ONNX Runtime export
         fn = self._generate(alloc_only=False, body=body, ns=ns)
-        self.register_kernel("cuda", fn)
+        self._python_cuda = fn
+        self.cshim = self._register_cshim(kernels, binding, launch)
+        if not self.cshim:
+            self.register_kernel("cuda", fn)
+
+    def _register_cshim(self, kernels, binding: list[str], launch) -> bool:
+        """Register the CUDA implementation as the C-shim boxed kernel when torch and the op allow."""
+        import logging
+
+        from opsmith._config import settings
+        from opsmith._torch import _cshim
+        if not settings.torch_op_cshim:
+            return False
+        why = _cshim.fits(self, kernels, binding, launch)
+        if why is None and not _cshim.available(cuda=True):
+            why = "this torch exports no CUDA shim (torch < 2.8 or a CPU-only build)"
+        if why is not None:
+            logging.getLogger(__name__).debug("%s: Python CUDA implementation (%s)", self.name, why)
+            return False
+        if not self._claim("CUDA", ("cshim", kernels, binding)):
+            return True
+        _cshim.register(self, kernels, binding)
+        return True
 
     def _no_kernel(self, t) -> None:
         from opsmith._errors import LaunchError

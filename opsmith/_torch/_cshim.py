@@ -1,0 +1,256 @@
+"""An op's CUDA implementation as a boxed C kernel registered through torch's C shim.
+
+torch >= 2.8 exports plain C functions to register a boxed kernel
+(``aoti_torch_library_init_impl``, ``aoti_torch_library_impl``) and to work on tensors
+(``aoti_torch_empty_strided``, ``aoti_torch_get_data_ptr``, ...). The library of
+:mod:`opsmith._torch._cshim_source`, built once through the shared-library profile with no
+torch header and no link against torch or libcuda, receives their addresses (and the driver's
+``cuLaunchKernel``) from Python and registers, per op, a kernel that checks the inputs,
+allocates the outputs and launches on the current stream with no Python on the call path.
+
+It serves ops that fit: every argument a Tensor, every output ``Out()``/``Out(like=...)``
+(no shape, dtype or zeros rule), the default elementwise launch rule, and kernels whose
+parameters are the op's tensors, its outputs and an item count. Others keep the generated
+Python implementation (:mod:`opsmith._torch._ops`), as do torch builds without the shim.
+``OPSMITH_TORCH_OP_CSHIM=0`` turns it off.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from typing import Any
+
+from opsmith._errors import LaunchError, OpsmithError
+
+__all__ = ["available", "fits", "register", "library"]
+
+log = logging.getLogger(__name__)
+
+_lock = threading.RLock()
+_state: dict[str, Any] = {}
+_slots: list[Any] = []  # per slot: (op, kernels, prepare callback): kept alive with the registration
+_PREPARE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
+_P_INPUT, _P_OUTPUT, _P_COUNT32, _P_COUNT64 = 0, 1, 2, 3
+
+
+def _torch_lib(name: str):
+    import torch
+    path = os.path.join(os.path.dirname(torch.__file__), "lib", name)
+    return ctypes.CDLL(path) if os.path.exists(path) else None  # already loaded by torch: same handle
+
+
+def _symbols(cuda: bool) -> dict[str, int] | None:
+    """The shim's function addresses, or None when this torch lacks one of them."""
+    from opsmith._torch import _cshim_source as src
+    cpu = _torch_lib("libtorch_cpu.so")
+    libs = [cpu] + ([_torch_lib("libtorch_cuda.so")] if cuda else [])
+    if any(lib is None for lib in libs):
+        return None
+    out: dict[str, int] = {}
+    for name in src.API_NAMES:
+        if name.startswith("cu"):
+            continue
+        if name == "aoti_torch_get_current_cuda_stream" and not cuda:
+            out[name] = 0
+            continue
+        addr = None
+        for lib in libs:
+            try:
+                addr = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                break
+            except AttributeError:
+                continue
+        if not addr:
+            return None
+        out[name] = addr
+    return out
+
+
+def available(cuda: bool = True) -> bool:
+    """True when this torch exports the shim functions (torch >= 2.8; with CUDA for ``cuda``)."""
+    key = f"available/{cuda}"
+    if key not in _state:
+        try:
+            _state[key] = _symbols(cuda) is not None
+        except OSError:
+            _state[key] = False
+    return _state[key]
+
+
+def library(launch=None, ctx_fns=None):
+    """The built and initialised op library (ctypes), once per process.
+
+    ``launch``/``ctx_fns`` replace ``cuLaunchKernel`` and the context functions (tests on a
+    CPU-only machine pass ctypes callbacks); by default they come from libcuda.
+    """
+    with _lock:
+        lib = _state.get("lib")
+        if lib is not None:
+            return lib
+        import tempfile
+        from pathlib import Path
+
+        from opsmith._build._profile_shared import build_shared_library
+        from opsmith._torch import _cshim_source as src
+        with tempfile.TemporaryDirectory(prefix="opsmith-cshim-") as tmp:
+            path = Path(tmp) / "opsmith_cshim.cpp"
+            path.write_text(src.SOURCE)
+            art = build_shared_library("opsmith_cshim", [str(path)], with_cuda=False,
+                                       extra_cflags=["-std=c++17", "-fvisibility=hidden"])
+        lib = ctypes.CDLL(str(art.path))
+        if lib.osm_abi() != 1:
+            raise OpsmithError(f"the C-shim op library at {art.path} is of another version; clear the cache "
+                               f"(opsmith cache clear)")
+        cuda = launch is None
+        syms = _symbols(cuda)
+        if syms is None:
+            raise OpsmithError("this torch does not export the C shim functions opsmith registers ops "
+                               "through (torch >= 2.8 does); set OPSMITH_TORCH_OP_CSHIM=0")
+        if cuda:
+            from opsmith._runtime import _driver
+            drv = _driver.driver()
+            for name in ("cuLaunchKernel", "cuCtxGetDevice", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"):
+                syms[name] = ctypes.cast(getattr(drv, name), ctypes.c_void_p).value
+        else:
+            keep = [launch, *(ctx_fns or ())]
+            lib._opsmith_keep = keep
+            syms["cuLaunchKernel"] = ctypes.cast(launch, ctypes.c_void_p).value
+            for name, fn in zip(("cuCtxGetDevice", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"), ctx_fns or ()):
+                syms[name] = ctypes.cast(fn, ctypes.c_void_p).value
+        table = (ctypes.c_void_p * len(src.API_NAMES))(*[syms.get(n) or None for n in src.API_NAMES])
+        lib.osm_init(table)
+        lib.osm_describe.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                     ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                                     ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int32),
+                                     _PREPARE]
+        lib.osm_set_function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                         ctypes.c_uint, ctypes.c_void_p]
+        lib.osm_set_error.argtypes = [ctypes.c_int, ctypes.c_char_p]
+        lib.osm_register.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
+        _state["lib"] = lib
+        return lib
+
+
+def fits(op, kernels, binding: list[str], launch) -> str | None:
+    """None when ``op`` can be served by the C kernel, else why not (logged, not raised)."""
+    from opsmith._torch import _cshim_source as src
+    s = op.schema
+    if launch is not None:
+        return "it has a launch rule"
+    if not all(t == "Tensor" for t in s.arg_types):
+        return "an argument is not a Tensor"
+    if len(s.arg_names) > src.MAX_TENSORS or s.returns > src.MAX_TENSORS or len(kernels) > src.MAX_KERNELS:
+        return "too many tensors or kernels"
+    for o in op.outs:
+        if o.shape is not None or o.dtype is not None or o.zeros:
+            return "an output has a shape, dtype or zeros rule"
+    for k in kernels:
+        if len(k.params) > src.MAX_PARAMS:
+            return "too many kernel parameters"
+        for p, b in zip(k.params, binding):
+            if p.kind == "tensor":
+                if b == "_n":
+                    return "a pointer parameter takes the count"
+            elif p.kind == "int" and b == "_n":
+                if ctypes.sizeof(p.ctypes_type) not in (4, 8) or p.range[0] > 0:
+                    return "the count parameter is not a 32- or 64-bit integer"
+            else:
+                return f"parameter {p.name} is neither a tensor nor the item count"
+    return None
+
+
+def _like_index(o, s) -> int:
+    tensors = [i for i, t in enumerate(s.arg_types) if t == "Tensor"]
+    if o.like is None:
+        return tensors[0]
+    if isinstance(o.like, int):
+        return o.like
+    return s.arg_names.index(o.like)
+
+
+def _dtype_code(cpu_lib, name: str) -> int:
+    fn = getattr(cpu_lib, f"aoti_torch_dtype_{name}", None)
+    if fn is None:
+        raise OpsmithError(f"torch's shim has no dtype {name}")
+    fn.restype = ctypes.c_int32
+    return int(fn())
+
+
+def register(op, kernels, binding: list[str], *, key: str = "CUDA", prepare=None) -> None:
+    """Register ``op``'s implementation for ``key`` as the C kernel (see the module's docstring).
+
+    ``prepare(kernel_index, device) -> (function, block, context)`` loads a kernel on a device;
+    by default the opsmith kernel's own loader (tests pass their own for CPU runs).
+    """
+    lib = library()
+    s = op.schema
+    cpu_lib = _torch_lib("libtorch_cpu.so")
+    dev_type_fn = getattr(cpu_lib, f"aoti_torch_device_type_{key.lower()}")
+    dev_type_fn.restype = ctypes.c_int32
+    device_type = int(dev_type_fn())
+    pkind, pindex = [], []
+    for b in binding:
+        if b == "_n":
+            pkind.append(-1)  # filled per kernel below (all kernels bind alike)
+            pindex.append(0)
+        elif b.startswith("_o"):
+            pkind.append(_P_OUTPUT)
+            pindex.append(int(b[2:]))
+        else:
+            pkind.append(_P_INPUT)
+            pindex.append(s.arg_names.index(b))
+    k0 = kernels[0]
+    for i, (p, b) in enumerate(zip(k0.params, binding)):
+        if b == "_n":
+            pkind[i] = _P_COUNT32 if ctypes.sizeof(p.ctypes_type) == 4 else _P_COUNT64
+    kdtype: list[int] = []
+    for k in kernels:
+        for p, kind in zip(k.params, pkind):
+            if kind == _P_INPUT and len(p.dtypes) == 1:
+                kdtype.append(_dtype_code(cpu_lib, p.dtypes[0]))
+            else:
+                kdtype.append(-1)
+    like = [_like_index(o, s) for o in op.outs]
+
+    with _lock:
+        slot = len(_slots)
+        if slot >= lib.osm_max_ops():
+            raise OpsmithError(f"{op.name}: at most {lib.osm_max_ops()} ops per process take the C-shim path")
+        loader = prepare if prepare is not None else _kernel_loader(kernels)
+
+        def on_device(slot_: int, kernel: int, device: int) -> int:
+            try:
+                fn, block, ctx = loader(kernel, device)
+                return lib.osm_set_function(slot_, kernel, device, fn, block, ctx)
+            except BaseException as exc:  # reported by the C kernel as the op's error
+                lib.osm_set_error(slot_, f"{type(exc).__name__}: {exc}".encode()[:500])
+                return 1
+
+        cb = _PREPARE(on_device)
+        ints = ctypes.c_int
+        r = lib.osm_describe(slot, op.name.encode(), device_type, len(s.arg_names), s.returns,
+                             (ints * max(1, len(like)))(*like), len(binding), (ints * len(pkind))(*pkind),
+                             (ints * len(pindex))(*pindex), len(kernels),
+                             (ctypes.c_int32 * len(kdtype))(*kdtype), cb)
+        if r:
+            raise OpsmithError(f"{op.name}: the C-shim library refused the op's description")
+        _slots.append((op, kernels, cb))
+        ns, opname = op.name.split("::")
+        err = lib.osm_register(slot, ns.encode(), opname.encode(), key.encode())
+        if err:
+            raise OpsmithError(f"{op.name}: torch's aoti_torch_library_impl failed (error {err}); "
+                               f"set OPSMITH_TORCH_OP_CSHIM=0 to use the Python implementation")
+
+
+def _kernel_loader(kernels):
+    def load(kernel: int, device: int):
+        from opsmith._runtime import _driver
+        k = kernels[kernel]
+        if device >= 64:
+            raise LaunchError(f"{k.name}: device {device} is beyond the C-shim path's device table")
+        st = k._state(device)
+        block = k.config_for(1, device=device).block[0]
+        return st.fn, block, _driver.primary_context(device)
+    return load

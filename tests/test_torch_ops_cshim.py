@@ -1,0 +1,184 @@
+"""The C-shim path of opsmith.custom_op without a GPU.
+
+The library (opsmith/_torch/_cshim_source.py) is built with the real compiler and registered
+through this torch's real ``aoti_torch_library_impl`` for the CPU key; only the launch is a
+stand-in: a ctypes callback with ``cuLaunchKernel``'s signature that runs the ReLU over the
+pointers the C kernel packed. Everything else (the stack, the checks, the allocation of the
+output, the contiguous copy, the kernel chosen by dtype, the grid, the error path) is the code
+that runs on a GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import opsmith  # noqa: E402
+from opsmith._torch import _cshim  # noqa: E402
+
+SRC = r"""
+extern "C" __global__ void relu_f32(const float* x, float* y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+extern "C" __global__ void relu_f64(const double* x, double* y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] > 0.0 ? x[i] : 0.0;
+}
+extern "C" __global__ void add_i32(const float* a, const float* b, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+extern "C" __global__ void scale(const float* x, float alpha, float* y, int n) {}
+"""
+_ids = itertools.count()
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                           ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
+                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+FN_RELU32, FN_RELU64, FN_ADD = 0x1000, 0x2000, 0x3000
+launches: list[tuple] = []
+
+
+def _fake_launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+    """Runs the kernel the C code asked for over the pointers it packed (one 'thread' per item)."""
+    def ptr(i, ctype):
+        return ctypes.cast(ctypes.cast(params[i], ctypes.POINTER(ctypes.c_void_p))[0], ctypes.POINTER(ctype))
+    if fn in (FN_RELU32, FN_RELU64):
+        ct = ctypes.c_float if fn == FN_RELU32 else ctypes.c_double
+        n = ctypes.cast(params[2], ctypes.POINTER(ctypes.c_longlong))[0]
+        x, y = ptr(0, ct), ptr(1, ct)
+        for i in range(n):
+            y[i] = max(x[i], 0.0)
+    elif fn == FN_ADD:
+        n = ctypes.cast(params[3], ctypes.POINTER(ctypes.c_int))[0]
+        a, b, out = ptr(0, ctypes.c_float), ptr(1, ctypes.c_float), ptr(2, ctypes.c_float)
+        for i in range(n):
+            out[i] = a[i] + b[i]
+    else:
+        return 400  # CUDA_ERROR_INVALID_HANDLE
+    launches.append((fn, (gx, gy, gz), (bx, by, bz), smem, stream, n))
+    return 0
+
+
+_launch_cb = _LAUNCH(_fake_launch)
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    pytest.importorskip("cuda.bindings")
+    from opsmith._cache import _store
+    old = os.environ.get("OPSMITH_CACHE_DIR")
+    os.environ["OPSMITH_CACHE_DIR"] = str(tmp_path_factory.mktemp("nvrtc-cache"))
+    _store.reset()
+    try:
+        mod = opsmith.CudaModule(SRC, arch="sm_90")
+        return {n: mod.get_kernel(n) for n in ("relu_f32", "relu_f64", "add_i32", "scale")}
+    finally:
+        if old is None:
+            os.environ.pop("OPSMITH_CACHE_DIR", None)
+        else:
+            os.environ["OPSMITH_CACHE_DIR"] = old
+        _store.reset()
+
+
+@pytest.fixture
+def cpu_lib(monkeypatch):
+    """The library initialised with the stand-in launch (restored afterwards); the ops made
+    with it keep Python CUDA implementations (on a GPU machine too)."""
+    monkeypatch.setenv("OPSMITH_TORCH_OP_CSHIM", "0")
+    if not _cshim.available(cuda=False):
+        pytest.skip(f"torch {torch.__version__} exports no aoti_torch_library_impl (torch >= 2.8 does)")
+    saved = _cshim._state.pop("lib", None)
+    try:
+        yield _cshim.library(launch=_launch_cb)
+    finally:
+        _cshim._state.pop("lib", None)
+        if saved is not None:
+            _cshim._state["lib"] = saved
+
+
+def _op(kernels, names, schema=None, cpu_key=True, fail=None):
+    """A kernel op whose CPU key is served by the C kernel with the stand-in launch."""
+    ks = [kernels[n] for n in names]
+    op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::op_{next(_ids)}", schema, kernel=ks)
+    fns = {"relu_f32": FN_RELU32, "relu_f64": FN_RELU64, "add_i32": FN_ADD}
+
+    def prepare(kernel: int, device: int):
+        if fail:
+            raise RuntimeError(fail)
+        return fns[names[kernel]], 128, None
+    assert _cshim.fits(op, ks, op._binding, None) is None
+    _cshim.register(op, ks, op._binding, key="CPU", prepare=prepare)
+    return op
+
+
+def test_source_compiles_and_library_exports(cpu_lib):
+    for name in ("osm_init", "osm_describe", "osm_set_function", "osm_register", "osm_set_error"):
+        assert hasattr(cpu_lib, name)
+    assert cpu_lib.osm_abi() == 1 and cpu_lib.osm_max_ops() >= 16
+
+
+def test_cpu_kernel_through_the_shim_matches_eager(kernels, cpu_lib):
+    relu = _op(kernels, ["relu_f32", "relu_f64"])
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(1000, dtype=dtype)
+        launches.clear()
+        y = relu(x)
+        assert y.dtype == dtype and y.shape == x.shape and y.is_contiguous()
+        assert torch.equal(y, torch.relu(x))
+        fn, grid, block, smem, stream, n = launches[0]
+        assert fn == (FN_RELU32 if dtype == torch.float32 else FN_RELU64)
+        assert grid == (8, 1, 1) and block == (128, 1, 1) and n == 1000 and stream is None
+
+
+def test_non_contiguous_and_empty_inputs(kernels, cpu_lib):
+    relu = _op(kernels, ["relu_f32"])
+    x = torch.randn(37, 53).t()
+    assert not x.is_contiguous()
+    assert torch.equal(relu(x), torch.relu(x))
+    launches.clear()
+    e = relu(torch.empty(0, 3))
+    assert e.shape == (0, 3) and launches == []  # nothing to launch
+
+
+def test_two_inputs_int_count_and_like(kernels, cpu_lib):
+    add = _op(kernels, ["add_i32"])
+    assert add.schema.text == "(Tensor a, Tensor b) -> Tensor"
+    a, b = torch.randn(5, 7), torch.randn(5, 7)
+    assert torch.allclose(add(a, b), a + b)
+
+
+def test_errors_are_runtime_errors_with_the_reason(kernels, cpu_lib):
+    relu = _op(kernels, ["relu_f32"])
+    with pytest.raises(RuntimeError, match=r"no kernel takes inputs of dtype float64"):
+        relu(torch.randn(3, dtype=torch.float64))
+    broken = _op(kernels, ["relu_f32"], fail="the module does not load here")
+    with pytest.raises(RuntimeError, match="the module does not load here"):
+        broken(torch.randn(3))
+    # no handle leaks or double frees: the op still works many times after errors
+    for _ in range(200):
+        assert relu(torch.ones(2)).sum().item() == 2
+
+
+def test_opcheck_on_cpu(kernels, cpu_lib):
+    relu = _op(kernels, ["relu_f32"])
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    assert torch.library.opcheck(relu.default, (torch.randn(4, 3),), test_utils=utils) == \
+        {u: "SUCCESS" for u in utils}
+    compiled = torch.compile(lambda x: relu(x) * 2, fullgraph=True, backend="eager")
+    x = torch.randn(6)
+    assert torch.equal(compiled(x), torch.relu(x) * 2)
+
+
+def test_ops_that_do_not_fit_keep_python(kernels):
+    op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::scale_{next(_ids)}", kernel=kernels["scale"])
+    assert "not a Tensor" in _cshim.fits(op, [kernels["scale"]], op._binding, None)
+    relu = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::r_{next(_ids)}", kernel=kernels["relu_f32"],
+                             out=opsmith.Out(zeros=True))
+    assert "zeros" in _cshim.fits(relu, [kernels["relu_f32"]], relu._binding, None)
+    assert "launch rule" in _cshim.fits(relu, [kernels["relu_f32"]], relu._binding, lambda x, o: None)
+    assert relu.cshim is False  # a CPU-only torch has no CUDA shim: the Python CUDA implementation
