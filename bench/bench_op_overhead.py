@@ -5,7 +5,11 @@ does the same work where it can (allocate the output, launch the same NVRTC ReLU
 
   torch.relu                      the floor: a native op
   pybind function                 a C++ extension function (torch::relu) called directly
-  opsmith op (kernel)             opsmith.custom_op from the NVRTC kernel, via OpOverload
+  opsmith op (C shim)             opsmith.custom_op from the NVRTC kernel, via OpOverload: the
+                                  boxed C kernel registered through torch's C shim (the default
+                                  where torch has it; else this row is the Python implementation)
+  opsmith op (Python impl)        the same op with OPSMITH_TORCH_OP_CSHIM=0: the generated
+                                  Python CUDA implementation
   opsmith op (kernel, autograd)   the same with register_autograd (input needs no grad)
   opsmith op (extension fn)       opsmith.custom_op(cuda=ext.relu)
   Library.define+impl             a Python kernel (empty_like + kernel.launch) by hand
@@ -63,6 +67,8 @@ def build_rows():
 
     # ours
     ours = opsmith.custom_op("bench_ops::relu", kernel=fwd)
+    with opsmith.settings.override(torch_op_cshim=False):
+        ours_py = opsmith.custom_op("bench_ops::relu_py", kernel=fwd)
     ours_ag = opsmith.custom_op("bench_ops::relu_ag", "(Tensor x) -> Tensor", kernel=fwd)
     ours_bwd = opsmith.custom_op("bench_ops::relu_bwd", kernel=bwd)
     ours_ag.register_autograd(ours_bwd, save=("x",))
@@ -93,7 +99,8 @@ def build_rows():
     forward = {
         "torch.relu": torch.relu,
         "pybind function": ext.relu,
-        "opsmith op (kernel)": ours.default,
+        "opsmith op (C shim)": ours.default,
+        "opsmith op (Python impl)": ours_py.default,
         "opsmith op (kernel, autograd)": ours_ag.default,
         "opsmith op (extension fn)": ours_ext.default,
         "Library.define+impl": by_hand,
@@ -105,7 +112,7 @@ def build_rows():
         "opsmith op (kernel, autograd)": ours_ag.default,
         "@custom_op + register_autograd": co_relu_ag,
     }
-    return forward, autograd, (lib,)
+    return forward, autograd, (lib,), bool(getattr(ours, "cshim", False))
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -134,7 +141,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=9)
     a = ap.parse_args()
-    forward, autograd, _keep = build_rows()
+    forward, autograd, _keep, cshim = build_rows()
     x = torch.randn(1, device="cuda")
     fwd = measure(forward, lambda fn: (lambda: fn(x)), a.calls, a.rounds)
     xg = torch.randn(1, device="cuda", requires_grad=True)
@@ -144,12 +151,12 @@ def main() -> None:
         if not torch.equal(grad(fn(xg), xg, g)[0], grad(torch.relu(xg), xg, g)[0]):
             raise SystemExit(f"{fn}: wrong gradient")
     bwd = measure(autograd, lambda fn: (lambda: grad(fn(xg), xg, g)), a.calls // 2, a.rounds)
-    ours = fwd["opsmith op (kernel)"]["median_us"]
+    ours = fwd["opsmith op (C shim)"]["median_us"]
     ours_ag = bwd["opsmith op (kernel, autograd)"]["median_us"]
     result = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__, "opsmith": opsmith.__version__,
         "python": platform.python_version(), "calls": a.calls, "rounds": a.rounds,
-        "c_launcher": opsmith.settings.c_launch, "forward": fwd, "forward_backward": bwd,
+        "c_launcher": opsmith.settings.c_launch, "cshim_registered": cshim, "forward": fwd, "forward_backward": bwd,
         "targets": {
             "ours_le_define_impl": ours <= fwd["Library.define+impl"]["median_us"],
             "custom_op_over_ours": fwd["@custom_op"]["median_us"] / ours,
@@ -160,7 +167,7 @@ def main() -> None:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)
     print(f"\nper call, 1-element float32 CUDA tensor, {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"median of {a.rounds} rounds x {a.calls} calls")
+          f"median of {a.rounds} rounds x {a.calls} calls; C shim registered: {cshim}")
     print(f"{'forward':34} {'us/call':>9} {'min':>8} {'/ ours':>8}")
     for name, r in fwd.items():
         print(f"{name:34} {r['median_us']:9.2f} {r['min_us']:8.2f} {r['median_us'] / ours:8.2f}")

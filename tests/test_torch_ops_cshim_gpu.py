@@ -1,0 +1,120 @@
+"""The C-shim CUDA kernel of opsmith.custom_op on a GPU: registered in place of the Python
+implementation, it matches eager, passes opcheck, launches on the current stream (a CUDA graph
+captures it, a side stream orders it) and compiles in a fullgraph."""
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import opsmith  # noqa: E402
+from opsmith._torch import _cshim  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+SRC = r"""
+template <typename T>
+__global__ void relu(const T* x, T* y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] > T(0) ? x[i] : T(0);
+}
+extern "C" __global__ void add(const float* a, const float* b, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+"""
+ALL_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    if not _cshim.available(cuda=True):
+        pytest.skip(f"torch {torch.__version__} exports no C shim for CUDA ops")
+    from opsmith._cache import _store
+    old = os.environ.get("OPSMITH_CACHE_DIR")
+    os.environ["OPSMITH_CACHE_DIR"] = str(tmp_path_factory.mktemp("cshim-cache"))
+    _store.reset()
+    try:
+        mod = opsmith.CudaModule(SRC, name_expressions=["relu<float>", "relu<double>"])
+        ns = f"opsmith_cshim_gpu{os.getpid()}"
+        relu = opsmith.custom_op(f"{ns}::relu", kernel=[mod.get_kernel("relu<float>"),
+                                                        mod.get_kernel("relu<double>")])
+        add = opsmith.custom_op(f"{ns}::add", kernel=mod.get_kernel("add"))
+        return relu, add
+    finally:
+        if old is None:
+            os.environ.pop("OPSMITH_CACHE_DIR", None)
+        else:
+            os.environ["OPSMITH_CACHE_DIR"] = old
+        _store.reset()
+
+
+def test_registered_through_the_shim(ops):
+    relu, add = ops
+    assert relu.cshim and add.cshim
+    assert not relu._fast  # no Python CUDA implementation registered
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matches_eager(ops, dtype):
+    relu, add = ops
+    for shape in [(1,), (1000,), (3, 1 << 16), (0, 4)]:
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        assert torch.equal(relu(x), torch.relu(x))
+    xt = torch.randn(64, 33, device="cuda", dtype=dtype).t()
+    assert torch.equal(relu(xt), torch.relu(xt))
+    a, b = torch.randn(77, device="cuda"), torch.randn(77, device="cuda")
+    assert torch.equal(add(a, b), a + b)
+
+
+def test_errors(ops):
+    relu, add = ops
+    with pytest.raises(RuntimeError, match="no kernel takes inputs of dtype float16"):
+        relu(torch.randn(4, device="cuda", dtype=torch.float16))
+    assert torch.equal(relu(torch.ones(3, device="cuda")), torch.ones(3, device="cuda"))
+
+
+def test_opcheck(ops):
+    relu, add = ops
+    x = torch.randn(5, 3, device="cuda")
+    for op, args in ((relu, (x,)), (add, (x, x + 1))):
+        assert torch.library.opcheck(op.default, args, test_utils=ALL_UTILS) == {u: "SUCCESS" for u in ALL_UTILS}
+
+
+def test_side_stream_and_cuda_graph(ops):
+    relu, add = ops
+    x = torch.randn(1 << 20, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = add(relu(x), x)
+    torch.cuda.current_stream().wait_stream(s)
+    assert torch.equal(y, torch.relu(x) + x)
+    static_x = torch.randn(4096, device="cuda")
+    add(relu(static_x), static_x)  # warm: kernels loaded before capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = add(relu(static_x), static_x)
+    for _ in range(3):
+        static_x.copy_(torch.randn(4096, device="cuda"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, add(relu(static_x), static_x))
+        assert torch.equal(static_y, torch.relu(static_x) + static_x)
+
+
+def test_compile_fullgraph(ops):
+    relu, add = ops
+
+    def f(x):
+        return add(relu(x), x) * 2
+
+    x = torch.randn(300, device="cuda")
+    compiled = torch.compile(f, fullgraph=True)
+    assert torch.equal(compiled(x), f(x))
+    assert torch._dynamo.explain(f)(x).graph_break_count == 0
