@@ -132,8 +132,8 @@ def test_compile_error_points_at_the_users_line():
     err = info.value
     assert err.line == 3 and err.source == "my_kernel.cu"
     msg = str(err)
-    assert msg.startswith("my_kernel.cu:3: error:") and "undefined_name" in msg
-    assert ">    3 |     x[0] = v + undefined_name;" in msg and "--gpu-architecture=sm_90" in msg
+    assert msg.startswith("my_kernel.cu:3:16: error:") and "undefined_name" in msg
+    assert "> 3 |     x[0] = v + undefined_name;" in msg and "--gpu-architecture=sm_90" in msg
     assert "undefined_name" in err.output and "-std=c++17" in err.options
     again = pickle.loads(pickle.dumps(err))
     assert again.line == 3 and str(again) == msg
@@ -189,3 +189,19 @@ def test_import_opsmith_stays_cheap():
     code = "import sys, opsmith; print(sorted(m for m in ('torch', 'cuda.bindings', 'filelock') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_nvrtc_errors_go_through_the_one_diagnostics_path_with_a_caret():
+    """NVRTC's log is read by _build/_diagnostics like a compiler's: file:line:col, the source
+    with a caret under the spot, the real options and no made-up command line."""
+    src = 'extern "C" __global__ void k(float* y) {\n  int i = blockIdxx.x;\n  y[i] = 1.f;\n}\n'
+    with pytest.raises(CompileError) as info:
+        opsmith.compile_cuda(src, arch="sm_90", name="caret.cu")
+    err = info.value
+    text = str(err)
+    assert text.startswith('caret.cu:2:11: error: identifier "blockIdxx" is undefined')
+    lines = text.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith("> 2 |"))
+    assert lines[i + 1].index("^") == lines[i].index("blockIdxx")
+    assert "NVRTC options: --gpu-architecture=sm_90" in text
+    assert err.command == [] and err.line == 2 and err.source == "caret.cu"

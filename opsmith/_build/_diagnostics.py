@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 
 from opsmith._errors import CompileError, LinkError
 
-__all__ = ["Diagnostic", "first_error", "compile_error", "link_error", "source_excerpt", "disk_full",
-           "keep_for_rerun"]
+__all__ = ["Diagnostic", "first_error", "compile_error", "nvrtc_error", "link_error", "source_excerpt",
+           "disk_full", "keep_for_rerun"]
 
 # gcc/clang:  file:line:col: error: msg      nvcc/cudafe:  file(line): error: msg
 _GCC = re.compile(r"^(?P<file>[^\s:][^:\n]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error:\s*(?P<msg>.*)$")
@@ -103,6 +103,42 @@ def compile_error(output: str, *, command: list[str], sources: Mapping[str, str]
             excerpt = source_excerpt(text, diag.line, diag.col)
     return CompileError(_compose(head, excerpt, command, log_path, kept), command=command, output=output,
                         source=diag.file, line=diag.line, options=options, log_path=log_path)
+
+
+def _nvrtc_column(output: str, diag: Diagnostic) -> int | None:
+    """NVRTC echoes the offending line indented by two spaces with a caret under the spot."""
+    lines = output.splitlines()
+    head = f"{diag.file}({diag.line}):"
+    for i, line in enumerate(lines[:-2]):
+        if line.startswith(head):
+            caret = lines[i + 2]
+            if caret.strip() == "^" and caret.index("^") >= 2:
+                return caret.index("^") - 1
+            return None
+    return None
+
+
+def nvrtc_error(output: str, *, name: str, source: str, options: list[str], hint: str = "") -> CompileError:
+    """An NVRTC log as a CompileError, the same shape as a compiler's: the first error at the
+    user's own file and line, the source around it with a caret, the real options.
+
+    NVRTC runs in this process, so there is no command line to show: ``command`` stays empty
+    and the message ends with the options NVRTC was given.
+    """
+    errors = [d for d in _errors(output) if d.file is not None]
+    diag = first_error(output, [name]) if errors else None
+    tail = f"NVRTC options: {' '.join(options)}"
+    if diag is None or diag.file is None:
+        return CompileError(f"NVRTC failed to compile {name}:\n{output.strip()}\n{tail}", output=output,
+                            source=name, options=list(options))
+    col = _nvrtc_column(output, diag)
+    diag = dataclasses.replace(diag, col=col)
+    excerpt = source_excerpt(source, diag.line, col) if diag.file == name else ""
+    more = f"\n({len(errors) - 1} more error(s) in the full log: err.output)" if len(errors) > 1 else ""
+    parts = [f"{diag.location()}: error: {diag.message}"] + ([excerpt] if excerpt else [])
+    parts += [p for p in (hint.strip(), more.strip(), tail) if p]
+    return CompileError("\n".join(parts), output=output, source=diag.file, line=diag.line,
+                        options=list(options))
 
 
 def link_error(output: str, *, command: list[str], log_path: str | None, with_cuda: bool) -> LinkError:

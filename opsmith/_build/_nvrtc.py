@@ -472,32 +472,12 @@ def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
                       nvrtc_version=version, log=text, key=key, source=req.source, name=req.name)
 
 
-_LOG_LINE = (r"(?m)^(?P<file>.*?)\((?P<line>\d+)\): (?P<kind>catastrophic error|error|warning)"
-             r"\s*:?\s*(?P<msg>.*)$")  # compiled on first use (errors only)
-
-
 def _compile_error(req: CompileRequest, text: str, opts: Sequence[str]) -> CompileError:
     """The NVRTC log as a CompileError that leads with the first error at the user's line."""
     if "--gpu-architecture" in text and "invalid value" in text:
         return _arch_error(req, text, opts)
-    errors = [m for m in re.finditer(_LOG_LINE, text) if "error" in m.group("kind")]
-    first = next((m for m in errors if m.group("file") == req.name), errors[0] if errors else None)
-    if first is None:
-        return CompileError(f"NVRTC failed to compile {req.name}:\n{text.strip()}", command=["nvrtc", *opts],
-                            output=text, source=req.name, options=list(opts))
-    line = int(first.group("line"))
-    where = first.group("file")
-    excerpt = ""
-    lines = req.source.splitlines() if where == req.name else []
-    if 1 <= line <= len(lines):
-        lo = max(1, line - 2)
-        excerpt = "\n" + "\n".join(f"{'>' if i == line else ' '} {i:4d} | {lines[i - 1]}"
-                                   for i in range(lo, min(len(lines), line + 2) + 1))
+    from opsmith._build._diagnostics import nvrtc_error
     hint = ""
-    if "could not open source file" in first.group("msg") or "cannot open source file" in first.group("msg"):
-        hint = "\nAdd the header's directory to include_paths=, or pass it in headers={name: text}."
-    more = f"\n({len(errors) - 1} more error(s) in the full log: err.output)" if len(errors) > 1 else ""
-    msg = (f"{where}:{line}: error: {first.group('msg').strip()}{excerpt}{hint}{more}\n"
-           f"NVRTC options: {' '.join(opts)}")
-    return CompileError(msg, command=["nvrtc", *opts], output=text, source=where, line=line,
-                        options=list(opts))
+    if "could not open source file" in text or "cannot open source file" in text:
+        hint = "Add the header's directory to include_paths=, or pass it in headers={name: text}."
+    return nvrtc_error(text, name=req.name, source=req.source, options=list(opts), hint=hint)
