@@ -10,12 +10,30 @@ from typing import Literal
 from opsmith._record import Record
 from opsmith._errors import SpecError
 
-__all__ = ["Source", "ExtensionSpec", "CUDA_SUFFIXES", "CXX_SUFFIXES"]
+__all__ = ["Source", "ExtensionSpec", "CUDA_SUFFIXES", "CXX_SUFFIXES", "MODULE_NAME", "torch_includes"]
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C", ".c")
 Kind = Literal["module", "library", "executable"]
 _FILE_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def torch_includes(text: bytes) -> tuple[bool, bool]:
+    """``(includes torch/extension.h, includes any torch/ or ATen/ header)``: the one scanner.
+
+    A plain scan, not a regex: compiling one costs a warm load about a millisecond.
+    """
+    extension = anything = False
+    for line in text.splitlines():
+        body = line.strip()
+        if not body.startswith(b"#") or not body[1:].lstrip().startswith(b"include"):
+            continue
+        if b"<torch/" in body or b'"torch/' in body or b"<ATen/" in body or b'"ATen/' in body:
+            anything = True
+            if b"torch/extension.h" in body:
+                extension = True
+                break
+    return extension, anything
 
 
 class Source(Record):
@@ -32,13 +50,13 @@ class Source(Record):
 
     @property
     def includes_torch_extension(self) -> bool:
-        # A plain scan, not a regex: compiling one costs a warm load about a millisecond.
-        for line in self.text.splitlines():
-            if b"torch/extension.h" in line:
-                body = line.strip()
-                if body.startswith(b"#") and body[1:].lstrip().startswith(b"include"):
-                    return True
-        return False
+        """Whether it includes ``torch/extension.h`` (the precompiled header applies)."""
+        return torch_includes(self.text)[0]
+
+    @property
+    def includes_torch_headers(self) -> bool:
+        """Whether it includes any torch or ATen header (slow for nvcc: see the hint)."""
+        return torch_includes(self.text)[1]
 
     @property
     def stem(self) -> str:

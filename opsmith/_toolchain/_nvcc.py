@@ -352,12 +352,9 @@ def hint_torch_headers(display: str) -> None:
 
 
 def includes_torch_headers(text: bytes) -> bool:
-    for line in text.splitlines():
-        body = line.strip()
-        if body.startswith(b"#") and b"include" in body and (b"<torch/" in body or b'"torch/' in body
-                                                              or b"<ATen/" in body):
-            return True
-    return False
+    """Whether a CUDA source includes torch or ATen headers (``_spec.torch_includes``)."""
+    from opsmith._spec import torch_includes
+    return torch_includes(text)[1]
 
 
 _EXPLAIN = (
