@@ -24,7 +24,7 @@ from opsmith._spec import ExtensionSpec, Source
 from opsmith._cache._store import Cache, Entry, open_cache
 from opsmith._cache._tiered import check_must_hit, shared_state
 from opsmith._toolchain._cxx import (Compiler, TorchInfo, find_cxx, max_jobs, python_include_dir,
-                         torch_info)
+                         search_dirs, torch_info)
 from opsmith._version import __version__
 
 __all__ = ["Artifact", "build_spec", "warm_spec"]
@@ -117,7 +117,7 @@ class _Toolchain:
         return self._nvcc
 
     def system_dirs(self, cache_root: Path) -> list[str]:
-        dirs = [self.python_include, *self.cxx.system_dirs, os.fspath(cache_root)]
+        dirs = [self.python_include, *search_dirs(self.cxx, self.state), os.fspath(cache_root)]
         if self._torch is not None:
             dirs += [*self._torch.include_dirs, self._torch.root]
         if self.spec.with_cuda and self._nvcc is not None:

@@ -10,6 +10,10 @@ and its fence on one Redis Cluster slot)::
                        long GC) cannot write over the one that took over
     P:rec:<ns>:<id>    a signed record (the dependency index)
 
+Reads on the hit path (GET, GETEX, EXISTS) speak RESP over a socket (opsmith._cache._resp):
+importing redis-py costs ~90 ms, more than the whole remote hit is allowed. Writes, leases and
+scripts use redis-py. TLS and URLs with options use redis-py for everything.
+
 Fail open, fast: every call has a connect time-out (200 ms) and a read time-out (1 s), no
 retries; a failure raises :class:`RemoteDown`, which the tiered store turns into a local
 build. Three failures in a row open a circuit breaker for 30 s (no call is even tried); the
@@ -108,6 +112,10 @@ class RedisRemote:
         self.lease_ms = max(int(lease_seconds * 1000), 200)
         self.host = socket.gethostname()
         self._client = None
+        self._reader = None
+        from opsmith._cache import _resp
+        if _resp.supports(url):
+            self._reader = _resp.RespConnection(url, connect_timeout=connect_timeout, timeout=timeout)
         self._scripts: dict[str, object] = {}
         self._failures = 0
         self._open_until = 0.0
@@ -134,11 +142,27 @@ class RedisRemote:
                         retry_on_timeout=False, health_check_interval=0)
         return self._client
 
+    def _read(self, op: str, fast, slow):
+        """A read: ``fast(resp_connection)`` where the URL allows it, else ``slow(client)``."""
+        if self._reader is None:
+            return self._call(op, slow)
+        from opsmith._cache._resp import RespError
+        self._check_breaker()
+        try:
+            result = fast(self._reader)
+        except (OSError, RespError) as exc:  # refused, reset, time-out, -ERR: all mean "not now"
+            self._fail(op, exc)
+            raise RemoteDown(f"{op}: {exc}") from None
+        self._failures = 0
+        return result
+
+    def _check_breaker(self) -> None:
+        if self._open_until > time.monotonic():
+            raise RemoteDown(f"the circuit breaker is open after {self._failures} failures")
+
     def _call(self, op: str, fn):
         """Run ``fn(client)``; any failure counts towards the breaker and raises RemoteDown."""
-        now = time.monotonic()
-        if self._open_until > now:
-            raise RemoteDown(f"the circuit breaker is open after {self._failures} failures")
+        self._check_breaker()
         try:
             client = self._redis()
         except ImportError as exc:
@@ -185,11 +209,13 @@ class RedisRemote:
         """The bundle stored for ``key`` (its TTL renewed), or None."""
         name = self._k(key, "entry")
         if self.ttl_ms > 0:
-            return self._call("get", lambda r: r.getex(name, px=self.ttl_ms))
-        return self._call("get", lambda r: r.get(name))
+            return self._read("get", lambda c: c.command("GETEX", name, "PX", self.ttl_ms),
+                              lambda r: r.getex(name, px=self.ttl_ms))
+        return self._read("get", lambda c: c.command("GET", name), lambda r: r.get(name))
 
     def has_bundle(self, key: str) -> bool:
-        return bool(self._call("exists", lambda r: r.exists(self._k(key, "entry"))))
+        name = self._k(key, "entry")
+        return bool(self._read("exists", lambda c: c.command("EXISTS", name), lambda r: r.exists(name)))
 
     def put_bundle(self, key: str, data: bytes, token: int | None = None,
                    lease_key: str | None = None) -> bool:
@@ -223,7 +249,8 @@ class RedisRemote:
 
     # -- records ----------------------------------------------------------------------------
     def get_record(self, namespace: str, ident: str) -> bytes | None:
-        return self._call("get record", lambda r: r.get(f"{self.prefix}:rec:{namespace}:{ident}"))
+        name = f"{self.prefix}:rec:{namespace}:{ident}"
+        return self._read("get record", lambda c: c.command("GET", name), lambda r: r.get(name))
 
     def put_record(self, namespace: str, ident: str, raw: bytes) -> None:
         px = self.ttl_ms if self.ttl_ms > 0 else None

@@ -23,10 +23,10 @@ from opsmith._cache._keys import KeyBuilder
 from opsmith._version import __version__
 
 __all__ = ["Compiler", "TorchInfo", "find_cxx", "torch_info", "find_ninja", "max_jobs",
-           "python_include_dir", "probe_compiler"]
+           "python_include_dir", "probe_compiler", "search_dirs"]
 
 _RECORD_NS = "toolchain"
-_PROBE_FORMAT = 3
+_PROBE_FORMAT = 4  # 4: system_dirs is None (probed by search_dirs when a build needs it)
 
 
 class Compiler(Record):
@@ -143,7 +143,8 @@ def _probe_cached(path: str, ident: str, state) -> Compiler:
         rec = state.get(_RECORD_NS, "cxx-" + ident)
         if isinstance(rec, dict):
             try:
-                return Compiler(**{**rec, "system_dirs": tuple(rec["system_dirs"])})
+                dirs = rec["system_dirs"]
+                return Compiler(**{**rec, "system_dirs": None if dirs is None else tuple(dirs)})
             except TypeError:
                 pass
     comp = _run_probe(path)
@@ -153,23 +154,65 @@ def _probe_cached(path: str, ident: str, state) -> Compiler:
 
 
 def _run_probe(path: str) -> Compiler:
+    """Run ``--version`` and ``-dumpmachine`` (at once: the two make the fingerprint).
+
+    The include search list (``-E -v``, another compiler run) is left for
+    :func:`search_dirs`: only a build needs it, and a process that loads an entry another
+    machine built must form the key without paying for it.
+    """
     env = dict(os.environ, LC_ALL="C")
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, env=env, timeout=60)
-        target = subprocess.run([path, "-dumpmachine"], capture_output=True, text=True, env=env,
-                                timeout=60).stdout.strip()
-        search = subprocess.run([path, "-E", "-x", "c++", "-", "-v"], input="", capture_output=True,
-                                text=True, env=env, timeout=60).stderr
+        runs = [subprocess.Popen([path, arg], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+                for arg in ("--version", "-dumpmachine")]
+        try:
+            (vout, verr), (target, _) = (p.communicate(timeout=60) for p in runs)
+        finally:
+            for p in runs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"the compiler {path} could not be run ({exc}). Reinstall it or set "
                              f"CXX to a working compiler.") from None
-    text = out.stdout + out.stderr
-    if out.returncode != 0:
+    text = vout + verr
+    target = target.strip()
+    if runs[0].returncode != 0:
         raise ToolchainError(f"`{path} --version` failed:\n{text.strip()}\nSet CXX to a working compiler.")
     family = "clang" if "clang" in text.lower() else ("gcc" if re.search(r"\b(gcc|g\+\+|GCC)\b", text)
                                                        or "Free Software Foundation" in text else "unknown")
     m = re.search(r"(\d+\.\d+(\.\d+)?)", text.splitlines()[0] if text else "")
     version = m.group(1) if m else "0"
+    fp = KeyBuilder("compiler").str("path", path).str("real", os.path.realpath(path)).str("version-text", text).str("target", target).hexdigest()
+    return Compiler(path, family, version, target, fp, None)
+
+
+def search_dirs(comp: Compiler, state=None) -> tuple[str, ...]:
+    """The compiler's ``#include <...>`` search list (memoized in-process and on disk)."""
+    if comp.system_dirs is not None:
+        return comp.system_dirs
+    try:
+        st = os.stat(comp.path)
+    except OSError:
+        raise ToolchainError(f"the compiler {comp.path} cannot be read. Reinstall it or set CXX.") from None
+    ident = KeyBuilder("compiler-dirs").str("path", comp.path).str("real", os.path.realpath(comp.path)).str(
+        "stat", repr(stamp_of(st))).str("fingerprint", comp.fingerprint).hexdigest()
+    return _search_dirs_cached(comp.path, ident, state)
+
+
+@functools.cache
+def _search_dirs_cached(path: str, ident: str, state) -> tuple[str, ...]:
+    if state is not None:
+        rec = state.get(_RECORD_NS, "cxx-dirs-" + ident)
+        if isinstance(rec, list) and all(isinstance(d, str) for d in rec):
+            return tuple(rec)
+    env = dict(os.environ, LC_ALL="C")
+    try:
+        search = subprocess.run([path, "-E", "-x", "c++", "-", "-v"], input="", capture_output=True,
+                                text=True, env=env, timeout=60, check=False).stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError(f"the compiler {path} could not be run ({exc}). Reinstall it or set "
+                             f"CXX to a working compiler.") from None
     dirs = []
     inside = False
     for line in search.splitlines():
@@ -179,8 +222,9 @@ def _run_probe(path: str) -> Compiler:
             break
         elif inside and line.startswith(" "):
             dirs.append(os.path.realpath(line.strip().split(" (")[0]))
-    fp = KeyBuilder("compiler").str("path", path).str("real", os.path.realpath(path)).str("version-text", text).str("target", target).hexdigest()
-    return Compiler(path, family, version, target, fp, tuple(dirs))
+    if state is not None:
+        state.put(_RECORD_NS, "cxx-dirs-" + ident, dirs)
+    return tuple(dirs)
 
 
 _TORCH_INFO: list[TorchInfo] = []
