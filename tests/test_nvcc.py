@@ -138,6 +138,7 @@ def test_nvcc_missing_is_a_clear_error(tmp_path, monkeypatch):
     src = tmp_path / "k.cu"
     src.write_text("__global__ void k() {}\n")
     monkeypatch.setenv("PATH", os.environ["PATH"] + os.pathsep + "/usr/bin:/bin")
+    monkeypatch.setenv("OPSMITH_CUDA_WITH_CPU_TORCH", "1")  # past the CPU-only-torch check, to nvcc's
     with pytest.raises(ToolchainError, match="nvcc"):
         opsmith.build("k_ext", [str(src)], is_python_module=False)
 
