@@ -86,22 +86,19 @@ def kernels(tmp_path_factory):
 
 
 @pytest.fixture
-def cpu_lib(monkeypatch):
-    """The library initialised with the stand-in launch (restored afterwards); the ops made
+def cpu_lib(monkeypatch, tmp_path):
+    """A copy of the library of its own, initialised with the stand-in launch; the ops made
     with it keep Python CUDA implementations (on a GPU machine too)."""
-    monkeypatch.setenv("OPSMITH_TORCH_OP_CSHIM", "0")
+    import shutil
     if not _cshim.available(cuda=False):
         pytest.skip(f"torch {torch.__version__} exports no aoti_torch_library_impl (torch >= 2.8 does)")
-    saved = _cshim._state.pop("lib", None)
-    try:
-        yield _cshim.library(launch=_launch_cb)
-    finally:
-        _cshim._state.pop("lib", None)
-        if saved is not None:
-            _cshim._state["lib"] = saved
+    monkeypatch.setenv("OPSMITH_TORCH_OP_CSHIM", "0")
+    copy = tmp_path / "opsmith_cshim_cpu_test.so"  # another file: never the process's own library
+    shutil.copyfile(_cshim.build(), copy)
+    return _cshim.load(str(copy), launch=_launch_cb)
 
 
-def _op(kernels, names, schema=None, cpu_key=True, fail=None):
+def _op(kernels, lib, names, schema=None, fail=None):
     """A kernel op whose CPU key is served by the C kernel with the stand-in launch."""
     ks = [kernels[n] for n in names]
     op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::op_{next(_ids)}", schema, kernel=ks)
@@ -112,7 +109,7 @@ def _op(kernels, names, schema=None, cpu_key=True, fail=None):
             raise RuntimeError(fail)
         return fns[names[kernel]], 128, None
     assert _cshim.fits(op, ks, op._binding, None) is None
-    _cshim.register(op, ks, op._binding, key="CPU", prepare=prepare)
+    _cshim.register(op, ks, op._binding, key="CPU", prepare=prepare, lib=lib)
     return op
 
 
@@ -123,7 +120,7 @@ def test_source_compiles_and_library_exports(cpu_lib):
 
 
 def test_cpu_kernel_through_the_shim_matches_eager(kernels, cpu_lib):
-    relu = _op(kernels, ["relu_f32", "relu_f64"])
+    relu = _op(kernels, cpu_lib, ["relu_f32", "relu_f64"])
     for dtype in (torch.float32, torch.float64):
         x = torch.randn(1000, dtype=dtype)
         launches.clear()
@@ -136,7 +133,7 @@ def test_cpu_kernel_through_the_shim_matches_eager(kernels, cpu_lib):
 
 
 def test_non_contiguous_and_empty_inputs(kernels, cpu_lib):
-    relu = _op(kernels, ["relu_f32"])
+    relu = _op(kernels, cpu_lib, ["relu_f32"])
     x = torch.randn(37, 53).t()
     assert not x.is_contiguous()
     assert torch.equal(relu(x), torch.relu(x))
@@ -146,17 +143,17 @@ def test_non_contiguous_and_empty_inputs(kernels, cpu_lib):
 
 
 def test_two_inputs_int_count_and_like(kernels, cpu_lib):
-    add = _op(kernels, ["add_i32"])
+    add = _op(kernels, cpu_lib, ["add_i32"])
     assert add.schema.text == "(Tensor a, Tensor b) -> Tensor"
     a, b = torch.randn(5, 7), torch.randn(5, 7)
     assert torch.allclose(add(a, b), a + b)
 
 
 def test_errors_are_runtime_errors_with_the_reason(kernels, cpu_lib):
-    relu = _op(kernels, ["relu_f32"])
+    relu = _op(kernels, cpu_lib, ["relu_f32"])
     with pytest.raises(RuntimeError, match=r"no kernel takes inputs of dtype float64"):
         relu(torch.randn(3, dtype=torch.float64))
-    broken = _op(kernels, ["relu_f32"], fail="the module does not load here")
+    broken = _op(kernels, cpu_lib, ["relu_f32"], fail="the module does not load here")
     with pytest.raises(RuntimeError, match="the module does not load here"):
         broken(torch.randn(3))
     # no handle leaks or double frees: the op still works many times after errors
@@ -165,7 +162,7 @@ def test_errors_are_runtime_errors_with_the_reason(kernels, cpu_lib):
 
 
 def test_opcheck_on_cpu(kernels, cpu_lib):
-    relu = _op(kernels, ["relu_f32"])
+    relu = _op(kernels, cpu_lib, ["relu_f32"])
     utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
     assert torch.library.opcheck(relu.default, (torch.randn(4, 3),), test_utils=utils) == \
         {u: "SUCCESS" for u in utils}

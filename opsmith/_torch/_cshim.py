@@ -24,13 +24,12 @@ from typing import Any
 
 from opsmith._errors import LaunchError, OpsmithError
 
-__all__ = ["available", "fits", "register", "library"]
+__all__ = ["available", "fits", "register", "library", "build", "load"]
 
 log = logging.getLogger(__name__)
 
 _lock = threading.RLock()
 _state: dict[str, Any] = {}
-_slots: list[Any] = []  # per slot: (op, kernels, prepare callback): kept alive with the registration
 _PREPARE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
 _P_INPUT, _P_OUTPUT, _P_COUNT32, _P_COUNT64 = 0, 1, 2, 3
 
@@ -79,58 +78,69 @@ def available(cuda: bool = True) -> bool:
     return _state[key]
 
 
-def library(launch=None, ctx_fns=None):
-    """The built and initialised op library (ctypes), once per process.
-
-    ``launch``/``ctx_fns`` replace ``cuLaunchKernel`` and the context functions (tests on a
-    CPU-only machine pass ctypes callbacks); by default they come from libcuda.
-    """
+def library():
+    """The built and initialised op library (ctypes), once per process."""
     with _lock:
         lib = _state.get("lib")
-        if lib is not None:
-            return lib
-        import tempfile
-        from pathlib import Path
-
-        from opsmith._build._profile_shared import build_shared_library
-        from opsmith._torch import _cshim_source as src
-        with tempfile.TemporaryDirectory(prefix="opsmith-cshim-") as tmp:
-            path = Path(tmp) / "opsmith_cshim.cpp"
-            path.write_text(src.SOURCE)
-            art = build_shared_library("opsmith_cshim", [str(path)], with_cuda=False,
-                                       extra_cflags=["-std=c++17", "-fvisibility=hidden"])
-        lib = ctypes.CDLL(str(art.path))
-        if lib.osm_abi() != 1:
-            raise OpsmithError(f"the C-shim op library at {art.path} is of another version; clear the cache "
-                               f"(opsmith cache clear)")
-        cuda = launch is None
-        syms = _symbols(cuda)
-        if syms is None:
-            raise OpsmithError("this torch does not export the C shim functions opsmith registers ops "
-                               "through (torch >= 2.8 does); set OPSMITH_TORCH_OP_CSHIM=0")
-        if cuda:
-            from opsmith._runtime import _driver
-            drv = _driver.driver()
-            for name in ("cuLaunchKernel", "cuCtxGetDevice", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"):
-                syms[name] = ctypes.cast(getattr(drv, name), ctypes.c_void_p).value
-        else:
-            keep = [launch, *(ctx_fns or ())]
-            lib._opsmith_keep = keep
-            syms["cuLaunchKernel"] = ctypes.cast(launch, ctypes.c_void_p).value
-            for name, fn in zip(("cuCtxGetDevice", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"), ctx_fns or ()):
-                syms[name] = ctypes.cast(fn, ctypes.c_void_p).value
-        table = (ctypes.c_void_p * len(src.API_NAMES))(*[syms.get(n) or None for n in src.API_NAMES])
-        lib.osm_init(table)
-        lib.osm_describe.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                     ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int),
-                                     ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int32),
-                                     _PREPARE]
-        lib.osm_set_function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                         ctypes.c_uint, ctypes.c_void_p]
-        lib.osm_set_error.argtypes = [ctypes.c_int, ctypes.c_char_p]
-        lib.osm_register.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
-        _state["lib"] = lib
+        if lib is None:
+            lib = _state["lib"] = load(build())
         return lib
+
+
+def build() -> str:
+    """Build (or find in the cache) the library; returns its path."""
+    import tempfile
+    from pathlib import Path
+
+    from opsmith._build._profile_shared import build_shared_library
+    from opsmith._torch import _cshim_source as src
+    with tempfile.TemporaryDirectory(prefix="opsmith-cshim-") as tmp:
+        path = Path(tmp) / "opsmith_cshim.cpp"
+        path.write_text(src.SOURCE)
+        art = build_shared_library("opsmith_cshim", [str(path)], with_cuda=False,
+                                   extra_cflags=["-std=c++17", "-fvisibility=hidden"])
+    return str(art.path)
+
+
+def load(path: str, launch=None, ctx_fns=None):
+    """Open the library at ``path`` and hand it the shim's and the driver's functions.
+
+    ``launch``/``ctx_fns`` replace ``cuLaunchKernel`` and the context functions (tests on a
+    CPU-only machine pass ctypes callbacks, on a copy of the library of its own); by default
+    they come from libcuda.
+    """
+    from opsmith._torch import _cshim_source as src
+    lib = ctypes.CDLL(path)
+    if lib.osm_abi() != 1:
+        raise OpsmithError(f"the C-shim op library at {path} is of another version; clear the cache "
+                           f"(opsmith cache clear)")
+    cuda = launch is None
+    syms = _symbols(cuda)
+    if syms is None:
+        raise OpsmithError("this torch does not export the C shim functions opsmith registers ops "
+                           "through (torch >= 2.8 does); set OPSMITH_TORCH_OP_CSHIM=0")
+    if cuda:
+        from opsmith._runtime import _driver
+        drv = _driver.driver()
+        for name in ("cuLaunchKernel", "cuCtxGetDevice", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"):
+            syms[name] = ctypes.cast(getattr(drv, name), ctypes.c_void_p).value
+    else:
+        lib._opsmith_keep = [launch, *(ctx_fns or ())]
+        syms["cuLaunchKernel"] = ctypes.cast(launch, ctypes.c_void_p).value
+        for name, fn in zip(("cuCtxGetDevice", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"), ctx_fns or ()):
+            syms[name] = ctypes.cast(fn, ctypes.c_void_p).value
+    table = (ctypes.c_void_p * len(src.API_NAMES))(*[syms.get(n) or None for n in src.API_NAMES])
+    lib.osm_init(table)
+    lib.osm_describe.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                 ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                                 ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int32),
+                                 _PREPARE]
+    lib.osm_set_function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                     ctypes.c_uint, ctypes.c_void_p]
+    lib.osm_set_error.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    lib.osm_register.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
+    lib._opsmith_slots = []  # per slot: (op, kernels, prepare callback), alive as long as the registration
+    return lib
 
 
 def fits(op, kernels, binding: list[str], launch) -> str | None:
@@ -178,13 +188,13 @@ def _dtype_code(cpu_lib, name: str) -> int:
     return int(fn())
 
 
-def register(op, kernels, binding: list[str], *, key: str = "CUDA", prepare=None) -> None:
+def register(op, kernels, binding: list[str], *, key: str = "CUDA", prepare=None, lib=None) -> None:
     """Register ``op``'s implementation for ``key`` as the C kernel (see the module's docstring).
 
     ``prepare(kernel_index, device) -> (function, block, context)`` loads a kernel on a device;
-    by default the opsmith kernel's own loader (tests pass their own for CPU runs).
+    by default the opsmith kernel's own loader (tests pass their own, and their own ``lib``).
     """
-    lib = library()
+    lib = library() if lib is None else lib
     s = op.schema
     cpu_lib = _torch_lib("libtorch_cpu.so")
     dev_type_fn = getattr(cpu_lib, f"aoti_torch_device_type_{key.lower()}")
@@ -215,7 +225,8 @@ def register(op, kernels, binding: list[str], *, key: str = "CUDA", prepare=None
     like = [_like_index(o, s) for o in op.outs]
 
     with _lock:
-        slot = len(_slots)
+        slots = lib._opsmith_slots
+        slot = len(slots)
         if slot >= lib.osm_max_ops():
             raise OpsmithError(f"{op.name}: at most {lib.osm_max_ops()} ops per process take the C-shim path")
         loader = prepare if prepare is not None else _kernel_loader(kernels)
@@ -236,7 +247,7 @@ def register(op, kernels, binding: list[str], *, key: str = "CUDA", prepare=None
                              (ctypes.c_int32 * len(kdtype))(*kdtype), cb)
         if r:
             raise OpsmithError(f"{op.name}: the C-shim library refused the op's description")
-        _slots.append((op, kernels, cb))
+        slots.append((op, kernels, cb))
         ns, opname = op.name.split("::")
         err = lib.osm_register(slot, ns.encode(), opname.encode(), key.encode())
         if err:
