@@ -365,5 +365,6 @@ def test_rich_table_keeps_brackets_in_text():
     rows = [_doctor.Check("cache free space", "problem", "cannot write: [Errno 28] No space left",
                           "Free space [now]: opsmith cache prune --max-size 2G")]
     out = io.StringIO()
-    _doctor.render(rows, out, rich=True)
+    from opsmith.cli._doctor_report import render
+    render(rows, out, rich=True)
     assert "[Errno 28]" in out.getvalue() and "[now]" in out.getvalue()

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import sys
 
+
 def run(args) -> int:
-    from opsmith.cli import _doctor as _checks
-    rows = _checks.run_checks()
+    from opsmith.cli import _doctor_report as report
+    from opsmith.cli._doctor import run_checks
+    rows = run_checks()
     if args.json:
-        print(_checks.to_json(rows))
+        print(report.to_json(rows))
     else:
-        _checks.render(rows, sys.stdout)
-    return _checks.exit_code(rows)
+        report.render(rows, sys.stdout)
+    return report.exit_code(rows)
