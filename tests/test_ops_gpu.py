@@ -212,10 +212,11 @@ def test_norms_inf_nan_as_torch(cols, dtype):
     x[0, 1] = float("nan")
     x[1, 2] = float("inf")
     x[2, 3] = float("-inf")
-    for ours, ref in ((ops.layer_norm(x, (cols,)), F.layer_norm(x.double(), (cols,))),
-                      (ops.rms_norm(x, (cols,), eps=1e-5), F.rms_norm(x.double(), (cols,), eps=1e-5))):
-        torch.testing.assert_close(torch.isnan(ours), torch.isnan(ref))
-        _close(ours[3], ref[3], dtype, what="the finite row")
+    for name, ours, ref in (("layer_norm", ops.layer_norm(x, (cols,)), F.layer_norm(x.double(), (cols,))),
+                            ("rms_norm", ops.rms_norm(x, (cols,), eps=1e-5),
+                             F.rms_norm(x.double(), (cols,), eps=1e-5))):
+        torch.testing.assert_close(torch.isnan(ours), torch.isnan(ref), msg=lambda m, name=name: f"{name} NaNs: {m}")
+        _close(ours, ref, dtype, what=f"{name} with inf/NaN rows")
 
 
 # -- gradcheck, strategies, benchmark ------------------------------------------------------------------------

@@ -95,6 +95,9 @@ __device__ __forceinline__ float m_max(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double m_max(double a, double b) { return fmax(a, b); }
 __device__ __forceinline__ bool m_isnan(float x) { return x != x; }
 __device__ __forceinline__ bool m_isnan(double x) { return x != x; }
+// 0 for a finite x, NaN for inf or NaN (x - x; IEEE arithmetic, which NVRTC keeps without
+// fast-math flags: inf - inf is NaN).
+template <class A> __device__ __forceinline__ A nonfinite(A x) { return x - x; }
 template <class A> __device__ __forceinline__ A neg_inf();
 template <> __device__ __forceinline__ float neg_inf<float>() { return __int_as_float(0xff800000); }
 template <> __device__ __forceinline__ double neg_inf<double>() {

@@ -15,6 +15,9 @@
 // The variance is the mean of squared deviations from the mean (two passes over the row),
 // not E[x^2] - E[x]^2, which cancels catastrophically for rows with a large mean.
 // `has_w` / `has_b` = 0: no weight / bias (the pointer is then any tensor and is not read).
+// inf and NaN as torch on CUDA: an inf or NaN in a row makes the whole row NaN, for layer_norm
+// (mean inf, inf - inf) and for rms_norm too, where mean(x^2) = inf alone would give rstd = 0
+// and finite outputs of 0, so its sum of squares adds nonfinite(x) (0, or NaN for inf/NaN).
 #include "common.cuh"
 
 #ifndef OPSMITH_ROW_THREADS
@@ -129,7 +132,7 @@ rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y
     for (int c = 0; c < C; ++c) load_vec(x + base, (long long)(c * tpr + t) * N, n, vec, v + c * N, A(0));
     A q = A(0);
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) q += v[i] * v[i];
+    for (int i = 0; i < C * N; ++i) q += v[i] * v[i] + nonfinite(v[i]);
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;
     if (t == 0) rstd[row] = r;
@@ -285,7 +288,7 @@ rms_norm_fwd_long(const T* __restrict__ x, const T* __restrict__ w, T* __restric
             A v[N];
             load_row(xr, sm, cache ? 1 : 0, j, cols, vec, v, A(0));
 #pragma unroll
-            for (int k = 0; k < N; ++k) q += v[k] * v[k];
+            for (int k = 0; k < N; ++k) q += v[k] * v[k] + nonfinite(v[k]);
         }
         const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
         if (t == 0) rstd[row] = r;
