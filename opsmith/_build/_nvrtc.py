@@ -111,18 +111,16 @@ def _nvrtc_identity(state) -> tuple[str, int, int, str]:
     global _identity
     if _identity is not None:
         return _identity
-    rec = state.get("nvrtc", "identity")
-    if isinstance(rec, dict) and {"path", "size", "mtime_ns", "version"} <= rec.keys():
-        if _stat_id(rec["path"]) == (rec["size"], rec["mtime_ns"]):
-            _identity = (rec["path"], rec["size"], rec["mtime_ns"], rec["version"])
-            return _identity
-    version = nvrtc_version()
-    path = _loaded_nvrtc_path() or "<unknown libnvrtc>"
-    size, mtime = _stat_id(path) or (0, 0)
-    _identity = (path, size, mtime, version)
-    if size:
-        state.put("nvrtc", "identity",
-                         {"path": path, "size": size, "mtime_ns": mtime, "version": version})
+    def probe() -> dict:
+        version = nvrtc_version()
+        path = _loaded_nvrtc_path() or "<unknown libnvrtc>"
+        size, mtime = _stat_id(path) or (0, 0)
+        return {"path": path, "size": size, "mtime_ns": mtime, "version": version}
+
+    from opsmith._cache._state import memo
+    rec = memo(state, "nvrtc", "identity", probe,
+               valid=lambda d: d["size"] and _stat_id(d["path"]) == (d["size"], d["mtime_ns"]))
+    _identity = (rec["path"], rec["size"], rec["mtime_ns"], rec["version"])
     return _identity
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["State"]
+__all__ = ["State", "memo"]
 
 log = logging.getLogger("opsmith.cache")
 _MISS = object()
@@ -84,3 +84,9 @@ class State:
         doc = compute()
         self.put(namespace, ident, doc)
         return doc
+
+
+def memo(state: State | None, namespace: str, ident: str, compute: Callable[[], Any],
+         valid: Callable[[Any], bool] = lambda doc: True) -> Any:
+    """:meth:`State.memo`, or ``compute()`` alone where there is no state (``state`` is None)."""
+    return compute() if state is None else state.memo(namespace, ident, compute, valid)

@@ -170,15 +170,10 @@ def visible_gpu_archs(state=None) -> list[str]:
 
 @functools.lru_cache(maxsize=8)
 def _visible_cached(fingerprint: str, state) -> list[str]:
-    key = "gpus-" + fingerprint
-    if state is not None:
-        rec = state.get(_RECORD_NS, key)
-        if isinstance(rec, dict) and isinstance(rec.get("archs"), list):
-            return list(rec["archs"])
-    archs = _query_torch()
-    if state is not None:
-        state.put(_RECORD_NS, key, {"archs": archs})
-    return archs
+    from opsmith._cache._state import memo
+    doc = memo(state, _RECORD_NS, "gpus-" + fingerprint, lambda: {"archs": _query_torch()},
+               valid=lambda d: isinstance(d["archs"], list))
+    return list(doc["archs"])
 
 
 def _query_torch() -> list[str]:

@@ -16,6 +16,7 @@ import sysconfig
 from pathlib import Path
 
 from opsmith._cache._stamps import stamp_of
+from opsmith._cache._state import memo
 from opsmith._record import Record
 from opsmith._config import settings
 from opsmith._errors import ToolchainError
@@ -71,27 +72,24 @@ def _which(cmd: str, state=None) -> str | None:
     # Run the compiler by the name found on PATH, not its realpath: clang++ is a link to
     # clang, and only the clang++ name makes the driver link C++ (libstdc++).
     pathvar = os.environ.get("PATH", "")
-    memo = _WHICH.get((cmd, pathvar))
-    if memo is not None:
-        return memo or None
-    rec_id = None
-    if state is not None and "/" not in cmd:
-        rec_id = "which-" + KeyBuilder("which").str("cmd", cmd).str("PATH", pathvar).hexdigest()
-        rec = state.get(_RECORD_NS, rec_id)
-        if isinstance(rec, dict) and _dirs_unchanged(rec.get("dirs")):
-            _WHICH[(cmd, pathvar)] = rec.get("path") or ""
-            return rec.get("path") or None
-    found = shutil.which(cmd)
-    result = os.path.abspath(found) if found else ""
-    _WHICH[(cmd, pathvar)] = result
-    if rec_id is not None:
+    known = _WHICH.get((cmd, pathvar))
+    if known is not None:
+        return known or None
+    def look() -> dict:
+        found = shutil.which(cmd)
         dirs = []
         for d in pathvar.split(os.pathsep):
             try:
                 dirs.append([d, os.stat(d or ".").st_mtime_ns])
             except OSError:
                 dirs.append([d, None])
-        state.put(_RECORD_NS, rec_id, {"path": result, "dirs": dirs})
+        return {"path": os.path.abspath(found) if found else "", "dirs": dirs}
+
+    rec_id = "which-" + KeyBuilder("which").str("cmd", cmd).str("PATH", pathvar).hexdigest()
+    doc = memo(state if "/" not in cmd else None, _RECORD_NS, rec_id, look,
+               valid=lambda d: isinstance(d["path"], str) and _dirs_unchanged(d["dirs"]))
+    result = doc["path"] or ""
+    _WHICH[(cmd, pathvar)] = result
     return result or None
 
 
@@ -139,18 +137,15 @@ def probe_compiler(path: str, state=None) -> Compiler:
 
 @functools.lru_cache(maxsize=None)
 def _probe_cached(path: str, ident: str, state) -> Compiler:
-    if state is not None:
-        rec = state.get(_RECORD_NS, "cxx-" + ident)
-        if isinstance(rec, dict):
-            try:
-                dirs = rec["system_dirs"]
-                return Compiler(**{**rec, "system_dirs": None if dirs is None else tuple(dirs)})
-            except TypeError:
-                pass
-    comp = _run_probe(path)
-    if state is not None:
-        state.put(_RECORD_NS, "cxx-" + ident, comp._asdict())
-    return comp
+    doc = memo(state, _RECORD_NS, "cxx-" + ident, lambda: _run_probe(path)._asdict(),
+               valid=lambda d: _compiler_of(d) is not None)
+    return _compiler_of(doc)
+
+
+def _compiler_of(doc: dict) -> Compiler:
+    """A probe's document as a :class:`Compiler` (TypeError/KeyError when it is not one)."""
+    dirs = doc["system_dirs"]
+    return Compiler(**{**doc, "system_dirs": None if dirs is None else tuple(dirs)})
 
 
 def _run_probe(path: str) -> Compiler:
@@ -202,10 +197,11 @@ def search_dirs(comp: Compiler, state=None) -> tuple[str, ...]:
 
 @functools.cache
 def _search_dirs_cached(path: str, ident: str, state) -> tuple[str, ...]:
-    if state is not None:
-        rec = state.get(_RECORD_NS, "cxx-dirs-" + ident)
-        if isinstance(rec, list) and all(isinstance(d, str) for d in rec):
-            return tuple(rec)
+    return tuple(memo(state, _RECORD_NS, "cxx-dirs-" + ident, lambda: _probe_search_dirs(path),
+                      valid=lambda d: isinstance(d, list) and all(isinstance(x, str) for x in d)))
+
+
+def _probe_search_dirs(path: str) -> list[str]:
     env = dict(os.environ, LC_ALL="C")
     try:
         search = subprocess.run([path, "-E", "-x", "c++", "-", "-v"], input="", capture_output=True,
@@ -222,9 +218,7 @@ def _search_dirs_cached(path: str, ident: str, state) -> tuple[str, ...]:
             break
         elif inside and line.startswith(" "):
             dirs.append(os.path.realpath(line.strip().split(" (")[0]))
-    if state is not None:
-        state.put(_RECORD_NS, "cxx-dirs-" + ident, dirs)
-    return tuple(dirs)
+    return dirs
 
 
 _TORCH_INFO: list[TorchInfo] = []

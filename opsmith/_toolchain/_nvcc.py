@@ -235,17 +235,13 @@ def _host_compiler(cxx: Compiler, state=None) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _probe_cached(path: str, host: str, ident: str, state) -> Nvcc:
-    if state is not None:
-        rec = state.get(_RECORD_NS, "nvcc-" + ident)
-        if isinstance(rec, dict):
-            try:
-                return Nvcc(**{k: tuple(v) if isinstance(v, list) else v for k, v in rec.items()})
-            except TypeError:
-                pass
-    nv = _run_probe(path, host, state)
-    if state is not None:
-        state.put(_RECORD_NS, "nvcc-" + ident, nv._asdict())
-    return nv
+    from opsmith._cache._state import memo
+
+    def nvcc_of(doc: dict) -> Nvcc:
+        return Nvcc(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()})
+    doc = memo(state, _RECORD_NS, "nvcc-" + ident, lambda: _run_probe(path, host, state)._asdict(),
+               valid=lambda d: nvcc_of(d) is not None)
+    return nvcc_of(doc)
 
 
 def _run(cmd, cwd=None) -> subprocess.CompletedProcess:

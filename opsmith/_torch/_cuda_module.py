@@ -181,16 +181,13 @@ def _parsed_kernels(text: str) -> dict[str, sig.KernelDecl]:
     from opsmith._version import __version__
     state = open_cache().state
     ident = hashlib.sha256(f"{__version__}\0{text}".encode()).hexdigest()[:40]
-    rec = state.get("kernel-decls", ident)
-    if isinstance(rec, list):
-        try:
-            return {d[0]: sig.KernelDecl(d[0], d[1], tuple(d[2]), bool(d[3]), int(d[4])) for d in rec}
-        except (TypeError, ValueError, IndexError):
-            pass  # not what this version writes: parse again
-    decls = sig.parse_kernels(text)
-    state.put("kernel-decls", ident, [[d.name, d.params_text, list(d.template_params),  # never raises
-                                       d.extern_c, d.line] for d in decls.values()])
-    return decls
+    def decls_of(doc: list) -> dict[str, sig.KernelDecl]:
+        return {d[0]: sig.KernelDecl(d[0], d[1], tuple(d[2]), bool(d[3]), int(d[4])) for d in doc}
+
+    def parse() -> list:
+        return [[d.name, d.params_text, list(d.template_params), d.extern_c, d.line]
+                for d in sig.parse_kernels(text).values()]
+    return decls_of(state.memo("kernel-decls", ident, parse, valid=lambda d: decls_of(d) is not None))
 
 
 def _current_arch() -> str:
