@@ -66,10 +66,10 @@ def row_impls(op: str):
 
 def naive_relu():
     """The tutorial's kernel (examples/tutorial_relu/relu_kernel.cu) through NVRTC: one float a thread."""
-    import opsmith
+    from opsmith._torch._cuda_module import CudaModule
     text = (ROOT / "examples/tutorial_relu/relu_kernel.cu").read_text()
     text = text.split("void relu_cuda_launcher")[0].replace("#include <cuda_runtime.h>", "")
-    kernel = opsmith.cuda_kernel(text, "relu_kernel", name="tutorial_relu_kernel.cu")
+    kernel = CudaModule(text, name="tutorial_relu_kernel.cu").get_kernel("relu_kernel")
 
     def relu(x):
         y = torch.empty_like(x)
@@ -118,7 +118,7 @@ def measure(impls, make_args, nbytes, direction, runs):
                 grad = torch.randn_like(args[0])
                 r = time_bwd(fn, args, grad, nbytes, runs)
             out[name] = {"ms": r.median_ms, "gbps": r.gbps, "fraction": r.fraction}
-        except Exception as exc:  # one implementation failing (no Triton ...) must not end the run
+        except Exception as exc:  # noqa: BLE001 -- one implementation failing (no Triton ...) must not end the run
             out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         torch.cuda.synchronize()
     return out
@@ -142,6 +142,10 @@ def main() -> int:
         plot(data["records"], data["meta"], args.out / "ops.png")
         return 0
     start = time.perf_counter()
+    # the backward timings call autograd.grad with retain_graph=True on one graph, which a
+    # compiled backward with donated buffers refuses
+    import torch._functorch.config as functorch_config
+    functorch_config.donated_buffer = False
     dev = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(dev)
     copy = ops.copy_bandwidth(dev)
@@ -156,7 +160,11 @@ def main() -> int:
     records = []
     skipped = 0
     sizes = EW_SIZES_MIB[::2] if args.quick else EW_SIZES_MIB
-    naive = naive_relu()
+    try:
+        naive = naive_relu()
+    except Exception as exc:  # noqa: BLE001 -- the tutorial kernel is an anchor, not a reason to lose the run
+        print(f"tutorial kernel unavailable: {type(exc).__name__}: {exc}", flush=True)
+        naive = None
 
     def over_budget():
         return time.perf_counter() - start > args.budget_s
@@ -165,7 +173,7 @@ def main() -> int:
         dtype = _dt(dtype_name)
         for op in ("relu", "gelu", "gelu_tanh", "silu"):
             impls = ew_impls(op)
-            if op == "relu" and dtype == torch.float32:
+            if op == "relu" and dtype == torch.float32 and naive is not None:
                 impls["tutorial"] = naive
             for direction in ("fwd", "bwd"):
                 for mib in sizes:

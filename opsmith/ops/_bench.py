@@ -1,7 +1,8 @@
 """Time a CUDA op or kernel the way a memory-bound op should be timed: :func:`benchmark`.
 
-CUDA events around each call (no host overhead between them counts), the median of many
-runs, the L2 cache flushed between runs (a write over a buffer twice its size) so that every
+CUDA events around each call, with the GPU kept busy (a spin kernel) while the host enqueues
+the call so that the host's launch latency does not count (GPU time of the op's kernels), the
+median of many runs, the L2 cache flushed between runs (a write over a buffer twice its size) so that every
 run reads from DRAM as a cold op in a model would, and the result as GB/s against the
 device's *measured* device-to-device copy bandwidth (:func:`copy_bandwidth`), the practical
 roofline of an op that reads and writes each byte once.
@@ -54,16 +55,49 @@ def _l2_flusher(device):
     return lambda: buf.zero_()
 
 
+_cycles_per_ms: dict[int, float] = {}
+
+
+def _spin_rate(device: int) -> float:
+    """GPU clock cycles per millisecond of ``torch.cuda._sleep`` (measured once per device)."""
+    import torch
+    rate = _cycles_per_ms.get(device)
+    if rate is None:
+        cycles = 1 << 21
+        torch.cuda._sleep(cycles)  # clocks up
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        torch.cuda._sleep(cycles)
+        e.record()
+        torch.cuda.synchronize(device)
+        rate = _cycles_per_ms[device] = cycles / max(s.elapsed_time(e), 1e-3)
+    return rate
+
+
 def _times(fn: Callable[[], Any], runs: int, warmup: int, flush, device) -> list[float]:
+    import time
+
     import torch
     with torch.cuda.device(device):
+        host = 0.0
         for _ in range(warmup):
+            t = time.perf_counter()
             fn()
+            host = max(host, time.perf_counter() - t)
+        # The GPU must not wait for the host between the start event and the op's kernels,
+        # or the time is the host's launch latency (a Python op's dispatch, autograd.grad):
+        # a spin kernel after the flush keeps the GPU busy while the host enqueues the start
+        # event, the op and the end event (twice the slowest warmup call, plus 50 us).
+        spin = 0
+        if flush is not None and hasattr(torch.cuda, "_sleep"):
+            spin = int(_spin_rate(device) * (2 * host * 1e3 + 0.05))
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
         for s, e in zip(starts, ends):
             if flush is not None:
                 flush()
+            if spin:
+                torch.cuda._sleep(spin)
             s.record()
             fn()
             e.record()
