@@ -370,3 +370,15 @@ def test_import_opsmith_stays_cheap():
     code = ("import sys, opsmith; assert 'torch' not in sys.modules; opsmith.Out; "
             "assert 'torch' not in sys.modules, 'Out imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_optional_tensor_without_a_default_stays_a_required_argument():
+    """`Tensor? w, Tensor x`: the generated functions must not give w a default (a SyntaxError
+    in the generated code, since x after it has none)."""
+    op = opsmith.custom_op(fresh("opt"), "opt(Tensor? w, Tensor x) -> Tensor", out=opsmith.Out(like="x"),
+                           cpu=lambda w, x: x if w is None else x * w)
+    x = torch.arange(3.0)
+    assert torch.equal(op(None, x), x) and torch.equal(op(torch.full((3,), 2.0), x), 2 * x)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        assert op.default(None, torch.empty(4)).shape == (4,)

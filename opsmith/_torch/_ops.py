@@ -258,7 +258,7 @@ class CustomOp:
             if a.kwarg_only and not star:
                 parts.append("*")
                 star = True
-            if a.default_value is not None or str(a.type).startswith("Optional"):
+            if a.has_default_value():  # `Tensor? w` without `=None` is still a required argument
                 ns[f"_D{i}"] = a.default_value
                 parts.append(f"{a.name}=_D{i}")
             else:
