@@ -159,9 +159,10 @@ def test_row_plan_strategy_boundaries_follow_the_device():
 
 def test_elementwise_and_weight_grad_plans():
     for props in (H100, A100, SMALL):
-        resident = props.max_threads_per_sm // _launch.EW_THREADS * props.sm_count
         assert _launch.elementwise_plan(1, 4, props).grid == (1,)
-        assert _launch.elementwise_plan(1 << 28, 2, props).grid == (resident,)
+        # one trip per thread: 8 bf16 per vector, EW_UNROLL vectors, EW_THREADS threads a block
+        per_block = 8 * _launch.EW_UNROLL * _launch.EW_THREADS
+        assert _launch.elementwise_plan(1 << 28, 2, props).grid == ((1 << 28) // per_block,)
         assert _launch.elementwise_plan(1000, 4, props).grid == (1,)  # 1000 floats: 250 vectors, one block
         for rows, cols in ((1, 1), (7, 33), (65536, 4096), (3, 100_000)):
             plan, per_chunk = _launch.weight_grad_plan(rows, cols, props)
