@@ -16,7 +16,7 @@ from typing import Any
 from opsmith._record import Record
 from opsmith._errors import ConfigError
 
-__all__ = ["Setting", "Settings", "settings", "configure_logging"]
+__all__ = ["reset", "on_reset", "Setting", "Settings", "settings", "configure_logging"]
 
 
 def _to_bool(text: str) -> bool:
@@ -296,3 +296,21 @@ def settings_markdown() -> str:
     lines += ["", "When several variables are listed, the first one set (and not empty) wins. An invalid "
               "value raises `opsmith.ConfigError` naming the variable; `opsmith doctor` reports it.", ""]
     return "\n".join(lines)
+
+
+# -- process-wide caches ------------------------------------------------------------------------
+_RESETS: list = []
+
+
+def on_reset(fn):
+    """Register ``fn`` (no arguments) to run on :func:`reset`; returns it (usable as a decorator)."""
+    _RESETS.append(fn)
+    return fn
+
+
+def reset() -> None:
+    """Forget every process-wide cache opsmith keeps: open caches, checked roots, probes, PATH
+    look-ups, NVRTC's identity and compiled binaries, torch facts. Each module registers what it
+    keeps with :func:`on_reset` when it is imported; tests call this instead of poking names."""
+    for fn in list(_RESETS):
+        fn()

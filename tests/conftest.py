@@ -35,7 +35,7 @@ def fresh_cache(tmp_path, monkeypatch):
         if var.startswith("OPSMITH_") or var == "TORCH_EXTENSIONS_DIR":
             monkeypatch.delenv(var)
     monkeypatch.setenv("OPSMITH_CACHE_DIR", str(cache))
-    from opsmith._cache._store import reset
+    from opsmith._config import reset
     reset()
     yield cache
     reset()

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from opsmith._config import on_reset
 from opsmith._errors import CompileError, SpecError, ToolchainError
 from opsmith._cache._keys import KeyBuilder
 from opsmith._record import Record
@@ -479,3 +480,12 @@ def _compile_error(req: CompileRequest, text: str, opts: Sequence[str]) -> Compi
     if "could not open source file" in text or "cannot open source file" in text:
         hint = "Add the header's directory to include_paths=, or pass it in headers={name: text}."
     return nvrtc_error(text, name=req.name, source=req.source, options=list(opts), hint=hint)
+
+
+def _forget() -> None:
+    global _identity
+    _identity = None
+    _memo.clear()
+
+
+on_reset(_forget)

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from opsmith._config import on_reset
 from opsmith._errors import ConfigError
 from opsmith._record import Record
 
@@ -153,6 +154,7 @@ def open_store(root: str | os.PathLike | None = None) -> Store:
     return open_cache(root).store
 
 
+@on_reset
 def reset() -> None:
     """Forget every process-wide cache of this package (open stores, checked roots).
 

@@ -17,6 +17,7 @@ import functools
 import logging
 import re
 
+from opsmith._config import on_reset as _on_reset
 from opsmith._record import Record
 from opsmith._errors import ConfigError
 
@@ -271,3 +272,8 @@ def _check_against_nvcc(text, archs, nvcc_archs, cuda_versions, state) -> None:
                 "not CUDA versions. Fix: " + _fix_text(gpus) + ".")
     msg += " If you do target that GPU, install a CUDA toolkit that supports it and point CUDA_HOME at it."
     raise ConfigError(msg)
+
+
+@_on_reset
+def _forget() -> None:
+    _visible_cached.cache_clear()

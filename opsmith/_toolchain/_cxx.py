@@ -15,6 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from opsmith._config import on_reset as _on_reset
 from opsmith._cache._stamps import stamp_of
 from opsmith._cache._state import memo
 from opsmith._record import Record
@@ -362,3 +363,11 @@ def max_jobs(per_job_bytes: int = 3 << 29) -> int:
     mem = _available_memory_bytes()
     by_mem = max(1, mem // per_job_bytes) if mem else cores
     return max(1, min(cores, by_mem))
+
+
+@_on_reset
+def _forget() -> None:
+    _WHICH.clear()
+    _TORCH_INFO.clear()
+    _probe_cached.cache_clear()
+    _search_dirs_cached.cache_clear()

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 
+from opsmith._config import on_reset as _on_reset
 from opsmith._cache._stamps import stamp_of
 from opsmith._config import settings
 from opsmith._record import Record
@@ -373,3 +374,8 @@ def explain_failure(output: str) -> str | None:
         if m:
             return text.format(*m.groups())
     return None
+
+
+@_on_reset
+def _forget() -> None:
+    _probe_cached.cache_clear()
