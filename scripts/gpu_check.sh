@@ -32,7 +32,8 @@ case "$PART" in
       tests/test_kernel_gpu.py tests/test_claunch.py
     run cuda_ext python3 -m pytest -q -p no:cacheprovider -rs -m gpu tests/test_cuda_ext_gpu.py tests/test_doctor.py \
       tests/test_nvcc_split.py
-    run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/test_torch_ops.py tests/test_torch_ops_gpu.py
+    run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/test_torch_ops.py tests/test_torch_ops_gpu.py \
+      tests/test_torch_ops_cshim.py tests/test_torch_ops_cshim_gpu.py
     for f in tests/test_ops_gpu.py tests/test_ops_compile.py tests/test_export_c_gpu.py tests/test_onnx_ort_gpu.py; do
       [ -f "$f" ] && run "$(basename "$f" .py)" python3 -m pytest -q -p no:cacheprovider -rs "$f"
     done
