@@ -90,10 +90,42 @@ class Store(abc.ABC):
         return contextlib.nullcontext()
 
 
-class Cache(Record):
-    """The objects over one cache root: ``store``, ``locks``, ``state`` and ``workspace``."""
+class Cache:
+    """The objects over one cache root: ``store``, ``locks``, ``state`` and ``workspace``.
 
-    __slots__ = ("root", "store", "locks", "state", "workspace")
+    ``locks``, ``state`` and ``workspace`` are made on first use: a warm load asks only the
+    store to count a hit, and imports none of their modules.
+    """
+
+    __slots__ = ("root", "store", "_locks", "_state", "_workspace")
+
+    def __init__(self, root: Path, store: Store) -> None:
+        self.root, self.store = root, store
+        self._locks = self._state = self._workspace = None
+
+    @property
+    def locks(self):
+        if self._locks is None:
+            from opsmith._cache._locks import Locks
+            self._locks = Locks(self.root)
+        return self._locks
+
+    @property
+    def state(self):
+        if self._state is None:
+            from opsmith._cache._state import State
+            self._state = State(self.root)
+        return self._state
+
+    @property
+    def workspace(self):
+        if self._workspace is None:
+            from opsmith._cache._workspace import Workspace
+            self._workspace = Workspace(self.root)
+        return self._workspace
+
+    def __repr__(self) -> str:
+        return f"Cache({os.fspath(self.root)!r}, store={type(self.store).__name__})"
 
 
 _CACHES: dict[tuple[str, str], Cache] = {}
@@ -129,14 +161,11 @@ def open_cache(root: str | os.PathLike | None = None) -> Cache:
     spec = settings.store_backend
     cache = _CACHES.get((root, spec))
     if cache is None:
-        from opsmith._cache._locks import Locks
-        from opsmith._cache._state import State
-        from opsmith._cache._workspace import Workspace
         store = _backend(spec)(root)
         wrap = _remote_wrapper()
         if wrap is not None:
             store = wrap(store)
-        cache = _CACHES[(root, spec)] = Cache(Path(root), store, Locks(root), State(root), Workspace(root))
+        cache = _CACHES[(root, spec)] = Cache(Path(root), store)
     return cache
 
 
