@@ -172,7 +172,7 @@ def test_compile_error_is_reported_at_the_users_line(tmp_path):
     assert not result.ok
     err = _diagnostics.compile_error(result.failed_output or result.output,
                                      command=list(result.failed_step.command), sources={os.fspath(src): src.read_text()},
-                                     log_path="log", options=[], what="building bad")
+                                     log_path=os.fspath(tmp_path / "log"), options=[], what="building bad")
     assert err.line == 6 and err.source.endswith("bad.cu"), str(err)
     assert "undefined_thing" in str(err).splitlines()[0]
 
