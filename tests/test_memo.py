@@ -127,3 +127,25 @@ def test_index_in_a_shared_directory_is_not_trusted(project, fresh_cache):
 
 def _keys(cache):
     return [p.stem for p in (cache / "records" / "warm").iterdir()]
+
+
+def test_warm_hits_are_counted_without_importing_the_store(tmp_path, fresh_cache):
+    """`opsmith cache prune` keeps what is used: a warm hit appends to the counter file the store
+    named when the call was recorded, and imports no store module to do it."""
+    src = tmp_path / "counted.cpp"
+    src.write_text('extern "C" int counted() { return 1; }\n')
+    code = ("import json, sys, opsmith\n"
+            f"opsmith.load('counted', [{str(src)!r}], is_python_module=False)\n"
+            "print(json.dumps('opsmith._cache._store' in sys.modules))\n")
+    env = dict(os.environ, OPSMITH_CACHE_DIR=str(fresh_cache))
+    seen = []
+    for _ in range(4):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        seen.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    # the first builds; the second records the call as made without torch imported (the call
+    # key says whether it was); the last two are warm hits that never imported the store
+    assert seen[2:] == [False, False]
+    from opsmith._cache._store import open_cache
+    (info,) = [e for e in open_cache().store.list() if e.name == "counted"]
+    assert info.hits >= 2

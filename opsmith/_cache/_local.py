@@ -92,6 +92,9 @@ class LocalStore(Store):
     def record_use(self, key: str) -> None:
         _record_use(self._entry_dir(key))
 
+    def use_counter(self, key: str) -> str | None:
+        return os.fspath(self._entry_dir(key) / USES)
+
     # -- put ------------------------------------------------------------------------
     def put(self, key: str, files: Mapping[str, str | os.PathLike], *, kind: str, name: str = "",
             meta: Mapping[str, Any] | None = None, move: bool = False) -> Entry:

@@ -81,6 +81,14 @@ class Store(abc.ABC):
     def record_use(self, key: str) -> None:
         """Count a hit on ``key`` that was answered without :meth:`get` (the warm index)."""
 
+    def use_counter(self, key: str) -> str | None:
+        """A file to which one byte per hit of ``key`` may be appended, or None.
+
+        The warm index remembers it, so that a warm load counts its hit without importing
+        the store; a backend without such a file returns None and is asked ``record_use``.
+        """
+        return None
+
     def build_lease(self, key: str) -> contextlib.AbstractContextManager:
         """Held (after the local build lock) around "look again, then build" ``key``.
 

@@ -90,9 +90,26 @@ def lookup(key: str | None, build_directory=None) -> Hit | None:
         hit = Hit(rec["name"], rec["kind"], rec["path"], rec["key"], tuple(rec["init_names"]))
     except (ValueError, KeyError, TypeError, IndexError):
         return None
-    from opsmith._cache._store import open_store
-    open_store(root).record_use(hit.key)  # so that `opsmith cache prune` keeps what is used
+    _count_use(rec.get("uses"), root, hit.key)  # so that `opsmith cache prune` keeps what is used
     return hit
+
+
+def _count_use(counter, root: str, key: str) -> None:
+    if isinstance(counter, str) and counter:  # the file the store named when the call was recorded
+        try:
+            fd = os.open(counter, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, b".")
+            finally:
+                os.close(fd)
+            return
+        except OSError:
+            pass  # gone (pruned) or read-only: let the store decide
+    from opsmith._cache._store import open_store
+    try:
+        open_store(root).record_use(key)
+    except Exception:  # noqa: BLE001 - statistics only: never fail a load
+        pass
 
 
 def remember(key: str | None, artifact: Any, init_names: tuple[str, ...], build_directory=None) -> None:
@@ -102,9 +119,12 @@ def remember(key: str | None, artifact: Any, init_names: tuple[str, ...], build_
     try:
         from opsmith._cache._state import State
         stamps = [[p, *stamp(p)] for p in (os.fspath(artifact.path), *dict.fromkeys(artifact.inputs))]
-        State(_root(build_directory)).put(NAMESPACE, key, {
+        from opsmith._cache._store import open_store
+        root = _root(build_directory)
+        State(root).put(NAMESPACE, key, {
             "name": artifact.name, "kind": artifact.kind, "path": os.fspath(artifact.path),
-            "key": artifact.key, "init_names": list(init_names), "stamps": stamps})
+            "key": artifact.key, "init_names": list(init_names), "stamps": stamps,
+            "uses": open_store(root).use_counter(artifact.key)})
     except Exception as exc:  # noqa: BLE001 - an optimisation only: a full disk must not fail a load
         import logging
         logging.getLogger("opsmith").debug("warm index not written: %s", exc)
