@@ -49,8 +49,11 @@ def _errors(output: str) -> Iterable[Diagnostic]:
 
 def first_error(output: str, user_files: Iterable[str] = ()) -> Diagnostic | None:
     """The first error in a user file if there is one, else the first error at all."""
+    return _first(list(_errors(output)), user_files)
+
+
+def _first(errors: list[Diagnostic], user_files: Iterable[str]) -> Diagnostic | None:
     user = set(user_files)
-    errors = list(_errors(output))
     for d in errors:
         if d.file is not None and (d.file in user or any(d.file.endswith("/" + u) for u in user)):
             return d
@@ -126,7 +129,7 @@ def nvrtc_error(output: str, *, name: str, source: str, options: list[str], hint
     and the message ends with the options NVRTC was given.
     """
     errors = [d for d in _errors(output) if d.file is not None]
-    diag = first_error(output, [name]) if errors else None
+    diag = _first(errors, [name])
     tail = f"NVRTC options: {' '.join(options)}"
     if diag is None or diag.file is None:
         return CompileError(f"NVRTC failed to compile {name}:\n{output.strip()}\n{tail}", output=output,

@@ -160,11 +160,12 @@ def _plan(spec: ExtensionSpec, tc: _Toolchain) -> list[_Unit]:
 
 
 def _link_key(spec: ExtensionSpec, tc: _Toolchain, units: list[_Unit], ldflags: list[str]) -> str:
+    prof = profile_for(spec)
     kb = (KeyBuilder("link").str("opsmith", __version__).str("kind", spec.kind)
           .strs("units", [u.key or "" for u in units]).strs("ldflags", ldflags)
-          .str("compiler", tc.cxx.fingerprint).str("profile", profile_for(spec).name)
-          .strs("profile-parts", profile_for(spec).key_parts(spec, tc))
-          .str("link-stubs", "1" if profile_for(spec).link_stubs(spec, ldflags) else "0"))
+          .str("compiler", tc.cxx.fingerprint).str("profile", prof.name)
+          .strs("profile-parts", prof.key_parts(spec, tc))
+          .str("link-stubs", "1" if prof.link_stubs(spec, ldflags) else "0"))
     return kb.hexdigest()
 
 

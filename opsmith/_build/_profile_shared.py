@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from opsmith._build._profile import Profile
 from opsmith._config import settings
+from opsmith._toolchain._nvcc import has_ccbin
 
 __all__ = ["SharedLibrary", "build_shared_library"]
 
@@ -33,8 +34,7 @@ class SharedLibrary(Profile):
         from opsmith._toolchain import _archs
         user = list(spec.extra_cuda_cflags)
         tc.nvcc.check_host(user)
-        flags = ["-ccbin", tc.nvcc.host] if not any(f.startswith("-ccbin") or f.startswith("--compiler-bindir")
-                                                   for f in user) else []
+        flags = [] if has_ccbin(user) else ["-ccbin", tc.nvcc.host]
         flags += [f"-I{p}" for p in spec.extra_include_paths]
         flags += ["-Xcompiler", "-fPIC"]
         if not any("arch" in f for f in user):

@@ -14,7 +14,7 @@ from opsmith._errors import ToolchainError
 from opsmith._spec import MODULE_NAME
 from opsmith._toolchain import _archs
 from opsmith._toolchain._cxx import python_abi
-from opsmith._toolchain._nvcc import COMMON_NVCC_FLAGS, _has_ccbin, torch_nvcc_std
+from opsmith._toolchain._nvcc import COMMON_NVCC_FLAGS, has_ccbin, torch_nvcc_std
 
 __all__ = ["TorchExtension", "MODULE_NAME"]
 
@@ -39,7 +39,7 @@ class TorchExtension(Profile):
         user = list(spec.extra_cuda_cflags)
         nvcc = tc.nvcc
         nvcc.check_host(user)
-        flags = [] if _has_ccbin(user) else ["-ccbin", nvcc.host]
+        flags = [] if has_ccbin(user) else ["-ccbin", nvcc.host]
         if spec.kind != "executable":
             name = getattr(spec, "module_name", None) or MODULE_NAME
             flags += [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]

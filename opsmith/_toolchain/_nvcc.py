@@ -130,7 +130,8 @@ def torch_nvcc_std(tc) -> str:
     return tc.torch.cuda_std
 
 
-def _has_ccbin(flags) -> bool:
+def has_ccbin(flags) -> bool:
+    """Whether nvcc ``flags`` already name a host compiler (``-ccbin`` / ``--compiler-bindir``)."""
     return any(f in ("-ccbin", "--compiler-bindir") or f.startswith(("-ccbin=", "--compiler-bindir="))
                for f in flags)
 
