@@ -106,7 +106,7 @@ import json, os, subprocess, sys, tempfile
 import opsmith
 from opsmith._build._engine import _Toolchain, _plan
 from opsmith._spec import ExtensionSpec
-from opsmith._cache._store import open_store
+from opsmith._cache._open import open_store
 spec = ExtensionSpec.from_inline("relu_ext", os.environ["BENCH_CPP"], os.environ["BENCH_CU"],
                                  ["relu"], kind="module", extra_cuda_cflags=["-O3"])
 store = open_store(None); store.ensure()

@@ -99,7 +99,7 @@ def main():
     from opsmith._build import _pch
     from opsmith._build._engine import _cxx_flags, _Toolchain, _plan, _ldflags
     from opsmith._spec import ExtensionSpec
-    from opsmith._cache._store import open_store
+    from opsmith._cache._open import open_store
     d = project()
     spec = ExtensionSpec.from_files("myrelu", [os.path.join(d, "relu.cpp"), os.path.join(d, "relu_kernel.cu")],
                                     kind="module")

@@ -115,7 +115,7 @@ def test_warm_load_imports_only_these_modules(tmp_path):
     allowed = {"opsmith", "opsmith._config", "opsmith._errors", "opsmith._record", "opsmith._version",
                "opsmith._torch", "opsmith._torch._extension", "opsmith._torch._warm",
                "opsmith._cache", "opsmith._cache._stamps", "opsmith._cache._state", "opsmith._cache._store",
-               "opsmith._cache._local", "opsmith._cache._keys", "opsmith._cache._root",
+               "opsmith._cache._open", "opsmith._cache._local", "opsmith._cache._keys", "opsmith._cache._root",
                "opsmith._toolchain", "opsmith._toolchain._gpus", "opsmith._spec"}
     assert loaded <= allowed, f"a warm load imported {sorted(loaded - allowed)}"
     assert not any(m.startswith(("opsmith._build", "opsmith._toolchain._cxx", "opsmith._toolchain._nvcc")) for m in loaded)

@@ -9,7 +9,7 @@ import pytest
 
 from opsmith import ConfigError
 from opsmith._cache import _admin as admin
-from opsmith._cache._store import open_cache
+from opsmith._cache._open import open_cache
 
 
 def _put(cache, key: str, size: int, *, name: str = "", kind: str = "module", age: float = 0.0,

@@ -31,7 +31,7 @@ def shared_cache(tmp_path_factory):
 @pytest.fixture
 def cache(shared_cache, monkeypatch):
     monkeypatch.setenv("OPSMITH_CACHE_DIR", str(shared_cache))
-    from opsmith._cache._store import reset
+    from opsmith._cache._open import reset
     reset()
     return shared_cache
 

@@ -320,7 +320,7 @@ def test_cache_write_failing_with_enospc_is_reported_as_full(fresh_cache, monkey
 
 
 def test_cache_contents_are_counted(fresh_cache, tmp_path):
-    from opsmith._cache._store import open_store
+    from opsmith._cache._open import open_store
     store = open_store()
     (tmp_path / "f").write_bytes(b"abc")
     store.put("k1", {"f": tmp_path / "f"}, kind="module", name="m")

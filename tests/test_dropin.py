@@ -313,7 +313,7 @@ def test_readme_use_it_snippets_name_files_that_exist():
 # -- item 13: the background PCH build on few cores -----------------------------------------------------------
 def test_background_pch_waits_for_the_foreground_build_on_few_cores(monkeypatch, fresh_cache):
     from opsmith._build import _pch
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     cache = open_cache()
     started = []
     monkeypatch.setattr(_pch, "_cores_to_spare", lambda: False)
@@ -336,7 +336,7 @@ def test_background_pch_waits_for_the_foreground_build_on_few_cores(monkeypatch,
 
 def test_background_pch_starts_at_once_with_cores_to_spare(monkeypatch, fresh_cache):
     from opsmith._build import _pch
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     started = []
     monkeypatch.setattr(_pch, "_cores_to_spare", lambda: True)
     monkeypatch.setattr(_pch, "subprocess", types.SimpleNamespace(
@@ -348,7 +348,7 @@ def test_background_pch_starts_at_once_with_cores_to_spare(monkeypatch, fresh_ca
 
 
 def test_cache_stats_says_what_the_precompiled_headers_take(fresh_cache, capsys, tmp_path):
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     from opsmith.cli import main
     f = tmp_path / "torch.pch"
     f.write_bytes(b"p" * 3000)

@@ -352,7 +352,7 @@ def test_torch_extensions_dir_is_honoured(cache, tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "tx"))
     src = tmp_path / "a.cpp"
     src.write_text(PLAIN_LIB)
-    from opsmith._cache._store import reset
+    from opsmith._cache._open import reset
     reset()
     p = opsmith.load("txdir", [str(src)], extra_cflags=["-DVALUE=1"], is_python_module=False)
     assert p.startswith(str(tmp_path / "tx"))

@@ -52,7 +52,7 @@ def _load(src=SRC, name="fx", **kw):
 
 
 def _store():
-    from opsmith._cache._store import open_store
+    from opsmith._cache._open import open_store
     return open_store()
 
 
@@ -67,7 +67,7 @@ def _assert_sound() -> list:
 
 
 def _reset():
-    from opsmith._cache._store import reset
+    from opsmith._cache._open import reset
     reset()
 
 

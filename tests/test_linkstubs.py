@@ -79,7 +79,7 @@ def test_a_linker_that_refuses_the_stubs_falls_back_to_the_real_libraries(tmp_pa
     pytest.importorskip("torch")
     import opsmith
     from opsmith._toolchain._cxx import find_cxx
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     real = find_cxx(open_cache().state).path
     wrapper = tmp_path / "old-ld-cxx"
     wrapper.write_text("#!/bin/sh\ncase \"$*\" in *--push-state*) "

@@ -146,6 +146,6 @@ def test_warm_hits_are_counted_without_importing_the_store(tmp_path, fresh_cache
     # the first builds; the second records the call as made without torch imported (the call
     # key says whether it was); the last two are warm hits that never imported the store
     assert seen[2:] == [False, False]
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     (info,) = [e for e in open_cache().store.list() if e.name == "counted"]
     assert info.hits >= 2

@@ -189,7 +189,7 @@ def cache_dir_env():
 @pytest.fixture
 def nvcc(fresh_cache):
     _nvcc_or_skip()
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     from opsmith._toolchain._nvcc import find_nvcc
     from opsmith._toolchain._cxx import find_cxx
     state = open_cache().state
@@ -205,7 +205,7 @@ def test_nvcc_is_probed_once_and_remembered(nvcc, fresh_cache):
     real_run = subprocess.run
     try:
         subprocess.run = lambda *a, **k: calls.append(a) or real_run(*a, **k)
-        from opsmith._cache._store import open_cache
+        from opsmith._cache._open import open_cache
         from opsmith._toolchain._cxx import find_cxx
         state = open_cache().state
         again = _nvcc.find_nvcc(find_cxx(state), state)
@@ -217,7 +217,7 @@ def test_nvcc_is_probed_once_and_remembered(nvcc, fresh_cache):
 def test_nvcc_compiles_a_cu_without_torch_headers_to_an_object(nvcc, tmp_path, no_gpu, monkeypatch):
     from opsmith._build._engine import _Toolchain
     from opsmith._spec import ExtensionSpec
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
     src = tmp_path / "relu_kernel.cu"
     src.write_text(KERNEL)
@@ -241,7 +241,7 @@ def test_nvcc_compiles_a_cu_without_torch_headers_to_an_object(nvcc, tmp_path, n
 def test_user_arch_flags_win_as_in_torch(nvcc, tmp_path, no_gpu, monkeypatch):
     from opsmith._build._engine import _Toolchain
     from opsmith._spec import ExtensionSpec
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     src = tmp_path / "k.cu"
     src.write_text(KERNEL)

@@ -114,7 +114,7 @@ def test_a_remote_hit_does_not_import_redis_py(server):
 
 
 def test_the_key_probe_leaves_the_search_dirs_for_a_build(fresh_cache):
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     from opsmith._toolchain import _cxx
     state = open_cache().state
     comp = _cxx.find_cxx(state)

@@ -22,14 +22,14 @@ LIB = 'extern "C" int answer() { return 42; }\n'
 def blob_backend(monkeypatch, fresh_cache):
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.setenv("OPSMITH_STORE_BACKEND", "blob_store:BlobStore")
-    from opsmith._cache._store import reset
+    from opsmith._cache._open import reset
     reset()
     yield fresh_cache
     reset()
 
 
 def test_backend_is_chosen_by_the_setting(blob_backend):
-    from opsmith._cache._store import open_store
+    from opsmith._cache._open import open_store
     from blob_store import BlobStore
     assert isinstance(open_store(), BlobStore)
 
@@ -65,7 +65,7 @@ def test_the_warm_index_and_a_fresh_process_use_the_second_backend(blob_backend,
 
 def test_cache_admin_works_on_the_second_backend(blob_backend, tmp_path):
     from opsmith._cache import _admin
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     src = tmp_path / "answer.cpp"
     src.write_text(LIB)
     art = opsmith.build_shared_library("answer", [str(src)])
@@ -78,7 +78,7 @@ def test_cache_admin_works_on_the_second_backend(blob_backend, tmp_path):
 
 
 def test_a_bad_backend_setting_names_the_variable(monkeypatch, fresh_cache):
-    from opsmith._cache._store import open_store, reset
+    from opsmith._cache._open import open_store, reset
     for value, match in [("nocolon", "module:Class"), ("no_such_mod:X", "cannot import"),
                          ("json:JSONDecoder", "not a subclass")]:
         monkeypatch.setenv("OPSMITH_STORE_BACKEND", value)

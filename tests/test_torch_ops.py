@@ -84,12 +84,8 @@ def _restore(old):
 
 def _reset_store():
     """Forget the open stores, so that the next one opens at OPSMITH_CACHE_DIR."""
-    from opsmith._cache import _store
-    reset = getattr(_store, "reset", None)
-    if reset is not None:
-        reset()
-    else:
-        _store._STORES.clear()
+    from opsmith._cache._open import reset
+    reset()
 
 
 ALL_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")

@@ -70,10 +70,10 @@ _launch_cb = _LAUNCH(_fake_launch)
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     pytest.importorskip("cuda.bindings")
-    from opsmith._cache import _store
+    from opsmith._cache import _open
     old = os.environ.get("OPSMITH_CACHE_DIR")
     os.environ["OPSMITH_CACHE_DIR"] = str(tmp_path_factory.mktemp("nvrtc-cache"))
-    _store.reset()
+    _open.reset()
     try:
         mod = opsmith.CudaModule(SRC, arch="sm_90")
         return {n: mod.get_kernel(n) for n in ("relu_f32", "relu_f64", "add_i32", "scale")}
@@ -82,7 +82,7 @@ def kernels(tmp_path_factory):
             os.environ.pop("OPSMITH_CACHE_DIR", None)
         else:
             os.environ["OPSMITH_CACHE_DIR"] = old
-        _store.reset()
+        _open.reset()
 
 
 @pytest.fixture

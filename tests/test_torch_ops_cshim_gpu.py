@@ -34,10 +34,10 @@ _ids = itertools.count()
 def ops(tmp_path_factory):
     if not _cshim.available(cuda=True):
         pytest.skip(f"torch {torch.__version__} exports no C shim for CUDA ops")
-    from opsmith._cache import _store
+    from opsmith._cache import _open
     old = os.environ.get("OPSMITH_CACHE_DIR")
     os.environ["OPSMITH_CACHE_DIR"] = str(tmp_path_factory.mktemp("cshim-cache"))
-    _store.reset()
+    _open.reset()
     try:
         mod = opsmith.CudaModule(SRC, name_expressions=["relu<float>", "relu<double>"])
         ns = f"opsmith_cshim_gpu{os.getpid()}"
@@ -50,7 +50,7 @@ def ops(tmp_path_factory):
             os.environ.pop("OPSMITH_CACHE_DIR", None)
         else:
             os.environ["OPSMITH_CACHE_DIR"] = old
-        _store.reset()
+        _open.reset()
 
 
 def test_registered_through_the_shim(ops):

@@ -21,7 +21,8 @@ from opsmith._config import settings
 from opsmith._errors import CacheError, CompileError
 from opsmith._cache._keys import KeyBuilder
 from opsmith._spec import ExtensionSpec, Source
-from opsmith._cache._store import Cache, Entry, open_cache
+from opsmith._cache._store import Entry
+from opsmith._cache._open import Cache, open_cache
 from opsmith._cache._tiered import check_must_hit, shared_state
 from opsmith._toolchain._cxx import (Compiler, TorchInfo, find_cxx, max_jobs, python_include_dir,
                          search_dirs, torch_info)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from opsmith._config import settings
 from opsmith._cache._keys import KeyBuilder
-from opsmith._cache._store import Cache
+from opsmith._cache._open import Cache
 from opsmith._toolchain._cxx import Compiler, TorchInfo
 
 __all__ = ["TORCH_LIBS", "wanted", "link_flags", "ensure", "elf_soname"]

@@ -328,7 +328,7 @@ def compile_cuda(source: str | os.PathLike, *, arch: str, **kwargs: Any) -> Cuda
 
 
 def compile_request(req: CompileRequest) -> CudaBinary:
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     cache = open_cache()
     store = cache.store
     ident = _nvrtc_identity(cache.state)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from opsmith._errors import ToolchainError
 from opsmith._cache._keys import KeyBuilder
-from opsmith._cache._store import Cache
+from opsmith._cache._open import Cache
 from opsmith._toolchain._cxx import Compiler, TorchInfo
 
 __all__ = ["Pch", "pch_key", "ensure_pch", "pch_flags"]
@@ -177,7 +177,7 @@ def _start_background(cache: Cache, key: str, compiler: Compiler, flags: list[st
 
 def _background_main(job_text: str) -> int:
     """The detached PCH build: low priority, under the entry's lock, published atomically."""
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     job = json.loads(job_text)
     try:
         os.nice(10)  # the user's own compiles come first

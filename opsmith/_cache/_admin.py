@@ -16,7 +16,8 @@ import re
 import time
 
 from opsmith._errors import ConfigError
-from opsmith._cache._store import Cache, EntryInfo
+from opsmith._cache._store import EntryInfo
+from opsmith._cache._open import Cache
 
 __all__ = [
     "BUSY_SECONDS",

@@ -177,7 +177,7 @@ def _parsed_kernels(text: str) -> dict[str, sig.KernelDecl]:
     """
     import hashlib
 
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     from opsmith._version import __version__
     state = open_cache().state
     ident = hashlib.sha256(f"{__version__}\0{text}".encode()).hexdigest()[:40]

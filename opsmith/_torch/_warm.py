@@ -105,7 +105,7 @@ def _count_use(counter, root: str, key: str) -> None:
             return
         except OSError:
             pass  # gone (pruned) or read-only: let the store decide
-    from opsmith._cache._store import open_store
+    from opsmith._cache._open import open_store
     try:
         open_store(root).record_use(key)
     except Exception:  # noqa: BLE001 - statistics only: never fail a load
@@ -119,7 +119,7 @@ def remember(key: str | None, artifact: Any, init_names: tuple[str, ...], build_
     try:
         from opsmith._cache._state import State
         stamps = [[p, *stamp(p)] for p in (os.fspath(artifact.path), *dict.fromkeys(artifact.inputs))]
-        from opsmith._cache._store import open_store
+        from opsmith._cache._open import open_store
         root = _root(build_directory)
         State(root).put(NAMESPACE, key, {
             "name": artifact.name, "kind": artifact.kind, "path": os.fspath(artifact.path),

@@ -20,7 +20,7 @@ def _signer_and_trust():
 def _export(args) -> int:
     from opsmith._cache._admin import format_size
     from opsmith._cache._bundle import pack_entry, write_bundle_file
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     from opsmith._errors import CacheError
     signer, trust = _signer_and_trust()
     if signer is None and not trust:
@@ -62,7 +62,7 @@ def _import(args) -> int:
     import tempfile
     from pathlib import Path
     from opsmith._cache._bundle import Refused, read_bundle_file, unpack
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     signer, trust = _signer_and_trust()
     checked, refused = [], []
     for i, data in enumerate(read_bundle_file(args.file)):

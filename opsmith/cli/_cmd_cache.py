@@ -7,7 +7,7 @@ import sys
 import time
 
 def _cache():
-    from opsmith._cache._store import open_cache
+    from opsmith._cache._open import open_cache
     return open_cache()
 
 

@@ -456,7 +456,7 @@ def check_cache(ctx: _Context) -> list[Check]:
         rows.append(Check("cache free space", OK, f"{format_size(free)} free"))
     if existing == root and (root / "entries").is_dir():
         from opsmith._cache._admin import stats
-        from opsmith._cache._store import open_cache
+        from opsmith._cache._open import open_cache
         try:
             s = stats(open_cache(root), os.fspath(root))
         except (OpsmithError, OSError) as exc:
