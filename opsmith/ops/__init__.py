@@ -20,9 +20,9 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "relu": "opsmith.ops._functional", "gelu": "opsmith.ops._functional",
-    "silu": "opsmith.ops._functional", "softmax": "opsmith.ops._functional",
-    "layer_norm": "opsmith.ops._functional", "rms_norm": "opsmith.ops._functional",
+    "relu": "opsmith.ops._public", "gelu": "opsmith.ops._public",
+    "silu": "opsmith.ops._public", "softmax": "opsmith.ops._public",
+    "layer_norm": "opsmith.ops._public", "rms_norm": "opsmith.ops._public",
     "ReLU": "opsmith.ops._modules", "GELU": "opsmith.ops._modules", "SiLU": "opsmith.ops._modules",
     "Softmax": "opsmith.ops._modules", "LayerNorm": "opsmith.ops._modules",
     "RMSNorm": "opsmith.ops._modules",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from opsmith.ops import _functional as F
+from opsmith.ops import _public as F
 
 __all__ = ["GELU", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "Softmax"]
 

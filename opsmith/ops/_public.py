@@ -1,0 +1,74 @@
+"""The public functions of ``opsmith.ops``: each checks its arguments and calls its torch operator.
+
+The operators (``torch.ops.opsmith.*``) are defined in ``_register`` on first use; their CUDA
+implementations are in ``_functional``.
+"""
+from __future__ import annotations
+
+from opsmith._errors import SpecError
+from opsmith.ops._functional import GELU_KERNELS, _dim, _rows_cols
+
+__all__ = ["gelu", "layer_norm", "relu", "rms_norm", "silu", "softmax"]
+
+
+def _shape(normalized_shape) -> tuple[int, ...]:
+    if isinstance(normalized_shape, int):
+        return (normalized_shape,)
+    return tuple(int(s) for s in normalized_shape)
+
+
+def _same_dtype(t, x):
+    return t if t is None or t.dtype == x.dtype else t.to(x.dtype)
+
+
+def _ops():
+    from opsmith.ops._register import ops
+    return ops()
+
+
+def relu(x):
+    """ReLU: ``max(x, 0)``, NaN kept (as ``torch.relu``); ``torch.ops.opsmith.relu``.
+
+    Examples
+    --------
+    >>> y = opsmith.ops.relu(torch.randn(1024, device="cuda"))  # doctest: +SKIP
+    """
+    return _ops().relu.default(x)
+
+
+def gelu(x, approximate: str = "none"):
+    """GELU, exact (``approximate="none"``: ``0.5 x (1 + erf(x / sqrt 2))``) or the tanh form
+    (``approximate="tanh"``), as ``torch.nn.functional.gelu``; ``torch.ops.opsmith.gelu``."""
+    if approximate not in GELU_KERNELS:
+        raise SpecError(f"opsmith.ops.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _ops().gelu.default(x, approximate)
+
+
+def silu(x):
+    """SiLU (swish): ``x * sigmoid(x)``, as ``torch.nn.functional.silu``; ``torch.ops.opsmith.silu``."""
+    return _ops().silu.default(x)
+
+
+def softmax(x, dim: int = -1):
+    """Softmax along ``dim`` (numerically stable), as ``torch.softmax(x, dim)``;
+    ``torch.ops.opsmith.softmax``. The last dim is the fast path; another dim is moved last
+    (a copy) and back."""
+    _dim(x, dim)
+    return _ops().softmax.default(x, dim)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """Layer norm over the last dims, as ``torch.nn.functional.layer_norm`` (weight and bias
+    optional; biased variance; statistics in float32, float64 for float64 inputs);
+    ``torch.ops.opsmith.layer_norm(...)[0]``."""
+    shape = _shape(normalized_shape)
+    _rows_cols(x, shape, "layer_norm")
+    return _ops().layer_norm.default(x, list(shape), _same_dtype(weight, x), _same_dtype(bias, x), float(eps))[0]
+
+
+def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
+    """RMS norm over the last dims, as ``torch.nn.functional.rms_norm`` (``eps=None``: the
+    dtype's machine epsilon, as torch); ``torch.ops.opsmith.rms_norm(...)[0]``."""
+    shape = _shape(normalized_shape)
+    _rows_cols(x, shape, "rms_norm")
+    return _ops().rms_norm.default(x, list(shape), _same_dtype(weight, x), None if eps is None else float(eps))[0]
