@@ -22,15 +22,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from opsmith._runtime import _signature as sig
-from opsmith._errors import LaunchError, ToolchainError
+from opsmith._errors import LaunchError
 from opsmith._runtime._launch_config import KernelAttributes, LaunchConfig, ex_config
+from opsmith._torch._kernel_launcher import build_launcher, checked_align
+from opsmith._torch._kernel_checks import (_MISSING, ArgChecks, _current_device, _is_tensor, _no_cuda_torch, _stream_handle)
 
 if TYPE_CHECKING:  # pragma: no cover
     from opsmith._torch._cuda_module import CudaModule
 
 __all__ = ["Kernel"]
 
-_MISSING = type("_Missing", (), {"__repr__": lambda self: "<missing>"})()
 _ACCEPTED_SHARED_CONFIGS = 64  # configs remembered as validated, per kernel and device
 
 
@@ -49,27 +50,7 @@ class _DeviceState:
         self.block_for: dict[int, int] = {}
 
 
-_TEMPLATE = '''
-def launch(config, {params}*extra, stream=None):
-    if get_ident() != owner:
-        return other_thread(config, ({names}) + extra, stream)
-    if {count_bad}:
-        fail_count(({names}) + extra)
-{body}
-    st = states.get(dev)
-    if st is None or st.ok.get(id(config)) is not config or dev != getdev():
-        return slow(config, dev, stream, params)
-    s = rawstream(dev) if stream is None else stream_handle(stream, dev)
-    c = config._ex.get(s)
-    if c is None:
-        c = ex_config(config, s)
-    r = launch_ex(c, st.fnp, params, None)
-    if r:
-        failed(r, config, dev, stream, params)
-'''
-
-
-class Kernel:
+class Kernel(ArgChecks):
     """One kernel of a :class:`CudaModule`, with its signature, ready to launch.
 
     Attributes
@@ -121,7 +102,7 @@ class Kernel:
         desc: list[tuple] = []
         for p in self.params:
             if p.kind == "tensor":
-                desc.append(("tensor", tuple(getattr(torch, d) for d in p.dtypes), _checked_align(p)))
+                desc.append(("tensor", tuple(getattr(torch, d) for d in p.dtypes), checked_align(p)))
             elif p.kind == "int":
                 desc.append(("int", ctypes.sizeof(p.ctypes_type), *p.range))  # type: ignore[misc]
             elif p.kind in ("float", "bool"):
@@ -134,87 +115,9 @@ class Kernel:
             rawstream if rawstream is not None else getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda_torch),
             _ACCEPTED_SHARED_CONFIGS)
 
-    # -- the generated fast path ------------------------------------------------------------
     def _build_launcher(self, owner: int):
-        """The launch function for thread ``owner``, with its own argument slots.
-
-        Each thread packs into its own slots, so that two threads launching one kernel at
-        once cannot mix their arguments.
-        """
-        import torch
-
-        from opsmith._runtime import _driver
-        slots = [p.ctypes_type() for p in self.params]
-        array = (ctypes.c_void_p * max(1, len(slots)))(*[ctypes.addressof(x) for x in slots])
-        params = ctypes.c_void_p(ctypes.addressof(array))
-        params._keep = (array, slots)
-        ns: dict[str, Any] = {
-            "owner": owner, "get_ident": threading.get_ident, "other_thread": self._other_thread,
-            "ex_config": ex_config,
-            # libcuda's once a launch has loaded the driver (set for every thread's launcher)
-            "launch_ex": _driver._launch_ex if _driver._launch_ex is not None else _no_driver_launch,
-            "Tensor": torch.Tensor, "states": self._states,
-            "getdev": getattr(torch._C, "_cuda_getDevice", _no_cuda_torch),
-            "rawstream": getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda_torch),
-            "stream_handle": _stream_handle,
-            "params": params, "slow": self._launch_slow,
-            "failed": self._launch_failed, "fail": self._fail_arg, "fail_count": self._fail_count,
-            "fail_device": self._fail_device, "as_int": self._as_int, "as_float": self._as_float,
-            "as_bool": self._as_bool,
-        }
-        self._namespaces.append(ns)
-        body: list[str] = []
-        tensors: list[int] = []
-        for p in self.params:
-            i, a = p.index, f"a{p.index}"
-            ns[f"S{i}"] = slots[i]
-            if p.kind == "tensor":
-                tensors.append(i)
-                body.append(f"    if type({a}) is not Tensor and not isinstance({a}, Tensor): fail({i}, {a})")
-                if len(p.dtypes) == 1:
-                    ns[f"D{i}"] = getattr(torch, p.dtypes[0])
-                    body.append(f"    if {a}.dtype is not D{i}: fail({i}, {a})")
-                elif p.dtypes:
-                    ns[f"D{i}"] = tuple(getattr(torch, d) for d in p.dtypes)
-                    body.append(f"    if {a}.dtype not in D{i}: fail({i}, {a})")
-                body.append(f"    if not {a}.is_contiguous(): fail({i}, {a})")
-                if _checked_align(p) > 1:
-                    body.append(f"    p = {a}.data_ptr()")
-                    body.append(f"    if p & {p.align - 1}: fail({i}, {a})")
-                    body.append(f"    S{i}.value = p")
-                else:
-                    body.append(f"    S{i}.value = {a}.data_ptr()")
-            elif p.kind == "int":
-                lo, hi = p.range  # type: ignore[misc]
-                body.append(f"    if type({a}) is not int: {a} = as_int({i}, {a})")
-                body.append(f"    if not {lo} <= {a} <= {hi}: fail({i}, {a})")
-                body.append(f"    S{i}.value = {a}")
-            elif p.kind == "float":
-                body.append(f"    if type({a}) is not float: {a} = as_float({i}, {a})")
-                body.append(f"    S{i}.value = {a}")
-            elif p.kind == "bool":
-                body.append(f"    if {a} is not True and {a} is not False: {a} = as_bool({i}, {a})")
-                body.append(f"    S{i}.value = {a}")
-        # the device comes last, so that every other check runs (and is testable) without a GPU
-        if tensors:
-            body.append(f"    dev = a{tensors[0]}.get_device()")
-            body.append(f"    if dev < 0: fail_device({tensors[0]}, a{tensors[0]}, dev)")
-            for i in tensors[1:]:
-                body.append(f"    if a{i}.get_device() != dev: fail_device({i}, a{i}, dev)")
-        else:
-            body.append("    dev = getdev()")
-        n = len(self.params)
-        ns["MISSING"] = _MISSING
-        code = _TEMPLATE.format(
-            params="".join(f"a{i}=MISSING, " for i in range(n)),
-            names="".join(f"a{i}, " for i in range(n)),
-            count_bad=f"a{n - 1} is MISSING or extra" if n else "extra",
-            body="\n".join(body))
-        exec(compile(code, f"<opsmith launcher {self.name}>", "exec"), ns)
-        launch = ns["launch"]
-        launch.__doc__ = (f"Launch {self.name}({', '.join(p.ctype for p in self.params)}) with a "
-                          f"LaunchConfig on torch's current stream of the tensors' device.")
-        return launch
+        """The generated Python launch function for thread ``owner`` (see ``_kernel_launcher``)."""
+        return build_launcher(self, owner)
 
     def __call__(self, grid, block, args: Sequence[Any] = (), *, shared_mem: int = 0, stream=None):
         """CuPy-style launch: ``kernel(grid, block, (x, y, n), shared_mem=0)``."""
@@ -394,80 +297,8 @@ class Kernel:
                           f"shared_mem={config.shared_mem}) on cuda:{dev} failed: "
                           f"{_driver.error_name(r)}")
 
-    # -- error messages (only on failure) --------------------------------------------------------
-    def _where(self, p: sig.Param) -> str:
-        return f"{self.name}: {p.describe()} expects {p.expects()}"
-
-    def _fail_count(self, args) -> None:
-        args = [a for a in args if a is not _MISSING]
-        decl = ", ".join(p.ctype for p in self.params)
-        raise LaunchError(f"{self.name}({decl}) takes {len(self.params)} argument(s), got "
-                          f"{len(args)}: {', '.join(_show(a) for a in args) or 'none'}")
-
-    def _fail_arg(self, i: int, a: Any) -> None:
-        p = self.params[i]
-        if p.kind == "tensor":
-            if not _is_tensor(a):
-                got = _show(a)
-                hint = " (pass the tensor itself, not its data_ptr())" if isinstance(a, int) else ""
-                raise LaunchError(f"{self._where(p)}; got {got}{hint}")
-            if p.dtypes and str(a.dtype).replace("torch.", "") not in p.dtypes:
-                raise LaunchError(f"{self._where(p)}; got a {a.dtype} tensor")
-            if not a.is_contiguous():
-                raise LaunchError(f"{self._where(p)}; got a non-contiguous tensor (shape "
-                                  f"{tuple(a.shape)}, strides {a.stride()}): call .contiguous() first")
-            if a.data_ptr() % p.align == 0 and a.get_device() < 0:
-                raise LaunchError(f"{self._where(p)}; got a tensor on {a.device} (move it with .cuda())")
-            raise LaunchError(f"{self._where(p)}; got a tensor whose data pointer {a.data_ptr():#x} is "
-                              f"not {p.align}-byte aligned (a view at an offset?): pass an aligned "
-                              f"tensor, e.g. .clone()")
-        if p.kind in ("int", "bool"):
-            raise LaunchError(f"{self._where(p)}; got {_show(a)}, which does not fit {p.ctype}")
-        raise LaunchError(f"{self._where(p)}; got {_show(a)}")
-
-    def _fail_device(self, i: int, a: Any, dev: int) -> None:
-        p = self.params[i]
-        if dev < 0:
-            raise LaunchError(f"{self._where(p)}; got a tensor on {a.device} (move it with .cuda())")
-        raise LaunchError(f"{self._where(p)} on the same device as the first tensor argument "
-                          f"(cuda:{dev}); got a tensor on {a.device}")
-
-    def _as_int(self, i: int, a: Any) -> int:
-        p = self.params[i]
-        if isinstance(a, (float, complex)) or _is_tensor(a):
-            raise LaunchError(f"{self._where(p)}; got {_show(a)}")
-        try:
-            return operator.index(a)
-        except TypeError:
-            raise LaunchError(f"{self._where(p)}; got {_show(a)}") from None
-
-    def _as_bool(self, i: int, a: Any) -> int:
-        v = self._as_int(i, a)
-        if v not in (0, 1):
-            self._fail_arg(i, a)
-        return v
-
-    def _as_float(self, i: int, a: Any) -> float:
-        p = self.params[i]
-        if isinstance(a, (int, float)) and not isinstance(a, bool):
-            return float(a)
-        if _is_tensor(a) or isinstance(a, (str, bytes, complex, bool)):
-            raise LaunchError(f"{self._where(p)}; got {_show(a)}")
-        try:
-            return float(a)
-        except (TypeError, ValueError):
-            raise LaunchError(f"{self._where(p)}; got {_show(a)}") from None
-
     def __repr__(self) -> str:
         return f"Kernel({self.name}({', '.join(p.ctype for p in self.params)}))"
-
-
-def _checked_align(p: sig.Param) -> int:
-    """The address alignment a launch checks for tensor parameter ``p`` (1: none)."""
-    # torch aligns every tensor to its element size; only vector types need a check
-    if p.align > 1 and (not p.dtypes or p.align > sig.elem_size(p.dtypes[0])):
-        return p.align
-    return 1
 
 
 _claunch_state: list[Any] = []  # [module or None] once looked for
@@ -485,50 +316,3 @@ def _claunch_module():
             _claunch = None
         _claunch_state.append(_claunch)
     return _claunch_state[0]
-
-
-def _show(a: Any) -> str:
-    if _is_tensor(a):
-        return f"a {a.dtype} tensor on {a.device}"
-    text = repr(a)
-    return f"{type(a).__name__} {text[:60]}"
-
-
-def _is_tensor(a: Any) -> bool:
-    import sys
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(a, torch.Tensor)
-
-
-def _stream_handle(stream: Any, dev: int) -> int:
-    """A raw CUstream from a torch.cuda.Stream (checked against the device) or an int."""
-    handle = getattr(stream, "cuda_stream", None)
-    if handle is not None:
-        sdev = getattr(stream, "device_index", dev)
-        if sdev != dev:
-            raise LaunchError(f"the stream is on cuda:{sdev} but the tensors are on cuda:{dev}")
-        return handle
-    if isinstance(stream, int) and not isinstance(stream, bool):
-        return stream
-    raise LaunchError(f"stream must be a torch.cuda.Stream or a raw CUstream int, got {type(stream).__name__}")
-
-
-def _current_device() -> int:
-    import torch
-    if not hasattr(torch._C, "_cuda_getDevice"):  # torch.cuda would raise a bare AssertionError
-        _no_cuda_torch()
-    try:
-        return torch.cuda.current_device()
-    except (AssertionError, RuntimeError) as exc:  # no driver, no device
-        raise ToolchainError(f"torch cannot use a CUDA device here ({exc}): kernels compile without "
-                             f"a GPU, but launching and kernel.attributes need an NVIDIA GPU, its "
-                             f"driver and a CUDA build of torch (check nvidia-smi).") from None
-
-
-def _no_cuda_torch(*_args) -> int:
-    raise ToolchainError("this torch has no CUDA support (a CPU-only build): kernels compile here but "
-                      "cannot run. Install a CUDA build of torch on a machine with an NVIDIA GPU.")
-
-
-def _no_driver_launch(*_args) -> int:
-    raise LaunchError("internal: a launch reached the driver before the kernel was loaded")
