@@ -26,13 +26,14 @@ from typing import Any, Callable, Sequence
 
 from opsmith._errors import OpsmithError, SpecError
 from opsmith._torch import _opschema
+from opsmith._torch._op_args import _config_of, _first_dtype, _kernel_list, _new_config, _out_list, _split_name
+from opsmith._torch._op_autograd import install_autograd
 from opsmith._torch._outspec import Out, alloc_lines, fingerprint
 
 __all__ = ["custom_op", "CustomOp", "Out"]
 
 _OPS: dict[str, "CustomOp"] = {}
 _lock = threading.RLock()
-_MAX_CONFIGS = 4096  # launch configs remembered per kernel (item count x device)
 
 
 def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kernel=None,
@@ -245,7 +246,7 @@ class CustomOp:
             raise SpecError(f"{self.name}: register_autograd takes save= or setup_context=, not both")
         if not self._claim("autograd formula", (backward, setup_context, save)):
             return self
-        self._install_autograd(backward, setup_context, tuple(save) if save is not None else None)
+        install_autograd(self, backward, setup_context, tuple(save) if save is not None else None)
         return self
 
     # -- generated code ----------------------------------------------------------------------------
@@ -358,153 +359,8 @@ class CustomOp:
         raise LaunchError(f"{self.name}: no kernel for {t.dtype} inputs; this op has kernels for "
                           f"{', '.join(str(d) for d in self._dtypes)}")
 
-    def _install_autograd(self, backward, setup_context, save) -> None:
-        import torch
-        from torch import _C
-        s = self.schema
-        overload = self.default
-        pos = [n for n in s.arg_names if n not in s.kwarg_only]
-        kwo = [n for n in s.arg_names if n in s.kwarg_only]
-        n_in = len(s.arg_names)
-        after = _C._after_autograd_keyset
-        below = _C._AutoDispatchBelowAutograd
-        if save is not None:
-            names = {**{n: ("in", i) for i, n in enumerate(s.arg_names)},
-                     **{n: ("out", k) for k, n in enumerate(s.return_names)},
-                     **{f"out{k}": ("out", k) for k in range(s.returns)}}
-            for n in save:
-                if n not in names:
-                    raise SpecError(f"{self.name}: register_autograd(save=...) names {n!r}, which is neither an "
-                                    f"argument ({', '.join(s.arg_names)}) nor an output "
-                                    f"({', '.join(s.return_names)})")
-            where = [names[n] for n in save]
-            single = s.single
-
-            def setup_context(ctx, inputs, output):
-                outs = (output,) if single else output
-                ctx.save_for_backward(*[inputs[i] if w == "in" else outs[i] for w, i in where])
-
-            user_backward = backward
-
-            def backward(ctx, *grads):
-                return user_backward(*grads, *ctx.saved_tensors)
-
-        def forward(ctx, keyset, *args):
-            with below():
-                result = overload.redispatch(keyset & after, *args[:len(pos)],
-                                             **dict(zip(kwo, args[len(pos):])))
-            setup_context(ctx, args, result)
-            return result
-
-        def backward_impl(ctx, *grads):
-            result = backward(ctx, *grads)
-            if not isinstance(result, tuple):
-                result = (result,)
-            if len(result) > n_in:
-                raise OpsmithError(f"{self.name}: the backward returned {len(result)} gradients for "
-                                   f"{n_in} inputs; return one per input (None where there is none)")
-            return (None, *result, *([None] * (n_in - len(result))))
-
-        fn_cls = type(f"{self.name.replace('::', '_')}_autograd", (torch.autograd.Function,),
-                      {"forward": staticmethod(forward), "backward": staticmethod(backward_impl)})
-        ns: dict[str, Any] = {"_grad_on": _C.is_grad_enabled, "_any_rg": _C._any_requires_grad,
-                              "_apply": fn_cls.apply, "_FAST": self._fast, "_below": below,
-                              "_AFTER": after, "_redispatch": overload.redispatch}
-        params = self._params(ns)
-        tensors = ", ".join(n for n, t in zip(s.arg_names, s.arg_types) if "Tensor" in t)
-        call = ", ".join([*pos, *(f"{n}={n}" for n in kwo)])
-        code = "\n".join([
-            f"def f(_ks, {params}):",
-            f"    if _grad_on() and _any_rg({tensors}):",
-            f"        return _apply(_ks, {', '.join(s.arg_names)})",
-            "    _impl = _FAST.get(_ks.raw_repr())",
-            "    if _impl is not None:",
-            f"        return _impl({call})",
-            "    with _below():",
-            f"        return _redispatch(_ks & _AFTER, {call})"])
-        exec(compile(code, f"<opsmith op {self.name} autograd>", "exec"), ns)
-        self._lib.impl(self.name.split("::")[1], ns["f"], "Autograd", with_keyset=True)
-
 
 def _trampoline(op: CustomOp):
     def fake(*args, **kwargs):
         return op._fake(*args, **kwargs)
     return fake
-
-
-def _new_config(kernel, cfgs: dict, n: int, dev: int):
-    if len(cfgs) >= _MAX_CONFIGS:
-        cfgs.clear()
-    c = cfgs[n * 256 + dev] = kernel.config_for(n, device=dev)
-    return c
-
-
-def _config_of(kernel, cfgs: dict, rule_result):
-    """A launch rule's result as a LaunchConfig, the same object for the same grid and block
-    (the launcher validates a config object once)."""
-    if rule_result is None:
-        return None
-    c = cfgs.get(rule_result)
-    if c is not None:
-        return c
-    from opsmith._runtime._launch_config import LaunchConfig
-    if isinstance(rule_result, LaunchConfig):
-        c = rule_result
-    elif isinstance(rule_result, tuple) and len(rule_result) in (2, 3):
-        c = LaunchConfig(*rule_result)
-    else:
-        raise SpecError(f"{kernel.name}: the launch rule returned {rule_result!r}; return a "
-                        f"LaunchConfig, (grid, block), (grid, block, shared_mem) or None")
-    if len(cfgs) >= _MAX_CONFIGS:
-        cfgs.clear()
-    try:
-        cfgs[rule_result] = c
-    except TypeError:  # unhashable grid (a list): build it each time
-        pass
-    return c
-
-
-def _first_dtype(kernel):
-    import torch
-    for p in kernel.params:
-        if p.kind == "tensor" and len(p.dtypes) == 1:
-            return getattr(torch, p.dtypes[0])
-    raise SpecError(f"kernel {kernel.name}: several kernels are told apart by the dtype of their first "
-                    f"typed pointer, and this one has none; register one op per kernel")
-
-
-def _split_name(name: str) -> tuple[str, str]:
-    import re
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*::[A-Za-z_]\w*", name):
-        raise SpecError(f"op name {name!r} must be 'namespace::name' (identifiers), e.g. 'mylib::relu'")
-    ns, opname = name.split("::")
-    if ns in ("aten", "prim", "prims", "torch"):
-        raise SpecError(f"op name {name!r}: the namespace {ns!r} is torch's own; use your library's name")
-    return ns, opname
-
-
-def _kernel_list(kernel, qualname: str) -> list:
-    if kernel is None:
-        return []
-    ks = list(kernel) if isinstance(kernel, (list, tuple)) else [kernel]
-    for k in ks:
-        if not hasattr(k, "signature") or not hasattr(k, "launch"):
-            raise SpecError(f"{qualname}: kernel= takes opsmith kernels (CudaModule(...).get_kernel(name)), "
-                            f"got {k!r}; for a Python or extension function use cuda=")
-    return ks
-
-
-def _out_list(out, s, qualname: str) -> list[Out]:
-    if out is None:
-        if not s.tensor_returns:
-            raise SpecError(f"{qualname} returns {s.text.split('->')[-1].strip()}; opsmith ops return "
-                            f"tensors allocated from out= specs")
-        return [Out() for _ in range(s.returns)]
-    outs = [out] if isinstance(out, Out) else list(out)
-    if not all(isinstance(o, Out) for o in outs):
-        raise SpecError(f"{qualname}: out= takes opsmith.Out(...) specs, got {out!r}")
-    if len(outs) != s.returns:
-        raise SpecError(f"{qualname} returns {s.returns} tensor(s) but out= gives {len(outs)} spec(s)")
-    if not s.tensor_returns:
-        raise SpecError(f"{qualname}: every return of an opsmith op is a Tensor ({s.text})")
-    return outs
