@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from opsmith.cli import _doctor
+from opsmith.cli import _doctor, _doctor_cuda
 
 OPSMITH = shutil.which("opsmith")
 
@@ -135,12 +135,12 @@ def test_cuda_version_rule_major_blocks_minor_does_not():
 
     ctx = _doctor._Context()
     ctx.torch_cuda = "12.8"
-    minor = _doctor._cuda_versions(ctx, Nvcc("12.0"))[0]
+    minor = _doctor_cuda._cuda_versions(ctx, Nvcc("12.0"))[0]
     assert minor.status == "ok" and "minor" in minor.found
-    major = _doctor._cuda_versions(ctx, Nvcc("13.0"))[0]
+    major = _doctor_cuda._cuda_versions(ctx, Nvcc("13.0"))[0]
     assert major.status == "problem" and "12.x" in major.fix
     ctx.torch_cuda = None
-    cpu = _doctor._cuda_versions(ctx, Nvcc("13.0"))[0]
+    cpu = _doctor_cuda._cuda_versions(ctx, Nvcc("13.0"))[0]
     assert cpu.status == "warning" and "download.pytorch.org" in cpu.fix
 
 

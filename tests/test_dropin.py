@@ -259,12 +259,12 @@ def test_prune_usage_errors_exit_2(argv, capsys):
 
 
 def test_doctor_cuda_hint_matches_nvcc():
-    from opsmith.cli import _doctor
+    from opsmith.cli import _doctor, _doctor_cuda
     ctx = _doctor._Context()
     ctx.torch_cuda = None
-    rows = _doctor._cuda_versions(ctx, types.SimpleNamespace(version="13.0"))
+    rows = _doctor_cuda._cuda_versions(ctx, types.SimpleNamespace(version="13.0"))
     assert "whl/cu130" in rows[0].fix and "cu128" not in rows[0].fix
-    assert _doctor._torch_index("12.8").endswith("/cu128")
+    assert _doctor_cuda._torch_index("12.8").endswith("/cu128")
 
 
 def test_arch_hint_keeps_its_capitals():
