@@ -26,7 +26,8 @@ torch = pytest.importorskip("torch")
 
 import opsmith  # noqa: E402
 import opsmith.onnx  # noqa: E402
-from opsmith._build._ort_lib import ORT_API_INDEX, ORT_API_VERSION  # noqa: E402
+from opsmith._build._ort_lib import CXX_FLAGS, ORT_API_INDEX, ORT_API_VERSION  # noqa: E402
+from opsmith._build._ort_source import PARALLEL_FOR_API_VERSION  # noqa: E402
 
 OLD_ORT = "1.15.0"  # the oldest onnxruntime pip installs for Python 3.11
 RELU_SRC = r"""
@@ -218,6 +219,15 @@ def test_ort_api_offsets_against_the_real_library():
         b"opsmith_probe", ctypes.byref(dom)) is None and dom.value
     # ReleaseCustomOpDomain sits at 101 (ORT pins it with a static_assert); release through it
     ctypes.CFUNCTYPE(None, ctypes.c_void_p)(table[101])(dom)
+    # KernelContext_ParallelFor (API 17) refuses a null kernel context with its own words
+    newer = get_api(PARALLEL_FOR_API_VERSION)
+    if newer:
+        entries = ctypes.cast(newer, ctypes.POINTER(ctypes.c_void_p))
+        pf = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                              ctypes.c_void_p)(entries[ORT_API_INDEX["KernelContext_ParallelFor"]])
+        st = pf(None, None, 1, 0, None)
+        assert fn("GetErrorMessage", ctypes.c_char_p, ctypes.c_void_p)(st) == b"Invalid context"
+        fn("ReleaseStatus", None, ctypes.c_void_p)(st)
     # a tensor's type and shape through our GetTensorTypeAndShape/GetDimensions*/GetTensorElementType
     # happen in every round trip above; the CUDA stream entry (193) in tests/test_onnx_ort_gpu.py
 
@@ -309,3 +319,152 @@ def test_items_per_thread_sets_the_grid_of_the_cuda_launch(built):
     assert specs1[0].items_per_thread == 1
     with pytest.raises(SpecError, match=r"items_per_thread\['ortlib::relu'\] = 0"):
         ort_specs([relu], items_per_thread={"ortlib::relu": 0})
+
+
+# -- the CPU provider: ORT's Relu bit for bit, ORT's threads, the build flags ---------------------
+def _one_node(op_type: str, domain: str, elem, n_out: int = 1) -> bytes:
+    """A model of one node ``domain.op_type`` over a 1-D input ``x`` of any length."""
+    from onnx import helper
+    node = helper.make_node(op_type, ["x"], [f"y{k}" for k in range(n_out)], domain=domain)
+    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", elem, ["n"])],
+                              [helper.make_tensor_value_info(f"y{k}", elem, ["n"]) for k in range(n_out)])
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return helper.make_model(graph, opset_imports=opsets, ir_version=9).SerializeToString()
+
+
+def _threads(k: int):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = k
+    return so
+
+
+def _specials(dtype) -> np.ndarray:
+    """NaNs of both signs and with a payload, infinities, signed zeros, subnormals, extremes."""
+    info = np.finfo(dtype)
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    payload_nan = (np.array([0x7FC00123], dtype=np.uint32) if dtype == np.float32 else
+                   np.array([0x7FF8000000000123], dtype=np.uint64)).view(dtype)[0]
+    vals = [np.nan, -np.nan, payload_nan, -payload_nan, np.inf, -np.inf, 0.0, -0.0, info.tiny / 4, -info.tiny / 4,
+            info.tiny, -info.tiny, info.max, -info.max, 1.0, -1.0]
+    out = np.array(vals, dtype=dtype)
+    assert np.isnan(out[:4]).all() and out.view(bits)[0] != out.view(bits)[2]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 7, 4097, (1 << 20) + 3, 0])
+def test_cpu_node_equals_ort_relu_bitwise(built, n, dtype):
+    """Sizes with vector tails and chunks split over two ORT threads; NaN, inf, -0.0 as ORT gives them."""
+    elem = onnx.TensorProto.FLOAT if dtype == np.float32 else onnx.TensorProto.DOUBLE
+    ours = ort.InferenceSession(_one_node("relu", "ortlib", elem),
+                                opsmith.onnx.session_options(built["lib"], _threads(2)),
+                                providers=["CPUExecutionProvider"])
+    anchor = ort.InferenceSession(_one_node("Relu", "", elem), _threads(2), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(dtype)
+    special = _specials(dtype)
+    if n:  # specials at random places, and the last items (the tail of the last chunk)
+        x[rng.integers(0, n, size=min(n, 64))] = rng.choice(special, size=min(n, 64))
+        x[-min(n, len(special)):] = special[:min(n, len(special))]
+    got = ours.run(None, {"x": x})[0]
+    want = anchor.run(None, {"x": x})[0]
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    assert got.shape == (n,) and got.dtype == dtype
+    assert np.array_equal(got.view(bits), want.view(bits))
+
+
+def test_cpu_relu_special_values(built):
+    """ORT's Relu (and torch.relu): x < 0 ? 0 : x, so a NaN comes out as the same NaN and -0.0 as -0.0."""
+    sess = opsmith.onnx.inference_session(_one_node("relu", "ortlib", onnx.TensorProto.FLOAT), built["lib"])
+    x = _specials(np.float32)
+    y = sess.run(None, {"x": x})[0]
+    keep = ~(x < 0)
+    assert np.array_equal(y.view(np.uint32)[keep], x.view(np.uint32)[keep])  # NaNs bit for bit, -0.0 too
+    assert np.array_equal(y.view(np.uint32)[~keep], np.zeros((~keep).sum(), np.uint32))  # +0.0
+    assert np.signbit(y[7]) and np.isnan(y[1]) and np.signbit(y[1])
+    t = torch.relu(torch.from_numpy(x)).numpy()
+    assert np.array_equal(y.view(np.uint32), t.view(np.uint32))
+
+
+def test_library_is_built_optimised(built):
+    """The command line the library's C++ was compiled with, as the library records it."""
+    lib = built["lib"]
+    out = subprocess.run(["readelf", "-p", ".GCC.command.line", str(lib.path)], capture_output=True, text=True)
+    recorded = out.stdout
+    assert "-O3" in recorded.split(), recorded or out.stderr
+    assert "-O0" not in recorded and "-ffast-math" not in recorded
+    assert json.loads(lib.manifest.read_text())["cxx_flags"] == list(CXX_FLAGS)
+
+
+_CHUNKS_SOURCE = r"""
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+static std::atomic<int> next_ordinal{0};
+static int ordinal() { thread_local int me = next_ordinal++; return me; }
+
+// y0[i]: where i's chunk starts; y1[i]: which thread ran it. The first chunk waits (10 s at most)
+// for a second thread to start a chunk, so that a pool that works shows two threads.
+template <typename T> static void chunks(const T *x, T *start, T *thread, long long n, const opsmith::cpu_context &cpu) {
+  std::atomic<unsigned> seen{0};
+  cpu.parallel_for(n, 1000, [&](long long begin, long long end) {
+    seen.fetch_or(1u << (ordinal() % 32));
+    if (begin == 0 && cpu.has_thread_pool()) {
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (__builtin_popcount(seen.load()) < 2 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+    }
+    for (long long i = begin; i < end; ++i) { start[i] = T(begin); thread[i] = T(ordinal()); }
+  });
+  (void)x;
+}
+
+// the chunk at item 5000 throws: the Run fails with its message, no chunk is left running
+template <typename T> static void throws(const T *x, T *y, long long n, const opsmith::cpu_context &cpu) {
+  cpu.parallel_for(n, 1000, [&](long long begin, long long end) {
+    if (begin <= 5000 && 5000 < end) throw std::runtime_error("chunk with item 5000 failed");
+    for (long long i = begin; i < end; ++i) y[i] = x[i];
+  });
+}
+"""
+
+
+def test_cpu_function_runs_chunks_on_ort_threads(tmp_path):
+    where = opsmith.custom_op("ortlib::chunks", schema="(Tensor x) -> (Tensor, Tensor)", cpu=lambda x: (x, x))
+    bad = opsmith.custom_op("ortlib::throws", schema="(Tensor x) -> Tensor", cpu=lambda x: x)
+    lib = opsmith.onnx.build_library([where, bad], cpu_source=_CHUNKS_SOURCE, out_dir=tmp_path / "lib",
+                                     cpu={"ortlib::chunks": "chunks", "ortlib::throws": "throws"})
+    n = (1 << 20) + 3
+    x = np.zeros(n, np.float32)
+    sess = ort.InferenceSession(_one_node("chunks", "ortlib", onnx.TensorProto.FLOAT, n_out=2),
+                                opsmith.onnx.session_options(lib, _threads(2)), providers=["CPUExecutionProvider"])
+    start, thread = sess.run(None, {"x": x})
+    starts = np.unique(start).astype(np.int64)
+    # every item once, in chunks that are multiples of 64 items (the last excepted), at most 256
+    assert starts[0] == 0 and np.array_equal(start.astype(np.int64)[starts], starts)
+    sizes = np.diff(np.append(starts, n))
+    assert len(starts) <= 256 and (sizes[:-1] % 64 == 0).all() and (sizes[:-1] >= 1000).all()
+    assert np.array_equal(np.repeat(starts, sizes), start.astype(np.int64))
+    assert len(np.unique(thread)) == 2  # intra_op_num_threads=2: the caller and one pool thread
+    # one thread: one chunk after another, on the calling thread
+    one = ort.InferenceSession(_one_node("chunks", "ortlib", onnx.TensorProto.FLOAT, n_out=2),
+                               opsmith.onnx.session_options(lib, _threads(1)), providers=["CPUExecutionProvider"])
+    start1, thread1 = one.run(None, {"x": x})
+    assert np.array_equal(start1, start) and len(np.unique(thread1)) == 1
+    # an exception in a chunk fails the Run with its text
+    fails = ort.InferenceSession(_one_node("throws", "ortlib", onnx.TensorProto.FLOAT),
+                                 opsmith.onnx.session_options(lib, _threads(2)), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="chunk with item 5000 failed"):
+        fails.run(None, {"x": x})
+    assert np.array_equal(fails.run(None, {"x": x[:4000]})[0], x[:4000])
+
+
+def test_cpu_function_of_neither_contract_is_a_compile_error_naming_it(tmp_path):
+    op = opsmith.custom_op("ortlib::wrong", schema="(Tensor x) -> Tensor", cpu=lambda x: x)
+    src = "template <typename T> static void wrong(const T *x, T *y, int n, bool extra) { (void)x; (void)y; }"
+    with pytest.raises(opsmith.CompileError) as exc:
+        opsmith.onnx.build_library([op], cpu_source=src, cpu={"ortlib::wrong": "wrong"}, out_dir=tmp_path / "l")
+    msg = str(exc.value)
+    assert "opsmith op ortlib.wrong (float32): the CPU function wrong must take (const float *, float *, long long)" \
+        in msg and "opsmith::cpu_context &cpu" in msg and "docs/onnx.md" in msg
