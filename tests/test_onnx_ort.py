@@ -278,6 +278,8 @@ def test_doctor_rows(built, fresh_cache):
     rows = {r[0]: r for r in doctor_rows(fresh_cache)}
     assert rows["ONNX Runtime"][1] == "ok" and ort.__version__ in rows["ONNX Runtime"][2]
     assert "CPUExecutionProvider" in rows["ONNX Runtime"][2]
+    has_parallel_for = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= (1, PARALLEL_FOR_API_VERSION)
+    assert rows["ORT CPU threads"][1] == ("ok" if has_parallel_for else "warning")
     assert "none built yet" in rows["opsmith ORT op library"][2]
     # a library built into the cache is found and loads
     opsmith.onnx.build_library([built["relu"]], cpu_source=opsmith.onnx.RELU_CPU_SOURCE,
@@ -290,6 +292,13 @@ def test_doctor_rows(built, fresh_cache):
     bad.write_bytes(b"not an ELF file")
     rows = [r for r in doctor_rows(fresh_cache) if "broken" in r[2]]
     assert rows and rows[0][1] == "problem" and rows[0][3]
+
+
+def test_doctor_cpu_threads_row_by_version():
+    from opsmith._onnx._session import _cpu_threads_row
+    assert _cpu_threads_row("1.17.0")[1] == "ok" and _cpu_threads_row("1.32.0")[1] == "ok"
+    name, status, found, fix = _cpu_threads_row("1.15.0")
+    assert status == "warning" and "calling thread" in found and "onnxruntime>=1.17" in fix
 
 
 def test_doctor_missing_cuda_library_fix():

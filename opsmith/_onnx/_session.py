@@ -193,9 +193,23 @@ def _missing_library_fix(message: str) -> tuple[str, str]:
     return f"{name} cannot be loaded", fix
 
 
+def _cpu_threads_row(version: str) -> tuple[str, str, str, str]:
+    """Whether an ORT of ``version`` gives opsmith CPU functions its intra-op threads
+    (``KernelContext_ParallelFor``, C API 17: ORT 1.17)."""
+    from opsmith._build._ort_source import PARALLEL_FOR_API_VERSION
+    parts = [int(p) for p in re.findall(r"\d+", version)[:2]] + [0, 0]
+    if (parts[0], parts[1]) >= (1, PARALLEL_FOR_API_VERSION):
+        return ("ORT CPU threads", "ok", "CPU functions of opsmith op libraries run on ORT's intra-op threads "
+                "(KernelContext_ParallelFor)", "")
+    return ("ORT CPU threads", "warning",
+            f"ORT {version} has no KernelContext_ParallelFor: CPU functions of opsmith op libraries "
+            f"(opsmith::cpu_context::parallel_for) run on the calling thread only",
+            f"pip install -U 'onnxruntime>=1.{PARALLEL_FOR_API_VERSION}' (or onnxruntime-gpu)")
+
+
 def doctor_rows(cache_root: Path) -> list[tuple[str, str, str, str]]:
-    """(name, status, found, fix) rows: ORT and its providers, the CUDA provider's libraries,
-    the opsmith op libraries built under ``cache_root/ort``."""
+    """(name, status, found, fix) rows: ORT and its providers, whether CPU ops get ORT's threads,
+    the CUDA provider's libraries, the opsmith op libraries built under ``cache_root/ort``."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -207,6 +221,7 @@ def doctor_rows(cache_root: Path) -> list[tuple[str, str, str, str]]:
     providers = ort.get_available_providers()
     rows.append(("ONNX Runtime", "ok", f"{ort.__version__} ({Path(ort.__file__).parent}), providers: "
                  f"{', '.join(providers)}", ""))
+    rows.append(_cpu_threads_row(ort.__version__))
     if "CUDAExecutionProvider" in providers:
         capi = Path(ort.__file__).parent / "capi"
         cuda_lib = capi / "libonnxruntime_providers_cuda.so"
