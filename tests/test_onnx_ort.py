@@ -413,20 +413,19 @@ _CHUNKS_SOURCE = r"""
 static std::atomic<int> next_ordinal{0};
 static int ordinal() { thread_local int me = next_ordinal++; return me; }
 
-// y0[i]: where i's chunk starts; y1[i]: which thread ran it. The first chunk waits (10 s at most)
-// for a second thread to start a chunk, so that a pool that works shows two threads.
+// y0[i]: where i's chunk starts; y1[i]: which thread ran it. With x[0] == 1 the first chunk waits
+// (10 s at most) for a second thread to start a chunk, so that a pool that works shows two threads.
 template <typename T> static void chunks(const T *x, T *start, T *thread, long long n, const opsmith::cpu_context &cpu) {
   std::atomic<unsigned> seen{0};
   cpu.parallel_for(n, 1000, [&](long long begin, long long end) {
     seen.fetch_or(1u << (ordinal() % 32));
-    if (begin == 0 && cpu.has_thread_pool()) {
+    if (begin == 0 && x[0] == T(1)) {
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       while (__builtin_popcount(seen.load()) < 2 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::yield();
     }
     for (long long i = begin; i < end; ++i) { start[i] = T(begin); thread[i] = T(ordinal()); }
   });
-  (void)x;
 }
 
 // the chunk at item 5000 throws: the Run fails with its message, no chunk is left running
@@ -446,6 +445,7 @@ def test_cpu_function_runs_chunks_on_ort_threads(tmp_path):
                                      cpu={"ortlib::chunks": "chunks", "ortlib::throws": "throws"})
     n = (1 << 20) + 3
     x = np.zeros(n, np.float32)
+    x[0] = 1  # wait for a second thread
     sess = ort.InferenceSession(_one_node("chunks", "ortlib", onnx.TensorProto.FLOAT, n_out=2),
                                 opsmith.onnx.session_options(lib, _threads(2)), providers=["CPUExecutionProvider"])
     start, thread = sess.run(None, {"x": x})
@@ -459,6 +459,7 @@ def test_cpu_function_runs_chunks_on_ort_threads(tmp_path):
     # one thread: one chunk after another, on the calling thread
     one = ort.InferenceSession(_one_node("chunks", "ortlib", onnx.TensorProto.FLOAT, n_out=2),
                                opsmith.onnx.session_options(lib, _threads(1)), providers=["CPUExecutionProvider"])
+    x[0] = 0  # no second thread to wait for
     start1, thread1 = one.run(None, {"x": x})
     assert np.array_equal(start1, start) and len(np.unique(thread1)) == 1
     # an exception in a chunk fails the Run with its text
