@@ -164,6 +164,16 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("must_hit", ("OPSMITH_MUST_HIT",), _to_bool, lambda: False,
             "Production and CI: any compile is an error (`CacheError`) naming the cache key and "
             "why it missed, instead of a build."),
+    Setting("compile_cache", ("OPSMITH_COMPILE_CACHE",), _to_bool, lambda: False,
+            "`1`: `torch.compile`'s caches (FX graphs, AOTAutograd entries, autotuning results, "
+            "inductor's C++ kernels) go through opsmith's cache, and through the shared cache when "
+            "`OPSMITH_REMOTE_CACHE` is set, from the first compile on, with no code change (read "
+            "when torch is imported, through torch's extension autoload; torch >= 2.5). In code: "
+            "`opsmith.compile_cache.enable()`. See docs/compile_cache.md."),
+    Setting("compile_cache_wait", ("OPSMITH_COMPILE_CACHE_WAIT",), _to_seconds, lambda: 600.0,
+            "Seconds a process that misses a graph waits for another process (on this machine or, "
+            "through the shared cache's lease, in the cluster) compiling the same graph, before it "
+            "compiles it itself."),
     Setting("test_fault", ("OPSMITH_TEST_FAULT",), str, lambda: None,
             "Tests only (the fault suite): `POINT[@MARKER]` pauses a build at that named point "
             "(`put:manifest`, `build:before-compile`, ...; see `opsmith/_cache/_faults.py`), "

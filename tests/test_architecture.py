@@ -29,6 +29,9 @@ RULES = [
      "the build engine and its profiles know no torch integration"),
     ("opsmith._spec", ("opsmith._build", "opsmith._torch", "opsmith._runtime", "opsmith._cache"),
      "a spec is a value: it builds and loads nothing"),
+    ("opsmith.compile_cache", ("opsmith._torch", "opsmith._build", "opsmith._toolchain", "opsmith._runtime",
+                               "opsmith.ops", "opsmith.onnx", "opsmith._onnx", "opsmith.setuptools"),
+     "a target uses the core (cache, config, errors), never another target"),
 ]
 
 

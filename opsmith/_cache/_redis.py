@@ -280,13 +280,15 @@ class RedisRemote:
                                                       args=[self._lease_value(token)]))
 
     @contextlib.contextmanager
-    def lease(self, key: str, *, ready=None, poll: float = 0.05) -> Iterator[int | None]:
+    def lease(self, key: str, *, ready=None, poll: float = 0.05,
+              wait: float | None = None) -> Iterator[int | None]:
         """Hold the build lease on ``key`` while the block runs; yields its fencing token.
 
         While another process holds it, wait: log progress, and stop waiting when
         ``ready()`` says the result appeared (yields None: look again, it is there) or the
         lease is released or expires (then it is ours). Yields None at once when the remote
-        does not answer: the caller builds locally, as without a remote.
+        does not answer, and after ``wait`` seconds when given (a holder that is alive but
+        stuck): the caller builds locally, as without a remote.
         """
         start = time.monotonic()
         next_log = start + 2.0
@@ -303,6 +305,11 @@ class RedisRemote:
             if token:
                 break
             now = time.monotonic()
+            if wait is not None and now - start >= wait:
+                log.warning("gave up waiting for the build of %s on host %s after %.0f s; building "
+                            "here too", key[:16], holder.split("|")[1] if holder.count("|") > 1 else holder,
+                            now - start)
+                break
             if now >= next_log:
                 parts = holder.split("|")
                 host = parts[1] if len(parts) > 2 else holder

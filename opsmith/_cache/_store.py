@@ -88,10 +88,11 @@ class Store(abc.ABC):
         """
         return None
 
-    def build_lease(self, key: str) -> contextlib.AbstractContextManager:
+    def build_lease(self, key: str, *, wait: float | None = None) -> contextlib.AbstractContextManager:
         """Held (after the local build lock) around "look again, then build" ``key``.
 
         A shared backend uses it so that one machine of a cluster builds while the others
-        wait; a local store needs nothing beyond the OS lock.
+        wait (at most ``wait`` seconds when given, then build anyway); a local store needs
+        nothing beyond the OS lock.
         """
         return contextlib.nullcontext()

@@ -208,13 +208,13 @@ class TieredStore(Store):
         self._count("local", "hits")
 
     @contextlib.contextmanager
-    def build_lease(self, key: str) -> Iterator[None]:
+    def build_lease(self, key: str, *, wait: float | None = None) -> Iterator[None]:
         """The cluster-wide lease on building ``key`` (after the local OS lock is held)."""
         if not self.usable:
             yield
             return
         ready = (lambda: self.remote.has_bundle(key))
-        with self.remote.lease(key, ready=ready) as token:
+        with self.remote.lease(key, ready=ready, wait=wait) as token:
             saved = getattr(self._tokens, "lease", (None, None))
             self._tokens.lease = (token, key) if token else (None, None)
             try:

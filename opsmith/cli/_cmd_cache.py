@@ -60,7 +60,9 @@ def _cache_stats(args) -> int:
     s = stats(cache, os.fspath(cache.root))
     if args.json:
         from opsmith._cache._tiered import tier_stats
-        print(json.dumps(s.as_dict() | {"tiers": tier_stats(cache.root)["tiers"]}, indent=2))
+        from opsmith.compile_cache._stats import read
+        print(json.dumps(s.as_dict() | {"tiers": tier_stats(cache.root)["tiers"],
+                                        "compile": read(cache.root)["artifacts"]}, indent=2))
         return 0
     rate = f"{s.hit_rate:.1%}" if s.hit_rate is not None else "-"
     print(f"cache:    {s.root}")
@@ -76,7 +78,19 @@ def _cache_stats(args) -> int:
               f"({pch['bytes'] / s.bytes:.0%} of the cache): one per compiler and flag set "
               f"(~170 MB with clang, ~750 MB with gcc); prune removes unused ones like any entry")
     _print_tiers(cache.root)
+    _print_compile(cache.root)
     return 0
+
+
+def _print_compile(root) -> None:
+    """torch.compile's artifacts through opsmith (kept only when the compile cache was used)."""
+    from opsmith.compile_cache._stats import rows
+    table = rows(root)
+    if not table:
+        return
+    print("compile:  (torch.compile through opsmith: docs/compile_cache.md)")
+    print_table(("  ARTIFACT", "HITS", "MISSES", "PUTS", "WAITED", "COMPILES", "S/WAIT"),
+                [(f"  {r[0]}", *r[1:]) for r in table], right={1, 2, 3, 4, 5, 6})
 
 
 def _print_tiers(root) -> None:
