@@ -5,7 +5,7 @@ from __future__ import annotations
 from opsmith._errors import SpecError
 from opsmith._torch._outspec import Out
 
-__all__ = []
+__all__ = ["describe_op"]
 
 _MAX_CONFIGS = 4096  # launch configs remembered per kernel (item count x device)
 
@@ -86,3 +86,31 @@ def _out_list(out, s, qualname: str) -> list[Out]:
     if not s.tensor_returns:
         raise SpecError(f"{qualname}: every return of an opsmith op is a Tensor ({s.text})")
     return outs
+
+
+def describe_op(op):
+    """The :class:`~opsmith._opdesc.OpDescription` of a :class:`~opsmith._torch._ops.CustomOp`:
+    what the other targets (``opsmith.onnx``) read instead of the torch objects."""
+    from opsmith._opdesc import KernelDescription, OpDescription
+    from opsmith._torch._outspec import describe_out
+    s = op.schema
+    kernels, binding = [], []
+    for k in getattr(op, "_kernels", None) or ():
+        req = getattr(k.module, "_request", None)
+        request = None if req is None else {
+            "source": req.source, "include_paths": list(req.include_paths),
+            "defines": [list(d) for d in req.defines], "headers": [list(h) for h in req.headers],
+            "options": list(req.options), "std": req.std}
+        kernels.append(KernelDescription(k.name, k.signature.to_json(), request))
+    for e in getattr(op, "_binding", None) or ():
+        if e == "_n":
+            binding.append("n")
+        elif e.startswith("_o"):
+            binding.append(f"out{e[2:]}")
+        else:
+            binding.append(f"arg{s.arg_names.index(e)}")
+    return OpDescription(
+        name=op.name, schema=s.text, arg_names=tuple(s.arg_names), arg_types=tuple(s.arg_types),
+        kwarg_only=tuple(n for n in s.arg_names if n in s.kwarg_only), return_names=tuple(s.return_names),
+        outs=tuple(describe_out(o, s.arg_names, s.arg_types) for o in op.outs), kernels=tuple(kernels),
+        binding=tuple(binding), launch_rule=getattr(op, "_launch_rule", None) is not None)

@@ -24,9 +24,11 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Sequence
 
+from opsmith import _opdesc
 from opsmith._errors import OpsmithError, SpecError
 from opsmith._torch import _opschema
-from opsmith._torch._op_args import _config_of, _first_dtype, _kernel_list, _new_config, _out_list, _split_name
+from opsmith._torch._op_args import (_config_of, _first_dtype, _kernel_list, _new_config, _out_list, _split_name,
+                                     describe_op)
 from opsmith._torch._op_autograd import install_autograd
 from opsmith._torch._outspec import Out, alloc_lines, fingerprint
 
@@ -121,6 +123,7 @@ def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kern
         existing = _OPS.get(qualname)
         if existing is not None:
             if existing._fingerprint == fp:
+                _opdesc.register(describe_op(existing))  # the same definition: the same description
                 return existing
             what = "its schema" if existing.schema.text != parsed.text else "its implementation"
             raise OpsmithError(
@@ -138,6 +141,7 @@ def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kern
         if cpu is not None:
             op.register_kernel("cpu", cpu)
         _OPS[qualname] = op
+        _opdesc.register(describe_op(op))  # what the other targets (opsmith.onnx) read
         return op
 
 
@@ -328,7 +332,7 @@ class CustomOp:
                      "    if _c is not None:",
                      f"        _launch(_c, {call})"]
         self._kernels = kernels
-        self._binding, self._launch_rule = binding, launch  # read by the ONNX Runtime export
+        self._binding, self._launch_rule = binding, launch  # described by _op_args.describe_op
         fn = self._generate(alloc_only=False, body=body, ns=ns)
         self._python_cuda = fn
         self.cshim = self._register_cshim(kernels, binding, launch)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from opsmith._errors import SpecError
 
-__all__ = ["Out", "alloc_lines", "fingerprint"]
+__all__ = ["Out", "alloc_lines", "describe_out", "fingerprint"]
 
 
 class Out:
@@ -108,6 +108,24 @@ def alloc_lines(outs: list[Out], arg_names: list[str], arg_types: list[str], var
             dtype_expr = dtype_expr or f"{lv}.dtype"
             lines.append(f"    _o{k} = _{fill}(_SHAPE{k}({args}), dtype={dtype_expr}, device={lv}.device)")
     return lines
+
+
+def describe_out(out: Out, arg_names: list[str], arg_types: list[str]):
+    """``out`` as plain data (:class:`~opsmith._opdesc.OutDescription`): the argument indices
+    its ``like`` and dtype name, a dtype name, or which of its parts are Python functions."""
+    from opsmith._opdesc import OutDescription
+    tensors = [i for i, t in enumerate(arg_types) if t == "Tensor"]
+    like = _input_index(out.like, arg_names, arg_types, tensors, what="like")
+    dt, fields = out.dtype, {}
+    if dt is not None:
+        value = _dtype_value(dt)
+        if value is not None:
+            fields["dtype"] = str(value).rpartition(".")[2]  # torch.int64 -> "int64"
+        elif isinstance(dt, (str, int)) and not isinstance(dt, bool):
+            fields["dtype_like"] = _input_index(dt, arg_names, arg_types, tensors, what="dtype")
+        else:
+            fields["dtype_rule"] = True
+    return OutDescription(like=like, shape_rule=out.shape is not None, zeros=out.zeros, **fields)
 
 
 def _input_index(ref, arg_names: list[str], arg_types: list[str], tensors: list[int], *, what: str) -> int:
