@@ -27,7 +27,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 import opsmith.onnx
-from opsmith._build import _ort_lib
+from opsmith.onnx import _library, _specs
 
 #: The CPU source shipped before (opsmith.onnx.RELU_CPU_SOURCE until this diagnostic was written).
 SCALAR = r"""
@@ -39,16 +39,16 @@ NOTHING = r"""template <typename T> static void relu_cpu(const T *, T *, long lo
 
 
 def build(source: str, opt: str, root: Path):
-    spec = _ort_lib.OrtOpSpec(domain="diag", name="relu", inputs=1, outputs=1, like=(0,), cpu="relu_cpu",
-                              variants=(_ort_lib.OrtVariant(dtype="float32", binding=("in0", "out0", "n"),
-                                                            c_params=("const float *x", "float *y", "long long n")),))
-    flags = _ort_lib.CXX_FLAGS
-    _ort_lib.CXX_FLAGS = tuple(f"-{opt}" if f.startswith("-O") else f for f in flags)
+    spec = _specs.OrtOpSpec(domain="diag", name="relu", inputs=1, outputs=1, like=(0,), cpu="relu_cpu",
+                            variants=(_specs.OrtVariant(dtype="float32", binding=("in0", "out0", "n"),
+                                                          c_params=("const float *x", "float *y", "long long n")),))
+    flags = _library.CXX_FLAGS
+    _library.CXX_FLAGS = tuple(f"-{opt}" if f.startswith("-O") else f for f in flags)
     try:
-        return _ort_lib.build_ort_library([spec], name="diag", cpu_source=source,
+        return _library.build_ort_library([spec], name="diag", cpu_source=source,
                                           out_dir=root / f"{opt}-{abs(hash(source))}")
     finally:
-        _ort_lib.CXX_FLAGS = flags
+        _library.CXX_FLAGS = flags
 
 
 def model(ours: bool) -> bytes:

@@ -20,7 +20,7 @@ BASE = {"opsmith._errors", "opsmith._config", "opsmith._record", "opsmith._versi
 # (package or module prefix, forbidden import prefixes, why)
 RULES = [
     ("opsmith._cache", ("opsmith._build", "opsmith._toolchain", "opsmith._torch", "opsmith._runtime",
-                        "opsmith.ops", "opsmith._onnx", "opsmith.setuptools", "torch"),
+                        "opsmith.ops", "opsmith.onnx", "opsmith.setuptools", "torch"),
      "the cache knows no compiler and no torch"),
     ("opsmith._runtime", ("opsmith._build", "opsmith._toolchain", "opsmith.ops"), "the runtime never compiles"),
     ("opsmith._toolchain", ("opsmith._build", "opsmith._torch", "opsmith._runtime", "opsmith.ops"),
@@ -30,8 +30,11 @@ RULES = [
     ("opsmith._spec", ("opsmith._build", "opsmith._torch", "opsmith._runtime", "opsmith._cache"),
      "a spec is a value: it builds and loads nothing"),
     ("opsmith.compile_cache", ("opsmith._torch", "opsmith._build", "opsmith._toolchain", "opsmith._runtime",
-                               "opsmith.ops", "opsmith.onnx", "opsmith._onnx", "opsmith.setuptools"),
+                               "opsmith.ops", "opsmith.onnx", "opsmith.setuptools"),
      "a target uses the core (cache, config, errors), never another target"),
+    ("opsmith.onnx", ("opsmith._torch", "opsmith.ops", "opsmith.export_c", "opsmith.compile_cache",
+                      "opsmith.setuptools", "opsmith.cli"),
+     "the ONNX Runtime target reads op descriptions (opsmith._opdesc) and the core, never another target"),
 ]
 
 

@@ -26,8 +26,8 @@ torch = pytest.importorskip("torch")
 
 import opsmith  # noqa: E402
 import opsmith.onnx  # noqa: E402
-from opsmith._build._ort_lib import CXX_FLAGS, ORT_API_INDEX, ORT_API_VERSION  # noqa: E402
-from opsmith._build._ort_source import PARALLEL_FOR_API_VERSION  # noqa: E402
+from opsmith.onnx._generate import ORT_API_INDEX, ORT_API_VERSION, PARALLEL_FOR_API_VERSION  # noqa: E402
+from opsmith.onnx._library import CXX_FLAGS  # noqa: E402
 
 OLD_ORT = "1.15.0"  # the oldest onnxruntime pip installs for Python 3.11
 RELU_SRC = r"""
@@ -156,7 +156,7 @@ def test_no_implementation_for_the_providers_names_op_and_providers(built):
     with pytest.raises(Exception, match="Could not find an implementation|is not a registered function/op"):
         ort.InferenceSession(str(built["path"]), so, providers=["CPUExecutionProvider"])
     # ...which inference_session turns into the same kind of message when its own check cannot see it
-    from opsmith._onnx import _session
+    from opsmith.onnx import _session
     real = _session.check_providers
     _session.check_providers = lambda *a: None
     try:
@@ -274,7 +274,7 @@ def test_one_library_on_oldest_and_newest_ort(built, which, tmp_path):
 
 
 def test_doctor_rows(built, fresh_cache):
-    from opsmith._onnx._session import doctor_rows
+    from opsmith.onnx._doctor import doctor_rows
     rows = {r[0]: r for r in doctor_rows(fresh_cache)}
     assert rows["ONNX Runtime"][1] == "ok" and ort.__version__ in rows["ONNX Runtime"][2]
     assert "CPUExecutionProvider" in rows["ONNX Runtime"][2]
@@ -295,14 +295,14 @@ def test_doctor_rows(built, fresh_cache):
 
 
 def test_doctor_cpu_threads_row_by_version():
-    from opsmith._onnx._session import _cpu_threads_row
+    from opsmith.onnx._doctor import _cpu_threads_row
     assert _cpu_threads_row("1.17.0")[1] == "ok" and _cpu_threads_row("1.32.0")[1] == "ok"
     name, status, found, fix = _cpu_threads_row("1.15.0")
     assert status == "warning" and "calling thread" in found and "onnxruntime>=1.17" in fix
 
 
 def test_doctor_missing_cuda_library_fix():
-    from opsmith._onnx._session import _missing_library_fix
+    from opsmith.onnx._doctor import _missing_library_fix
     found, fix = _missing_library_fix("libcudnn.so.9: cannot open shared object file: No such file or directory")
     assert found == "libcudnn.so.9 cannot be loaded" and "cuDNN 9" in fix
     found, fix = _missing_library_fix("libcudart.so.13: cannot open shared object file")
@@ -316,14 +316,14 @@ def test_doctor_has_the_onnx_section():
 
 def test_items_per_thread_sets_the_grid_of_the_cuda_launch(built):
     """A kernel that handles K items per thread gets ceil(n / (256 K)) blocks, as config_for does."""
-    from opsmith._build._ort_lib import generate_source
     from opsmith._errors import SpecError
-    from opsmith._torch._onnx import ort_specs
+    from opsmith.onnx._generate import generate_source
+    from opsmith.onnx._specs import ort_specs
     relu = built["relu"]
     specs, _ = ort_specs([relu], items_per_thread={"ortlib::relu": 4})
     assert specs[0].items_per_thread == 4
     launchers = {v.kernel: "launch_" + str(i) for i, v in enumerate(specs[0].variants)}
-    assert "grid_for(n, 4)" in generate_source(specs, launchers=launchers)
+    assert "grid_for(n, 4)" in generate_source(specs, launchers=launchers, launch_headers=["k.h"], last_error="err")
     specs1, _ = ort_specs([relu])
     assert specs1[0].items_per_thread == 1
     with pytest.raises(SpecError, match=r"items_per_thread\['ortlib::relu'\] = 0"):

@@ -91,7 +91,7 @@ def test_cuda_only_library_refused_for_cpu_sessions(setup):
 
 
 def test_doctor_cuda_provider_row(setup):
-    from opsmith._onnx._session import doctor_rows
+    from opsmith.onnx._doctor import doctor_rows
     from opsmith._config import settings
     rows = {r[0]: r for r in doctor_rows(settings.cache_path)}
     assert rows["ORT CUDA provider"][1] in ("ok", "warning")

@@ -234,7 +234,7 @@ def check_settings(ctx: _Context) -> list[Check]:
 def check_onnxruntime(ctx: _Context) -> list[Check]:
     """ONNX Runtime: the installed version and providers, whether the CUDA provider's libraries
     load (naming the missing one), whether the opsmith op libraries built here load."""
-    from opsmith._onnx._session import doctor_rows
+    from opsmith.onnx._doctor import doctor_rows
     return [Check(*row) for row in doctor_rows(settings.cache_path)]
 
 

@@ -1,12 +1,17 @@
-"""The C++ of an ONNX Runtime custom-op library: the op descriptions and their code.
+"""The C++ of an ONNX Runtime custom-op library: the templates under ``templates/``, filled from specs.
 
-:class:`OrtOpSpec` (plain data: domain, name, inputs, outputs "like input k", per dtype the
-kernel's C parameters and how each is bound, the CPU function) -> :func:`generate_source`: the
-text of :mod:`opsmith._build._ort_template` with one ``op_info`` per (op, provider). The CUDA
-one launches the export-c kernel on ORT's compute stream; the CPU one calls the user's function
-with the kernel's arguments, plus an ``opsmith::cpu_context`` when the function takes one.
+:func:`generate_source` fills ``templates/ort_library.cpp`` with one ``op_info`` per (op,
+provider): the CUDA one launches the kernel on ORT's compute stream, the CPU one calls the
+user's function with the kernel's arguments, plus an ``opsmith::cpu_context``
+(``templates/cpu_context.h``) when the function takes one. The templates are package data,
+read through :mod:`importlib.resources`. Their ``@NAME@`` placeholders: ``VERSION``, ``APIV``
+(the API version the ops are stamped with), ``PFV`` (the API version that brought
+``KernelContext_ParallelFor``), ``INDEX_ENUM`` (the ``OrtApi`` positions), ``LAUNCH_INCLUDE``
+(the headers of the CUDA kernels' launch code), ``CPU_CONTEXT``, ``CPU_SOURCE`` (the user's CPU
+functions), ``HAVE_CUDA``, ``LAST_ERROR``, ``BLOCK``, ``OP_CODE``, ``OP_LIST``, ``DOMAIN_LIST``,
+``OP_DOMAIN``. One pass fills them, so a placeholder-like text in the user's source stays.
 
-No ORT header is used: the slice of ORT's C ABI called is declared in the generated code (the
+No ORT header is used: the slice of ORT's C ABI called is declared in the template (the
 ``OrtApi`` table is an array of function pointers whose *order* is the ABI); :data:`ORT_API_INDEX`
 holds the index of each entry, counted from ORT's published ``onnxruntime_c_api.h`` and checked
 at run time by ``tests/test_onnx_ort.py`` against each installed ORT. The ops are stamped with
@@ -18,15 +23,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Sequence
+from importlib import resources
+from typing import Mapping, Sequence
 
-from opsmith._build._ort_template import CPU_CONTEXT, PRELUDE
 from opsmith._errors import SpecError
-from opsmith._record import Record
 from opsmith._version import __version__
+from opsmith.onnx._specs import ONNX_DTYPES, OrtOpSpec, validate
 
-__all__ = ["OrtOpSpec", "OrtVariant", "generate_source", "ORT_API_VERSION", "ORT_API_INDEX",
-           "PARALLEL_FOR_API_VERSION", "ONNX_DTYPES"]
+__all__ = ["generate_source", "template_text", "ORT_API_VERSION", "ORT_API_INDEX", "PARALLEL_FOR_API_VERSION",
+           "TEMPLATES"]
 
 #: The ORT C API version the library asks for and stamps its ops with (ORT 1.10).
 ORT_API_VERSION = 10
@@ -59,44 +64,33 @@ ORT_API_INDEX = {
 #: The C API version that brought ``KernelContext_ParallelFor`` (ORT 1.17): from it on, CPU
 #: functions run on ORT's intra-op thread pool (``opsmith::cpu_context::parallel_for``).
 PARALLEL_FOR_API_VERSION = 17
-#: torch dtype name -> ONNXTensorElementDataType value.
-ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7,
-               "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13, "bfloat16": 16}
+#: The template files (package data of ``opsmith.onnx``).
+TEMPLATES = ("ort_library.cpp", "cpu_context.h")
 _CUDA_EP = "CUDAExecutionProvider"
 _BLOCK = 256  # threads per block of an elementwise launch (the grid covers every item once)
+_PLACEHOLDER = r"@[A-Z_]+@"
 
 
-
-class OrtVariant(Record):
-    """One dtype of an op: ``dtype`` (``"float32"``), ``c_params`` (the kernel's C parameters,
-    ``["const float *x", "float *y", "long long n"]``), ``binding`` (what each receives:
-    ``"in0"``, ``"out0"``, ``"n"``), ``kernel`` (the name expression to export, ``"relu<float>"``,
-    or None: no CUDA implementation) and ``module`` (index into the library's CUDA sources)."""
-
-    __slots__ = ("dtype", "c_params", "binding", "kernel", "module")
-    _defaults = {"kernel": None, "module": 0}
+def template_text(name: str) -> str:
+    """The text of the template file ``name`` (one of :data:`TEMPLATES`), from the installed package."""
+    if name not in TEMPLATES:
+        raise SpecError(f"no ONNX Runtime template {name!r}; the templates are {', '.join(TEMPLATES)}")
+    return resources.files("opsmith.onnx").joinpath("templates", name).read_text(encoding="utf-8")
 
 
-class OrtOpSpec(Record):
-    """One op of the library: ``domain`` and ``name`` (the node's domain and op_type),
-    ``inputs`` and ``outputs`` (counts), ``like`` (per output, the input whose shape and
-    dtype it takes), ``variants`` (one :class:`OrtVariant` per dtype), ``cpu`` (the C++
-    function the CPU provider calls with the same arguments as the kernel, or None) and
-    ``items_per_thread`` (how many items one CUDA thread handles: the grid covers
-    ``ceil(n / (256 * items_per_thread))`` blocks of 256, as ``Kernel.config_for`` does)."""
-
-    __slots__ = ("domain", "name", "inputs", "outputs", "like", "variants", "cpu", "items_per_thread")
-    _defaults = {"cpu": None, "items_per_thread": 1}
-
+def fill(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with each ``@NAME@`` replaced by ``values["NAME"]``, in one pass (a placeholder
+    inside a value is left as it is); an unknown placeholder is an error naming it."""
+    def one(m: re.Match) -> str:
+        key = m.group(0)[1:-1]
+        if key not in values:
+            raise SpecError(f"template placeholder {m.group(0)} has no value (known: {', '.join(sorted(values))})")
+        return values[key]
+    return re.sub(_PLACEHOLDER, one, text)
 
 
-# -- the C++ ----------------------------------------------------------------------------------
 def _c_string(s: str) -> str:
     return json.dumps(s)
-
-
-def _ident(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", s)
 
 
 def _arg(expr: str, ctype: str) -> str:
@@ -119,7 +113,7 @@ def _param_type(c_param: str) -> str:
     return c_param.rsplit(" ", 1)[0]
 
 
-def _op_code(spec: OrtOpSpec, index: int, provider: str | None, launchers: dict[str, str]) -> str:
+def _op_code(spec: OrtOpSpec, index: int, provider: str | None, launchers: Mapping[str, str]) -> str:
     tag = f"op{index}_{'cuda' if provider else 'cpu'}"
     qual = f"{spec.domain}.{spec.name}"
     cases = []
@@ -170,36 +164,12 @@ static op_info {tag} = {{
 """
 
 
-def _validate(specs: Sequence[OrtOpSpec]) -> None:
-    seen = set()
-    for s in specs:
-        qual = f"{s.domain}.{s.name}"
-        if qual in seen:
-            raise SpecError(f"op {qual} is listed twice; give each op once")
-        seen.add(qual)
-        if not re.fullmatch(r"[A-Za-z_][\w.]*", s.domain) or not re.fullmatch(r"[A-Za-z_]\w*", s.name):
-            raise SpecError(f"op {qual}: domain and name must be identifiers")
-        if not 1 <= s.inputs <= 16 or not 1 <= s.outputs <= 16:
-            raise SpecError(f"op {qual}: an ORT op from opsmith takes 1 to 16 tensor inputs and outputs")
-        if len(s.like) != s.outputs or any(not 0 <= k < s.inputs for k in s.like):
-            raise SpecError(f"op {qual}: every output must be 'like' one of the {s.inputs} inputs")
-        if not s.variants:
-            raise SpecError(f"op {qual}: no dtype to implement")
-        for v in s.variants:
-            if v.dtype not in ONNX_DTYPES:
-                raise SpecError(f"op {qual}: dtype {v.dtype} has no ONNX element type")
-            if len(v.binding) != len(v.c_params):
-                raise SpecError(f"op {qual}: {len(v.c_params)} kernel parameters but {len(v.binding)} bindings")
-        if s.cpu is None and not any(v.kernel for v in s.variants):
-            raise SpecError(f"op {qual} has neither a CUDA kernel nor a CPU function: give it one "
-                            f"(cpu={{'{s.domain}::{s.name}': 'my_cpu_fn'}} with cpu_source=...)")
-
-
-def generate_source(specs: Sequence[OrtOpSpec], *, cpu_source: str = "", export_header: str | None = None,
-                    export_prefix: str | None = None, launchers: dict[str, str] | None = None) -> str:
+def generate_source(specs: Sequence[OrtOpSpec], *, cpu_source: str = "", launch_headers: Sequence[str] = (),
+                    last_error: str | None = None, launchers: Mapping[str, str] | None = None) -> str:
     """The C++ of the library (see the module doc). ``launchers`` maps each kernel name
-    expression to its exported launch function; ``export_header`` is the export's header file name."""
-    _validate(specs)
+    expression to its launch function, declared in ``launch_headers`` (file names the
+    library's build finds); ``last_error`` names the function that says why a launch failed."""
+    validate(specs)
     launchers = launchers or {}
     codes, names, domains, op_domain = [], [], [], []
     for i, s in enumerate(specs):
@@ -215,17 +185,18 @@ def generate_source(specs: Sequence[OrtOpSpec], *, cpu_source: str = "", export_
             names.append(f"&op{i}_cuda")
             op_domain.append(domains.index(s.domain))
     have_cuda = any(v.kernel for s in specs for v in s.variants)
+    if have_cuda and (not launch_headers or not last_error):
+        raise SpecError("the library has CUDA kernels: generate_source needs launch_headers= and last_error=")
     index_enum = "enum {\n" + "".join(f"  I_{k} = {v},\n" for k, v in ORT_API_INDEX.items()) + "};"
     pfv = str(PARALLEL_FOR_API_VERSION)
-    subst = {
-        "@VERSION@": __version__, "@APIV@": str(ORT_API_VERSION), "@PFV@": pfv, "@INDEX_ENUM@": index_enum,
-        "@CPU_CONTEXT@": CPU_CONTEXT.replace("@PFV@", pfv),
-        "@EXPORT_INCLUDE@": f'#include "{export_header}"' if have_cuda else "",
-        "@CPU_SOURCE@": cpu_source, "@HAVE_CUDA@": "1" if have_cuda else "0",
-        "@LAST_ERROR@": f"opsmith_{export_prefix}_last_error" if have_cuda else "",
-        "@BLOCK@": str(_BLOCK), "@OP_CODE@": "".join(codes), "@OP_LIST@": ", ".join(names),
-        "@DOMAIN_LIST@": ", ".join(_c_string(d) for d in domains),
-        "@OP_DOMAIN@": ", ".join(str(d) for d in op_domain),
+    values = {
+        "VERSION": __version__, "APIV": str(ORT_API_VERSION), "PFV": pfv, "INDEX_ENUM": index_enum,
+        "CPU_CONTEXT": fill(template_text("cpu_context.h"), {"PFV": pfv}).rstrip("\n"),
+        "LAUNCH_INCLUDE": "\n".join(f'#include "{h}"' for h in launch_headers) if have_cuda else "",
+        "CPU_SOURCE": cpu_source, "HAVE_CUDA": "1" if have_cuda else "0",
+        "LAST_ERROR": last_error if have_cuda else "",
+        "BLOCK": str(_BLOCK), "OP_CODE": "".join(codes), "OP_LIST": ", ".join(names),
+        "DOMAIN_LIST": ", ".join(_c_string(d) for d in domains),
+        "OP_DOMAIN": ", ".join(str(d) for d in op_domain),
     }
-    # one pass: no placeholder inside a substituted text (the user's CPU source) is replaced
-    return re.sub(r"@[A-Z_]+@", lambda m: subst.get(m.group(0), m.group(0)), PRELUDE)
+    return fill(template_text("ort_library.cpp"), values)

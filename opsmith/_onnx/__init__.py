@@ -1,1 +1,0 @@
-"""ONNX Runtime, Python side: session options with an opsmith op library, provider checks, doctor rows."""
