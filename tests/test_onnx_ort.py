@@ -330,6 +330,29 @@ def test_items_per_thread_sets_the_grid_of_the_cuda_launch(built):
         ort_specs([relu], items_per_thread={"ortlib::relu": 0})
 
 
+def test_specs_come_from_op_descriptions_alone(built):
+    """opsmith.onnx reads the op's description, not the torch op: a description that went through
+    JSON (as a packaged wheel would carry it), the op's name and any object with the op's .name
+    give the same specs."""
+    from opsmith import _opdesc
+    from opsmith.onnx._specs import ort_specs
+    relu = built["relu"]
+    copy = _opdesc.OpDescription.from_json(json.loads(json.dumps(_opdesc.get(relu.name).to_json())))
+    want = ort_specs([relu])
+    assert ort_specs([copy]) == want and ort_specs(["ortlib::relu"]) == want
+
+    class Named:
+        name = "ortlib::relu"
+    assert ort_specs(Named()) == want
+    with pytest.raises(opsmith.SpecError, match="no opsmith op 'ortlib::nope' is registered"):
+        ort_specs(["ortlib::nope"])
+    shaped = opsmith.custom_op("ortlib::shaped", schema="(Tensor x) -> Tensor",
+                               out=opsmith.Out(shape=lambda x: (2,), zeros=True), cpu=lambda x: x.new_zeros(2))
+    with pytest.raises(opsmith.SpecError, match="output 0 is allocated like argument 0, shape from a Python "
+                                                "function, zeros; the ORT op allocates outputs like an input"):
+        ort_specs([shaped], cpu={"ortlib::shaped": "f"})
+
+
 # -- the CPU provider: ORT's Relu bit for bit, ORT's threads, the build flags ---------------------
 def _one_node(op_type: str, domain: str, elem, n_out: int = 1) -> bytes:
     """A model of one node ``domain.op_type`` over a 1-D input ``x`` of any length."""
