@@ -4,7 +4,7 @@ Enabled the way a launcher would enable it, with OPSMITH_COMPILE_CACHE=1 in the 
 (the test sets it): this script never calls opsmith before the compile. It prints one JSON
 line: torch's own counters, opsmith's compile counters, and the outputs and gradients.
 
-Usage: python compile_cache_worker.py [--width N] [--config NAME=VALUE] [--start-file PATH]
+Usage: python compile_cache_worker.py [--width N] [--config NAME=VALUE] [--start-file PATH] [--probe-only]
 """
 from __future__ import annotations
 
@@ -18,9 +18,18 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--width", type=int, default=32, help="hidden width (another width: another graph)")
 parser.add_argument("--config", action="append", default=[], help="torch._inductor.config NAME=VALUE (bool/int)")
 parser.add_argument("--start-file", help="wait until this file exists before compiling (start N at once)")
+parser.add_argument("--probe-only", action="store_true", help="only pick inductor's CPU vector ISA (its probes)")
 args = parser.parse_args()
 
 import torch  # noqa: E402
+
+if args.probe_only:
+    import torch._inductor.compile_fx  # noqa: F401  (what a first compile imports: the hook enables here)
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    import opsmith.compile_cache as cc
+    print(json.dumps({"enabled": cc.is_enabled(), "isa": str(pick_vec_isa()), "opsmith": cc.stats()}), flush=True)
+    sys.exit(0)
 
 for item in args.config:
     name, _, value = item.partition("=")

@@ -55,7 +55,11 @@ def _finish(proc: subprocess.Popen, check: bool = True) -> tuple[dict | None, st
     if check:
         assert proc.returncode == 0, err[-4000:]
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    return (json.loads(lines[-1]) if lines else None), err
+    r = json.loads(lines[-1]) if lines else None
+    assert r is None or r["enabled"], (
+        "OPSMITH_COMPILE_CACHE=1 did not enable the compile cache: is opsmith's `torch.backends` entry "
+        "point installed? Run `pip install -e .` (scripts/setup.sh does).")
+    return r, err
 
 
 def _run(tmp: Path, name: str, *args: str, check: bool = True, **extra: str) -> tuple[dict | None, str]:
@@ -143,7 +147,9 @@ def test_the_environment_variable_imports_nothing_until_the_first_compile(tmp_pa
     out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path, "imp"), capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['opsmith.compile_cache', 'opsmith.compile_cache._autoload']"
+    assert out.stdout.strip() == "['opsmith.compile_cache', 'opsmith.compile_cache._autoload']", (
+        "expected opsmith's autoload hook and nothing of inductor (is opsmith's `torch.backends` entry "
+        "point installed? `pip install -e .`)")
 
 
 # -- one process publishes, another loads ---------------------------------------------------------
@@ -221,6 +227,25 @@ def test_processes_at_once_on_a_cold_cluster_compile_each_graph_once(shared, tmp
     assert sum(_cpp(r, "compiles") for r in results) == _cpp(shared["a"], "compiles")
     for r in results:
         _same_outputs(shared["a"], r)
+
+
+def test_a_new_machine_takes_inductors_isa_probe_libraries_from_the_cache(tmp_path):
+    """inductor compiles a small library per vector ISA to probe the CPU (seconds); a machine
+    with an empty inductor cache takes them from opsmith's and only loads them (the probe)."""
+    a, _ = _run(tmp_path, "P", "--probe-only", TORCHINDUCTOR_VEC_ISA_OK="", TMPDIR=_fresh(tmp_path / "tmp-a"))
+    probes = a["opsmith"].get("isa-probe", {})
+    if not probes.get("misses"):
+        pytest.skip(f"inductor probed no vector ISA on this CPU ({a['isa']})")
+    assert probes["compiles"] == probes["puts"] >= 1
+    b, _ = _run(tmp_path, "Q", "--probe-only", TORCHINDUCTOR_VEC_ISA_OK="", TMPDIR=_fresh(tmp_path / "tmp-b"),
+                OPSMITH_CACHE_DIR=os.fspath(tmp_path / "P-opsmith"))
+    assert b["isa"] == a["isa"]
+    assert b["opsmith"]["isa-probe"]["compiles"] == 0 and b["opsmith"]["isa-probe"]["hits"] == probes["puts"]
+
+
+def _fresh(path: Path) -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    return os.fspath(path)
 
 
 # -- must-hit and bundles -------------------------------------------------------------------------

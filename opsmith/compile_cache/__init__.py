@@ -59,7 +59,8 @@ def enable(cache_dir: str | os.PathLike | None = None) -> None:
         from opsmith.compile_cache._kernels import KernelCache
         owner = CompileCache(open_cache(cache_dir), settings.compile_cache_wait)
         kernels = KernelCache(owner)
-        tp.install(owner.backend_for, kernels.compile, _compile_graph(owner), owner.leases.release_thread)
+        tp.install(owner.backend_for, kernels.compile, _compile_graph(owner), owner.leases.release_thread,
+                   kernels.build_probe)
         _state.update(owner=owner, kernels=kernels)
         import atexit
         atexit.register(owner.leases.release_all)

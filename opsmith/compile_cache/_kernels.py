@@ -18,7 +18,9 @@ Precompiled headers (``.gch``/``.pch``, built before each kernel, ~100 MB, machi
 opsmith's rule) are deferred: built only when a kernel of this process actually compiles.
 A kernel whose binary comes from the store never needs one (``-include`` falls back to the
 header itself when the precompiled one is absent, so a skipped one never breaks a compile).
-The machine's own probes (inductor's ISA checks) are not compiled here and stay local.
+inductor's probes of the CPU's vector ISAs (each compiles a small library, then loads it in a
+child process) take their library from the store the same way; the loading, which is what
+tests this CPU, still runs here.
 """
 from __future__ import annotations
 
@@ -130,6 +132,27 @@ class KernelCache:
                                        meta={"artifact": "cpp-kernel", "torch": version,
                                              "inductor_name": os.path.basename(target)})
             counters.add("cpp-kernel", "puts")
+        return None
+
+    def build_probe(self, original_build, builder) -> None:
+        """A build inside inductor's ISA probe: its library from the store when there (the
+        probe then loads it on this machine, as always), else built and published."""
+        target = builder.get_target_file_path()
+        key = binary_key([builder])
+        entry = self.owner.cache.store.get(key)
+        if entry is not None:
+            _install(entry.file("binary"), target)
+            self.owner.counters.add("isa-probe", "hits")
+            return None
+        self.owner.counters.add("isa-probe", "misses")
+        original_build(builder)
+        self.owner.counters.add("isa-probe", "compiles")
+        if os.path.exists(target):
+            version, _ = torch_identity()
+            self.owner.cache.store.put(key, {"binary": target}, kind="torch-compile",
+                                       name=f"isa-probe {os.path.basename(target)[:24]}",
+                                       meta={"artifact": "isa-probe", "torch": version})
+            self.owner.counters.add("isa-probe", "puts")
         return None
 
     def _build_pending_headers(self, builders) -> None:

@@ -15,6 +15,9 @@ torch gives the compile caches no public backend interface. What it has:
   - ``torch._inductor.codecache._worker_compile_cpp(lock_path, cpp_builders)``: where every
     C++ kernel (and precompiled header) of inductor's CPU code cache is compiled; its
     builders' ``get_command_line()`` and ``get_target_file_path()``;
+  - ``torch._inductor.cpu_vec_isa.VecISA.check_build`` and ``CppBuilder.build``: inductor's
+    probes of the CPU's vector ISAs compile a small library each (seconds on a new machine);
+    builds inside a probe go through opsmith's store too (the probe still loads it here);
   - ``torch._inductor.compile_fx.fx_codegen_and_compile``: inductor's compile of one FX graph,
     called only on a cache miss (or bypass), for must-hit mode and for releasing a lease;
   - ``torch._dynamo.callback.on_compile_end``: runs when a compile (or a lazy backward
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -77,11 +81,13 @@ def installed() -> bool:
 
 
 def install(backend_for: Callable[[str], Callable[[], Any]], compile_cpp: Callable,
-            compile_graph: Callable, on_compile_end: Callable[[], None]) -> None:
+            compile_graph: Callable, on_compile_end: Callable[[], None],
+            build_probe: Callable | None = None) -> None:
     """Point inductor's caches at opsmith.
 
     ``backend_for(artifact)`` returns what torch calls with no argument to make a backend;
     ``compile_cpp(original, lock_path, builders)`` replaces ``_worker_compile_cpp``;
+    ``build_probe(original_build, builder)`` runs the builds of inductor's ISA probes;
     ``compile_graph(original, *args, **kwargs)`` wraps ``fx_codegen_and_compile``;
     ``on_compile_end()`` runs at the end of each compile.
     """
@@ -103,6 +109,8 @@ def install(backend_for: Callable[[str], Callable[[], Any]], compile_cpp: Callab
     def _worker_compile_cpp(lock_path, cpp_builders):
         return compile_cpp(original_cpp, lock_path, cpp_builders)
     cc._worker_compile_cpp = _worker_compile_cpp
+    if build_probe is not None:
+        _install_probe_hook(build_probe)
     cf = _module("torch._inductor.compile_fx")
     original_fx = cf.fx_codegen_and_compile
     _saved[("torch._inductor.compile_fx", "fx_codegen_and_compile")] = original_fx
@@ -115,12 +123,41 @@ def install(backend_for: Callable[[str], Callable[[], Any]], compile_cpp: Callab
     _callbacks.append(cb)
 
 
+_probing = threading.local()
+
+
+def _install_probe_hook(build_probe: Callable) -> None:
+    isa = _module("torch._inductor.cpu_vec_isa")
+    cb = _module("torch._inductor.cpp_builder")
+    original_check = isa.VecISA.check_build
+    original_build = cb.CppBuilder.build
+    _saved[("torch._inductor.cpu_vec_isa:VecISA", "check_build")] = original_check
+    _saved[("torch._inductor.cpp_builder:CppBuilder", "build")] = original_build
+
+    def check_build(self, code):
+        _probing.on = True
+        try:
+            return original_check(self, code)
+        finally:
+            _probing.on = False
+
+    def build(self):
+        if getattr(_probing, "on", False):
+            return build_probe(original_build, self)
+        return original_build(self)
+    isa.VecISA.check_build = check_build
+    cb.CppBuilder.build = build
+
+
 def uninstall() -> None:
     """Put back everything :func:`install` changed."""
     rc = _module("torch._inductor.remote_cache")
     for (where, attr), value in list(_saved.items()):
         if attr == "backend_override_cls":
             setattr(getattr(rc, where.rpartition(".")[2]), attr, value)
+        elif ":" in where:  # a method of a class
+            mod, _, cls = where.partition(":")
+            setattr(getattr(_module(mod), cls), attr, value)
         else:
             setattr(_module(where), attr, value)
     _saved.clear()
@@ -164,6 +201,10 @@ def problems() -> list[str]:
     need("torch._inductor.cpp_builder.CppBuilder.get_command_line() and get_target_file_path()",
          lambda: all(callable(getattr(_module("torch._inductor.cpp_builder").CppBuilder, m, None))
                      for m in ("get_command_line", "get_target_file_path")))
+    need("torch._inductor.cpu_vec_isa.VecISA.check_build(code), calling CppBuilder.build()",
+         lambda: _params(_module("torch._inductor.cpu_vec_isa").VecISA.check_build) == ["self", "code"]
+         and ".build()" in inspect.getsource(_module("torch._inductor.cpu_vec_isa").VecISA.check_build)
+         and _params(_module("torch._inductor.cpp_builder").CppBuilder.build) == ["self"])
     need("torch._inductor.compile_fx.fx_codegen_and_compile(gm, example_inputs, ...)",
          lambda: _params(_module("torch._inductor.compile_fx").fx_codegen_and_compile)[:2] == ["gm", "example_inputs"])
     need("torch._inductor.compile_fx calls fx_codegen_and_compile by its module-level name",
