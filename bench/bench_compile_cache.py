@@ -253,7 +253,7 @@ def main() -> None:
         "new_node_compiles": results["new_node"]["inductor"].get("fxgraph_cache_miss", 0),
         "same_loss": results["new_node"]["loss"] == results["cold_opsmith"]["loss"],
         "shared_tier": "redis" if use_redis else "bundle",
-        "torch_private_problems": tp.problems(),
+        "torch_private_problems": tp.problems() + tp.probe_hook_problems(),
     }
     print(f"new node: {new:.2f} s to the first step (target <= {TARGET_NEW_NODE_S} s: "
           f"{'met' if summary['meets_new_node_target'] else 'NOT met'}); cold {cold:.2f} s ({cold / new:.1f}x); "

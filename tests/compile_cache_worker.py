@@ -21,10 +21,10 @@ parser.add_argument("--start-file", help="wait until this file exists before com
 parser.add_argument("--probe-only", action="store_true", help="only pick inductor's CPU vector ISA (its probes)")
 args = parser.parse_args()
 
-import torch  # noqa: E402
+import torch
 
 if args.probe_only:
-    import torch._inductor.compile_fx  # noqa: F401  (what a first compile imports: the hook enables here)
+    import torch._inductor.compile_fx
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     import opsmith.compile_cache as cc
@@ -51,9 +51,9 @@ y = compiled(x)
 y.sum().backward()
 seconds = time.perf_counter() - t0
 
-from torch._dynamo.utils import counters  # noqa: E402
+from torch._dynamo.utils import counters
 
-import opsmith.compile_cache as cc  # noqa: E402  (only to read its counters)
+import opsmith.compile_cache as cc
 
 print(json.dumps({
     "seconds": seconds,

@@ -9,6 +9,7 @@ graph inductor compiled) and opsmith's C++ kernel counter.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -126,13 +127,15 @@ def test_the_private_torch_names_it_relies_on_are_as_expected(monkeypatch):
     """Fails loudly (naming each one) when a torch release moves or reshapes a hook."""
     from opsmith.compile_cache import _torch_private as tp
     assert tp.problems() == []
-    import torch._inductor.codecache as codecache
+    assert tp.probe_hook_problems() == []
+    from torch._inductor import codecache
     monkeypatch.setattr(codecache, "_worker_compile_cpp", lambda lock_path: None)
     assert any("_worker_compile_cpp" in p for p in tp.problems())
 
 
 def test_enable_refuses_a_torch_without_the_hooks(monkeypatch):
-    import torch._inductor.compile_fx as compile_fx
+    from torch._inductor import compile_fx
+
     import opsmith.compile_cache as cc
     from opsmith._errors import ConfigError
     monkeypatch.delattr(compile_fx, "fx_codegen_and_compile")
@@ -185,7 +188,7 @@ def test_a_tampered_entry_is_refused_with_a_warning_and_recompiled(shared, tmp_p
     for name in client.scan_iter(match="pub:*:entry"):
         b = unpack(client.get(name), None, signer=None, trust_unsigned=True)
         files = {n: (d[:-1] + bytes([d[-1] ^ 1]) if n in ("data", "binary") else d) for n, d in b.files.items()}
-        manifest = dict(b.manifest, files={n: {"sha256": __import__("hashlib").sha256(d).hexdigest(), "size": len(d)}
+        manifest = dict(b.manifest, files={n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}
                                            for n, d in files.items()})
         client.set(name.decode().replace("pub:", "tam:", 1), pack(b.key, manifest, files, attacker))
         copied += 1

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 
-__all__ = ["enable", "disable", "is_enabled", "stats"]
+__all__ = ["disable", "enable", "is_enabled", "stats"]
 
 log = logging.getLogger("opsmith.compile_cache")
 
@@ -59,8 +59,12 @@ def enable(cache_dir: str | os.PathLike | None = None) -> None:
         from opsmith.compile_cache._kernels import KernelCache
         owner = CompileCache(open_cache(cache_dir), settings.compile_cache_wait)
         kernels = KernelCache(owner)
+        probe_missing = tp.probe_hook_problems()
+        if probe_missing:
+            log.warning("opsmith's compile cache does not cache inductor's ISA-probe libraries with this "
+                        "torch (it lacks %s); they compile on each machine", "; ".join(probe_missing))
         tp.install(owner.backend_for, kernels.compile, _compile_graph(owner), owner.leases.release_thread,
-                   kernels.build_probe)
+                   None if probe_missing else kernels.build_probe)
         _state.update(owner=owner, kernels=kernels)
         import atexit
         atexit.register(owner.leases.release_all)

@@ -15,7 +15,7 @@ import importlib.util
 import logging
 import sys
 
-__all__ = ["autoload", "after_import"]
+__all__ = ["after_import", "autoload"]
 
 log = logging.getLogger("opsmith.compile_cache")
 

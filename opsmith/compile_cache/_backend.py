@@ -20,7 +20,7 @@ from pathlib import Path
 from opsmith._cache._keys import KeyBuilder
 from opsmith.compile_cache._torch_private import RemoteCacheBackend, torch_identity
 
-__all__ = ["CompileCache", "KIND", "entry_key"]
+__all__ = ["KIND", "CompileCache", "entry_key"]
 
 log = logging.getLogger("opsmith.compile_cache")
 

@@ -143,7 +143,7 @@ class KernelCache:
         if entry is not None:
             _install(entry.file("binary"), target)
             self.owner.counters.add("isa-probe", "hits")
-            return None
+            return
         self.owner.counters.add("isa-probe", "misses")
         original_build(builder)
         self.owner.counters.add("isa-probe", "compiles")
@@ -153,7 +153,7 @@ class KernelCache:
                                        name=f"isa-probe {os.path.basename(target)[:24]}",
                                        meta={"artifact": "isa-probe", "torch": version})
             self.owner.counters.add("isa-probe", "puts")
-        return None
+        return
 
     def _build_pending_headers(self, builders) -> None:
         """Build the deferred precompiled headers that these builders' commands include."""

@@ -29,7 +29,7 @@ log = logging.getLogger("opsmith.compile_cache")
 
 
 class _Held:
-    __slots__ = ("key", "lock", "lease", "thread")
+    __slots__ = ("key", "lease", "lock", "thread")
 
     def __init__(self, key: str, lock, lease) -> None:
         self.key, self.lock, self.lease = key, lock, lease
@@ -49,7 +49,8 @@ class Leases:
         None with the lease now held by this thread. Also returns the seconds spent waiting."""
         import filelock
         start = time.monotonic()
-        lock = filelock.FileLock(self.cache.locks.path(key), mode=0o600)
+        # not thread-local: inductor may publish (and so release) from another thread
+        lock = filelock.FileLock(self.cache.locks.path(key), mode=0o600, thread_local=False)
         try:
             lock.acquire(timeout=0.5)
         except filelock.Timeout:

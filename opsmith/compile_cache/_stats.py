@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Counters", "COUNTERS", "STATS_FILE", "read", "rows"]
+__all__ = ["COUNTERS", "STATS_FILE", "Counters", "read", "rows"]
 
 STATS_FILE = "compile-stats.json"
 COUNTERS = ("hits", "misses", "puts", "waited", "compiles", "wait_seconds")

@@ -23,8 +23,9 @@ torch gives the compile caches no public backend interface. What it has:
   - ``torch._dynamo.callback.on_compile_end``: runs when a compile (or a lazy backward
     compile) ends.
 
-:func:`problems` checks all of them (tests/test_compile_cache.py fails loudly when a torch
-release renames or reshapes one); :func:`install` and :func:`uninstall` are the only code
+:func:`problems` and :func:`probe_hook_problems` check all of them (tests/test_compile_cache.py
+fails loudly when a torch release renames or reshapes one; without the probe hook the cache
+still works, the probes compile on each machine); :func:`install` and :func:`uninstall` are the only code
 that writes into torch.
 """
 from __future__ import annotations
@@ -35,8 +36,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CACHE_CLASSES", "counters", "install", "uninstall", "installed", "problems",
-           "RemoteCacheBackend", "torch_identity"]
+__all__ = [
+    "CACHE_CLASSES",
+    "RemoteCacheBackend",
+    "counters",
+    "install",
+    "installed",
+    "probe_hook_problems",
+    "problems",
+    "torch_identity",
+    "uninstall",
+]
 
 log = logging.getLogger("opsmith.compile_cache")
 
@@ -53,7 +63,7 @@ _SWITCHES = (
     ("torch._functorch.config", "enable_remote_autograd_cache"),
 )
 
-from torch._inductor.remote_cache import RemoteCacheBackend  # noqa: E402  (private module)
+from torch._inductor.remote_cache import RemoteCacheBackend
 
 _saved: dict[tuple[str, str], Any] = {}
 _callbacks: list[Callable] = []
@@ -174,8 +184,25 @@ def _params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
+def probe_hook_problems() -> list[str]:
+    """What this torch lacks for caching the ISA probes' libraries (optional: without it the
+    probes compile on each machine, as without opsmith)."""
+    out: list[str] = []
+    try:
+        isa = _module("torch._inductor.cpu_vec_isa")
+        ok = (_params(isa.VecISA.check_build) == ["self", "code"]
+              and ".build()" in inspect.getsource(isa.VecISA.check_build)
+              and _params(_module("torch._inductor.cpp_builder").CppBuilder.build) == ["self"])
+    except Exception as exc:
+        ok, out = False, [f"({type(exc).__name__}: {exc})"]
+    if not ok:
+        out.insert(0, "torch._inductor.cpu_vec_isa.VecISA.check_build(code), calling CppBuilder.build()")
+    return out
+
+
 def problems() -> list[str]:
-    """What this torch lacks of the names above (empty when every one is as expected)."""
+    """What this torch lacks of the names above that the compile cache cannot do without
+    (empty when every one is as expected); see also :func:`probe_hook_problems`."""
     out: list[str] = []
 
     def need(what: str, ok: Callable[[], bool]) -> None:
@@ -201,10 +228,6 @@ def problems() -> list[str]:
     need("torch._inductor.cpp_builder.CppBuilder.get_command_line() and get_target_file_path()",
          lambda: all(callable(getattr(_module("torch._inductor.cpp_builder").CppBuilder, m, None))
                      for m in ("get_command_line", "get_target_file_path")))
-    need("torch._inductor.cpu_vec_isa.VecISA.check_build(code), calling CppBuilder.build()",
-         lambda: _params(_module("torch._inductor.cpu_vec_isa").VecISA.check_build) == ["self", "code"]
-         and ".build()" in inspect.getsource(_module("torch._inductor.cpu_vec_isa").VecISA.check_build)
-         and _params(_module("torch._inductor.cpp_builder").CppBuilder.build) == ["self"])
     need("torch._inductor.compile_fx.fx_codegen_and_compile(gm, example_inputs, ...)",
          lambda: _params(_module("torch._inductor.compile_fx").fx_codegen_and_compile)[:2] == ["gm", "example_inputs"])
     need("torch._inductor.compile_fx calls fx_codegen_and_compile by its module-level name",
