@@ -144,6 +144,20 @@ def test_enable_refuses_a_torch_without_the_hooks(monkeypatch):
     assert not cc.is_enabled()
 
 
+def test_a_compile_worker_process_gets_opsmiths_backends_not_torchs_redis(tmp_path):
+    """A process that imports inductor's cache classes without compiling (inductor's compile
+    workers read autotuning results there) has them pointed at opsmith, never at torch's own
+    Redis backend."""
+    code = ("import sys, torch, torch._inductor.remote_cache as rc\n"
+            "print([getattr(getattr(rc, c).backend_override_cls, '__name__', None) for c in "
+            "('RemoteFxGraphCache', 'RemoteAOTAutogradCache', 'RemoteAutotuneCache')], "
+            "'torch._inductor.compile_fx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path, "wrk"), capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['OpsmithBackend', 'OpsmithBackend', 'OpsmithBackend'] False"
+
+
 def test_the_environment_variable_imports_nothing_until_the_first_compile(tmp_path):
     code = ("import sys, torch\n"
             "print(sorted(m for m in sys.modules if m.startswith(('torch._inductor', 'opsmith.compile_cache'))))")

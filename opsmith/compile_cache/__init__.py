@@ -30,7 +30,7 @@ __all__ = ["disable", "enable", "is_enabled", "stats"]
 log = logging.getLogger("opsmith.compile_cache")
 
 _state: dict[str, object] = {}
-_mutex = threading.Lock()
+_mutex = threading.RLock()  # enable() may import the module whose import hook calls enable_backends()
 
 
 def enable(cache_dir: str | os.PathLike | None = None) -> None:
@@ -42,11 +42,9 @@ def enable(cache_dir: str | os.PathLike | None = None) -> None:
     opsmith.ConfigError
         When this torch lacks a hook the compile cache needs (the message names it).
     """
-    from opsmith._cache._open import open_cache
-    from opsmith._config import settings
     from opsmith._errors import ConfigError
     with _mutex:
-        if _state:
+        if _state.get("enabled"):
             return
         from opsmith.compile_cache import _torch_private as tp
         missing = tp.problems()
@@ -55,9 +53,8 @@ def enable(cache_dir: str | os.PathLike | None = None) -> None:
             raise ConfigError(f"opsmith's compile cache cannot hook into torch {torch.__version__}: it "
                               f"lacks {'; '.join(missing)}. Use a torch version listed in "
                               f"docs/compile_cache.md, or unset OPSMITH_COMPILE_CACHE.")
-        from opsmith.compile_cache._backend import CompileCache
         from opsmith.compile_cache._kernels import KernelCache
-        owner = CompileCache(open_cache(cache_dir), settings.compile_cache_wait)
+        owner = _owner(cache_dir)
         kernels = KernelCache(owner)
         probe_missing = tp.probe_hook_problems()
         if probe_missing:
@@ -65,10 +62,37 @@ def enable(cache_dir: str | os.PathLike | None = None) -> None:
                         "torch (it lacks %s); they compile on each machine", "; ".join(probe_missing))
         tp.install(owner.backend_for, kernels.compile, _compile_graph(owner), owner.leases.release_thread,
                    None if probe_missing else kernels.build_probe)
-        _state.update(owner=owner, kernels=kernels)
-        import atexit
-        atexit.register(owner.leases.release_all)
+        _state.update(kernels=kernels, enabled=True)
+        # inductor's compile worker processes read autotuning results: they inherit this and
+        # point their cache backends at opsmith too (opsmith.compile_cache._autoload)
+        os.environ["OPSMITH_COMPILE_CACHE"] = "1"
     log.info("torch.compile's caches go through opsmith's cache at %s", owner.cache.root)
+
+
+def _owner(cache_dir: str | os.PathLike | None = None):
+    """The process's :class:`~._backend.CompileCache` (made once; the caller holds ``_mutex``)."""
+    owner = _state.get("owner")
+    if owner is not None and cache_dir is not None and \
+            os.path.abspath(os.fspath(cache_dir)) != os.fspath(owner.cache.root):
+        from opsmith._errors import ConfigError
+        raise ConfigError(f"opsmith's compile cache already uses {owner.cache.root} in this process; call "
+                          f"opsmith.compile_cache.disable() before enabling it on {cache_dir}")
+    if owner is None:
+        import atexit
+
+        from opsmith._cache._open import open_cache
+        from opsmith._config import settings
+        from opsmith.compile_cache._backend import CompileCache
+        owner = _state["owner"] = CompileCache(open_cache(cache_dir), settings.compile_cache_wait)
+        atexit.register(owner.leases.release_all)
+    return owner
+
+
+def enable_backends() -> None:
+    """Only inductor's cache backends (a compile worker process: it never compiles a graph)."""
+    with _mutex:
+        from opsmith.compile_cache import _torch_private as tp
+        tp.install_backends(_owner().backend_for)
 
 
 def disable() -> None:
@@ -86,7 +110,7 @@ def disable() -> None:
 
 def is_enabled() -> bool:
     """True between :func:`enable` and :func:`disable`."""
-    return bool(_state)
+    return bool(_state.get("enabled"))
 
 
 def stats() -> dict[str, dict[str, float]]:

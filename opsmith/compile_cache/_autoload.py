@@ -6,7 +6,9 @@ turns it off). opsmith declares :func:`autoload` there (pyproject.toml). It read
 and, when the compile cache is asked for, arranges for :func:`opsmith.compile_cache.enable`
 to run right after ``torch._inductor.compile_fx`` is first imported, which is the first
 ``torch.compile`` that reaches inductor: a process that imports torch and never compiles
-imports nothing more (inductor's modules cost ~2 s to import).
+imports nothing more (inductor's modules cost ~2 s to import). Right after
+``torch._inductor.remote_cache`` is imported (before, in the same compile), the cache classes'
+backends are pointed at opsmith: that is all a compile worker process needs.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ __all__ = ["after_import", "autoload"]
 log = logging.getLogger("opsmith.compile_cache")
 
 TRIGGER = "torch._inductor.compile_fx"
+BACKENDS = "torch._inductor.remote_cache"
 
 
 def autoload() -> None:
@@ -32,12 +35,25 @@ def autoload() -> None:
         log.warning("%s; opsmith's compile cache stays off", exc)
         return
     if wanted:
+        after_import(BACKENDS, _enable_backends)
         after_import(TRIGGER, _enable)
 
 
 def _enable() -> None:
     from opsmith import compile_cache
     compile_cache.enable()
+
+
+def _enable_backends() -> None:
+    """inductor's cache classes point at opsmith as soon as they exist: in a compile worker
+    process (which reads autotuning results and never imports compile_fx) too, so that no
+    process of the job falls back on torch's own Redis backend (unsigned, localhost:6379)."""
+    try:
+        from opsmith import compile_cache
+        compile_cache.enable_backends()
+    except Exception as exc:  # never break an import of torch's: the parent process still checks
+        log.warning("opsmith's compile cache could not point inductor's cache backends at opsmith "
+                    "here (%s: %s)", type(exc).__name__, exc)
 
 
 class _Loader(importlib.abc.Loader):

@@ -87,7 +87,7 @@ def torch_identity() -> tuple[str, str]:
 
 
 def installed() -> bool:
-    return bool(_saved)
+    return bool(_hooked)
 
 
 def install(backend_for: Callable[[str], Callable[[], Any]], compile_cpp: Callable,
@@ -101,13 +101,10 @@ def install(backend_for: Callable[[str], Callable[[], Any]], compile_cpp: Callab
     ``compile_graph(original, *args, **kwargs)`` wraps ``fx_codegen_and_compile``;
     ``on_compile_end()`` runs at the end of each compile.
     """
-    if _saved:
+    if _hooked:
         return
-    rc = _module("torch._inductor.remote_cache")
-    for cls_name, artifact in CACHE_CLASSES.items():
-        cls = getattr(rc, cls_name)
-        _saved[(cls.__module__ + "." + cls_name, "backend_override_cls")] = cls.backend_override_cls
-        cls.backend_override_cls = backend_for(artifact)
+    install_backends(backend_for)
+    _hooked.append(True)
     for mod, attr in _SWITCHES:
         m = _module(mod)
         _saved[(mod, attr)] = getattr(m, attr)
@@ -134,6 +131,20 @@ def install(backend_for: Callable[[str], Callable[[], Any]], compile_cpp: Callab
 
 
 _probing = threading.local()
+_hooked: list[bool] = []
+
+
+def install_backends(backend_for: Callable[[str], Callable[[], Any]]) -> None:
+    """Only the backends of inductor's cache classes (what a compile worker process needs: it
+    reads autotuning results, and must never fall back on torch's own, unsigned Redis backend)."""
+    rc = _module("torch._inductor.remote_cache")
+    for cls_name, artifact in CACHE_CLASSES.items():
+        key = (f"torch._inductor.remote_cache.{cls_name}", "backend_override_cls")
+        if key in _saved:
+            continue
+        cls = getattr(rc, cls_name)
+        _saved[key] = cls.backend_override_cls
+        cls.backend_override_cls = backend_for(artifact)
 
 
 def _install_probe_hook(build_probe: Callable) -> None:
@@ -171,6 +182,7 @@ def uninstall() -> None:
         else:
             setattr(_module(where), attr, value)
     _saved.clear()
+    _hooked.clear()
     from torch._dynamo.callback import callback_handler
     while _callbacks:
         cb = _callbacks.pop()
