@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Sequence
 
-from opsmith import _opdesc
+from opsmith._opdesc import register as register_description
 from opsmith._errors import OpsmithError, SpecError
 from opsmith._torch import _opschema
 from opsmith._torch._op_args import (_config_of, _first_dtype, _kernel_list, _new_config, _out_list, _split_name,
@@ -123,7 +123,7 @@ def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kern
         existing = _OPS.get(qualname)
         if existing is not None:
             if existing._fingerprint == fp:
-                _opdesc.register(describe_op(existing))  # the same definition: the same description
+                register_description(describe_op(existing))  # the same definition: the same description
                 return existing
             what = "its schema" if existing.schema.text != parsed.text else "its implementation"
             raise OpsmithError(
@@ -141,7 +141,7 @@ def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kern
         if cpu is not None:
             op.register_kernel("cpu", cpu)
         _OPS[qualname] = op
-        _opdesc.register(describe_op(op))  # what the other targets (opsmith.onnx) read
+        register_description(describe_op(op))  # what the other targets (opsmith.onnx) read
         return op
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from opsmith import _opdesc
+from opsmith._opdesc import OpDescription, all_descriptions, get
 from opsmith._errors import SpecError
 from opsmith._record import Record
 
@@ -45,22 +45,22 @@ class OrtOpSpec(Record):
     _defaults = {"cpu": None, "items_per_thread": 1}
 
 
-def descriptions(ops: Any = None) -> list[_opdesc.OpDescription]:
+def descriptions(ops: Any = None) -> list[OpDescription]:
     """The descriptions of ``ops``: None (every op registered in this process), one op or a
     list; an op is anything with a ``.name`` (an ``opsmith.custom_op`` op), a name
     (``"mylib::relu"``) or an :class:`~opsmith._opdesc.OpDescription`."""
     if ops is None:
-        return _opdesc.all_descriptions()
-    if isinstance(ops, (str, _opdesc.OpDescription)) or hasattr(ops, "name"):
+        return all_descriptions()
+    if isinstance(ops, (str, OpDescription)) or hasattr(ops, "name"):
         ops = [ops]
     out = []
     for o in ops:
-        if isinstance(o, _opdesc.OpDescription):
+        if isinstance(o, OpDescription):
             out.append(o)
         elif isinstance(o, str):
-            out.append(_opdesc.get(o))
+            out.append(get(o))
         elif isinstance(getattr(o, "name", None), str):
-            out.append(_opdesc.get(o.name))
+            out.append(get(o.name))
         else:
             raise SpecError(f"ops= takes opsmith.custom_op ops or their names, got {o!r}")
     return out
@@ -81,7 +81,7 @@ def _items_per_thread(table: Mapping[str, int] | None, name: str) -> int:
     return value
 
 
-def _binding(desc: _opdesc.OpDescription) -> list[str]:
+def _binding(desc: OpDescription) -> list[str]:
     """The description's binding in the library's words: argument k is input k (every argument
     of an ORT op is a tensor input)."""
     return [f"in{b[3:]}" if b.startswith("arg") else b for b in desc.binding]
