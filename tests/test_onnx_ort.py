@@ -353,6 +353,18 @@ def test_specs_come_from_op_descriptions_alone(built):
         ort_specs([shaped], cpu={"ortlib::shaped": "f"})
 
 
+def test_export_of_every_op_skips_descriptions_torch_does_not_have(built, monkeypatch):
+    """A description with no torch op in this process (read from a package) is no node to emit."""
+    from opsmith import _opdesc
+    monkeypatch.setattr(_opdesc, "_REGISTRY", dict(_opdesc._REGISTRY))
+    alone = _opdesc.get("ortlib::relu")._replace(name="ortlib::described_only")
+    _opdesc.register(alone)
+    table = opsmith.onnx.translation_table()  # no error for the op torch lacks
+    assert built["relu"].default in table
+    with pytest.raises(opsmith.SpecError, match="torch has no torch.ops.ortlib.described_only"):
+        opsmith.onnx.translation_table([alone])
+
+
 # -- the CPU provider: ORT's Relu bit for bit, ORT's threads, the build flags ---------------------
 def _one_node(op_type: str, domain: str, elem, n_out: int = 1) -> bytes:
     """A model of one node ``domain.op_type`` over a 1-D input ``x`` of any length."""

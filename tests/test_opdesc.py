@@ -56,7 +56,13 @@ def test_from_json_refuses_another_version_format_or_a_missing_field():
         OpDescription.from_json(broken)
 
 
-def test_registry_replaces_a_description_of_the_same_name():
+@pytest.fixture
+def own_registry(monkeypatch):
+    """Descriptions registered here stay out of the process-wide registry other tests read."""
+    monkeypatch.setattr(_opdesc, "_REGISTRY", dict(_opdesc._REGISTRY))
+
+
+def test_registry_replaces_a_description_of_the_same_name(own_registry):
     first = _sample(name="desc::reg")
     _opdesc.register(first)
     assert _opdesc.get("desc::reg") is first

@@ -19,15 +19,26 @@ _ONNX_TYPES = ("tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfl
                "tensor(int16)", "tensor(int32)", "tensor(int64)", "tensor(uint8)", "tensor(bool)")
 
 
-def _overload(desc):
-    """``torch.ops.<namespace>.<name>.default``: the op torch traces (defined by the torch target)."""
+def _overload(desc, required: bool = True):
+    """``torch.ops.<namespace>.<name>.default``: the op torch traces (defined by the torch target);
+    None when torch has no such op and ``required`` is False."""
     import torch
     try:
         return getattr(getattr(torch.ops, desc.namespace), desc.op_name).default
     except (AttributeError, RuntimeError):
+        if not required:
+            return None
         raise SpecError(f"op {desc.name} is described but torch has no torch.ops.{desc.namespace}."
                         f"{desc.op_name}: define it with opsmith.custom_op in this process before "
                         f"exporting") from None
+
+
+def _exported(ops) -> list:
+    """The descriptions of ``ops``; for None, those of every op torch has in this process (a
+    description without a torch op, e.g. one read from a package, cannot be in a traced model)."""
+    if ops is None:
+        return [d for d in descriptions(None) if _overload(d, required=False) is not None]
+    return descriptions(ops)
 
 
 def translation_table(ops=None) -> dict:
@@ -35,7 +46,7 @@ def translation_table(ops=None) -> dict:
     op's ``OpOverload`` -> an onnxscript function emitting ``<namespace>.<name>`` (opset 1)."""
     import onnxscript
     table = {}
-    for d in descriptions(ops):
+    for d in _exported(ops):
         opset = onnxscript.values.Opset(d.namespace, 1)
         table[_overload(d)] = _emitter(opset, _onnx_schema(d), d.op_name, d.returns)
     return table
@@ -73,7 +84,7 @@ def register_symbolics(ops=None) -> None:
     if not hasattr(torch.onnx, "register_custom_op_symbolic"):
         raise OpsmithError(f"torch {torch.__version__} has no TorchScript ONNX exporter "
                            f"(torch.onnx.register_custom_op_symbolic); export with dynamo=True")
-    for d in descriptions(ops):
+    for d in _exported(ops):
         if d.name in _SYMBOLICS:
             continue
 
@@ -103,7 +114,7 @@ def export(model, args: tuple, f: str | os.PathLike | None = None, *, ops=None, 
     >>> opsmith.onnx.export(model, (x,), "model.onnx")               # doctest: +SKIP
     """
     import torch
-    chosen = descriptions(ops)
+    chosen = _exported(ops)
     if dynamo:
         table = dict(kwargs.pop("custom_translation_table", None) or {})
         table.update(translation_table(chosen))
