@@ -37,6 +37,9 @@ def enable(cache_dir: str | os.PathLike | None = None) -> None:
     """Send ``torch.compile``'s caches through opsmith's cache (at ``cache_dir``, default the
     opsmith cache directory) from the next compile on. Calling it again does nothing.
 
+    It also sets ``OPSMITH_COMPILE_CACHE=1`` in ``os.environ`` (until :func:`disable`), so that
+    inductor's compile worker processes started later use opsmith's backends too.
+
     Raises
     ------
     opsmith.ConfigError
@@ -62,9 +65,9 @@ def enable(cache_dir: str | os.PathLike | None = None) -> None:
                         "torch (it lacks %s); they compile on each machine", "; ".join(probe_missing))
         tp.install(owner.backend_for, kernels.compile, _compile_graph(owner), owner.leases.release_thread,
                    None if probe_missing else kernels.build_probe)
-        _state.update(kernels=kernels, enabled=True)
         # inductor's compile worker processes read autotuning results: they inherit this and
         # point their cache backends at opsmith too (opsmith.compile_cache._autoload)
+        _state.update(kernels=kernels, enabled=True, env=os.environ.get("OPSMITH_COMPILE_CACHE"))
         os.environ["OPSMITH_COMPILE_CACHE"] = "1"
     log.info("torch.compile's caches go through opsmith's cache at %s", owner.cache.root)
 
@@ -99,6 +102,11 @@ def disable() -> None:
     """Give torch's caches back to torch (what :func:`enable` changed is restored)."""
     with _mutex:
         owner = _state.pop("owner", None)
+        if _state.get("enabled"):
+            if _state.get("env") is None:
+                os.environ.pop("OPSMITH_COMPILE_CACHE", None)
+            else:
+                os.environ["OPSMITH_COMPILE_CACHE"] = _state["env"]
         _state.clear()
         if owner is None:
             return
@@ -126,13 +134,13 @@ def _compile_graph(owner):
         from opsmith._config import settings
         miss = owner.last_graph_miss()
         owner.forget_graph_miss()
-        if settings.must_hit:
-            from opsmith._cache._tiered import check_must_hit
-            if miss is not None:
-                check_must_hit(miss[0], f"torch.compile would compile the FX graph {miss[1]}")
-            check_must_hit("(none)", "torch.compile would compile an FX graph that inductor does not "
-                           "cache", "inductor bypassed its cache for this graph, so it has no key")
         try:
+            if settings.must_hit:
+                from opsmith._cache._tiered import check_must_hit
+                if miss is not None:
+                    check_must_hit(miss[0], f"torch.compile would compile the FX graph {miss[1]}")
+                check_must_hit("(none)", "torch.compile would compile an FX graph that inductor does not "
+                               "cache", "inductor bypassed its cache for this graph, so it has no key")
             result = original(*args, **kwargs)
         except BaseException:
             if miss is not None:
