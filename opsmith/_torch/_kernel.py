@@ -19,7 +19,7 @@ import operator
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opsmith._runtime import _signature as sig
 from opsmith._errors import LaunchError
@@ -27,8 +27,6 @@ from opsmith._runtime._launch_config import KernelAttributes, LaunchConfig, ex_c
 from opsmith._torch._kernel_launcher import build_launcher, checked_align
 from opsmith._torch._kernel_checks import (_MISSING, ArgChecks, _current_device, _is_tensor, _no_cuda_torch, _stream_handle)
 
-if TYPE_CHECKING:  # pragma: no cover
-    from opsmith._torch._cuda_module import CudaModule
 
 __all__ = ["Kernel"]
 
@@ -73,7 +71,7 @@ class Kernel(ArgChecks):
     >>> k.launch_n(n, x, y, n)                   # block size by occupancy  # doctest: +SKIP
     """
 
-    def __init__(self, module: CudaModule, signature: sig.KernelSignature) -> None:
+    def __init__(self, module: Any, signature: sig.KernelSignature) -> None:  # module: its CudaModule
         self.module = module
         self.signature = signature
         self.name = signature.name
