@@ -39,8 +39,8 @@ _LAZY = {
     "CudaBinary": "opsmith._build._nvrtc",
     "compile_many": "opsmith._build._many",
     # --- end NVRTC kernels ---
-    "export_c": "opsmith._build._export_c",
-    "CExport": "opsmith._build._export_c",
+    "export_c": "opsmith.export_c",  # the package, which is also callable as the function
+    "CExport": "opsmith.export_c",
     # kernels and extension functions as torch ops (issue 12)
     "custom_op": "opsmith._torch._ops",
     "CustomOp": "opsmith._torch._ops",

@@ -22,19 +22,23 @@ RULES = [
     ("opsmith._cache", ("opsmith._build", "opsmith._toolchain", "opsmith._torch", "opsmith._runtime",
                         "opsmith.ops", "opsmith.onnx", "opsmith.setuptools", "torch"),
      "the cache knows no compiler and no torch"),
-    ("opsmith._runtime", ("opsmith._build", "opsmith._toolchain", "opsmith.ops"), "the runtime never compiles"),
+    ("opsmith._runtime", ("opsmith._build", "opsmith._toolchain", "opsmith.ops", "opsmith.export_c", "opsmith.onnx"),
+     "the runtime never compiles, and the core knows no target"),
     ("opsmith._toolchain", ("opsmith._build", "opsmith._torch", "opsmith._runtime", "opsmith.ops"),
      "the toolchain knows neither build, torch integration nor runtime"),
-    ("opsmith._build", ("opsmith._torch", "opsmith.ops", "opsmith.setuptools"),
-     "the build engine and its profiles know no torch integration"),
+    ("opsmith._build", ("opsmith._torch", "opsmith.ops", "opsmith.setuptools", "opsmith.export_c", "opsmith.onnx"),
+     "the build engine and its profiles know no torch integration and no target"),
     ("opsmith._spec", ("opsmith._build", "opsmith._torch", "opsmith._runtime", "opsmith._cache"),
      "a spec is a value: it builds and loads nothing"),
     ("opsmith.compile_cache", ("opsmith._torch", "opsmith._build", "opsmith._toolchain", "opsmith._runtime",
-                               "opsmith.ops", "opsmith.onnx", "opsmith.setuptools"),
+                               "opsmith.ops", "opsmith.onnx", "opsmith.export_c", "opsmith.setuptools"),
      "a target uses the core (cache, config, errors), never another target"),
     ("opsmith.onnx", ("opsmith._torch", "opsmith.ops", "opsmith.export_c", "opsmith.compile_cache",
                       "opsmith.setuptools", "opsmith.cli"),
      "the ONNX Runtime target reads op descriptions (opsmith._opdesc) and the core, never another target"),
+    ("opsmith.export_c", ("opsmith._torch", "opsmith.ops", "opsmith.onnx", "opsmith._onnx", "opsmith.compile_cache",
+                          "opsmith.setuptools", "opsmith.cli"),
+     "the export-c target uses the core (launch unit, launch core, engine), never another target"),
 ]
 
 
@@ -106,7 +110,7 @@ def test_the_rules_catch_an_arrow(tmp_path):
     assert "opsmith._build._nvrtc" in imports
 
 
-@pytest.mark.parametrize("pkg", ["_cache", "_toolchain", "_build", "_runtime", "_torch"])
+@pytest.mark.parametrize("pkg", ["_cache", "_toolchain", "_build", "_runtime", "_torch", "export_c"])
 def test_each_package_says_what_it_owns(pkg):
     assert ast.get_docstring(ast.parse((PKG / pkg / "__init__.py").read_text()))
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import Mapping, Sequence
 
 from opsmith._errors import SpecError
 from opsmith._record import Record

@@ -15,10 +15,11 @@ __all__ = ["build_parser", "main"]
 
 
 def _command(module: str, name: str):
-    """The function ``name`` of the command module ``opsmith.cli.<module>``, imported when run."""
+    """The function ``name`` of a command module, imported when run: ``opsmith.cli.<module>``, or
+    a target's own command module named in full (``"opsmith.export_c._cli"``)."""
     def run(args):
         import importlib
-        return getattr(importlib.import_module(f"opsmith.cli.{module}"), name)(args)
+        return getattr(importlib.import_module(module if "." in module else f"opsmith.cli.{module}"), name)(args)
     return run
 
 
@@ -140,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-D", "--define", action="append", metavar="NAME=VALUE", help="macro for NVRTC")
     p.add_argument("--option", action="append", metavar="OPT", help="extra NVRTC option, e.g. --option=-lineinfo")
     p.add_argument("--json", action="store_true", help="print the files, kernels and times as JSON")
-    p.set_defaults(func=_command("_cmd_export_c", "_export_c"))
+    p.set_defaults(func=_command("opsmith.export_c._cli", "run"))
 
     p = sub.add_parser("settings", help="every setting: its value, and the variable it comes from")
     p.add_argument("--markdown", action="store_true", help="print docs/settings.md")

@@ -1,13 +1,12 @@
 """The launch code of an ONNX Runtime library's CUDA kernels: C sources and headers to build with it.
 
-Per CUDA module: its kernels compiled by NVRTC for every arch (cached), embedded in a C unit
-whose typed launch functions open the driver at run time and launch on a given stream.
+Per CUDA module: a launch unit of the core (:mod:`opsmith._build._launch_unit`): its kernels
+compiled by NVRTC for every arch (cached), embedded in the launch core's C, whose typed launch
+functions open the driver at run time and launch on a given stream.
 """
 from __future__ import annotations
 
 import re
-import tempfile
-from pathlib import Path
 from typing import Mapping, Sequence
 
 from opsmith._record import Record
@@ -31,20 +30,19 @@ def _ident(s: str) -> str:
 def launch_code(kernels_by_module: Mapping[int, Sequence[str]], cuda_sources: Sequence[dict], name: str,
                 archs: Sequence[str] | None) -> LaunchCode:
     """The launch code of ``kernels_by_module`` (module index -> kernel name expressions)."""
-    from opsmith._build._export_c import export_c
+    from opsmith._build._launch_unit import build_launch_unit
     files: dict[str, str] = {}
     units, headers, launchers = [], [], {}
     last_error = None
-    with tempfile.TemporaryDirectory(prefix="opsmith-ort-") as tmp:
-        for m, kernels in sorted(kernels_by_module.items()):
-            prefix = f"{name}_k{m}"
-            res = export_c(**{"out_dir": tmp, "prefix": prefix, "archs": archs, **cuda_sources[m],
-                              "kernels": [f"{_ident(k)}={k}" for k in kernels]})
-            launchers.update({k: res.kernels[k] for k in kernels})
-            for path in (Path(res.header), Path(res.source)):
-                files[path.name] = path.read_text()
-            units.append(Path(res.source).name)
-            headers.append(Path(res.header).name)
-            last_error = last_error or f"opsmith_{prefix}_last_error"
+    for m, kernels in sorted(kernels_by_module.items()):
+        prefix = f"{name}_k{m}"
+        unit = build_launch_unit(**{"prefix": prefix, "archs": archs, "tool": "opsmith.onnx", **cuda_sources[m],
+                                    "kernels": [f"{_ident(k)}={k}" for k in kernels]})
+        launchers.update({k: unit.code.launchers[k] for k in kernels})
+        files[f"{prefix}.h"] = unit.code.header
+        files[f"{prefix}.c"] = unit.code.source
+        units.append(f"{prefix}.c")
+        headers.append(f"{prefix}.h")
+        last_error = last_error or unit.code.last_error
     return LaunchCode(files=files, units=tuple(units), headers=tuple(headers), launchers=launchers,
                       last_error=last_error)

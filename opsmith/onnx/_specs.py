@@ -88,7 +88,7 @@ def _binding(desc: OpDescription) -> list[str]:
 
 
 def _cuda_variants(desc, where: str, items_per_thread, sources: list, source_index: dict) -> list[OrtVariant]:
-    from opsmith._build._export_c import _c_param as c_param  # moves to the launch core
+    from opsmith._runtime._launch_gen import c_param
     from opsmith._runtime._signature import KernelSignature
     if desc.launch_rule and desc.name not in (items_per_thread or {}):
         raise SpecError(f"{where}: launch= is a Python rule; the ORT op launches elementwise (256 "
@@ -119,7 +119,7 @@ def _cuda_variants(desc, where: str, items_per_thread, sources: list, source_ind
 
 
 def _cpu_variants(desc, where: str, cpu: Mapping[str, str], dtypes: Mapping[str, Sequence[str]]) -> list[OrtVariant]:
-    from opsmith._build._export_c import _BY_DTYPE as C_TYPES  # moves to the launch core
+    from opsmith._runtime._launch_gen import C_TYPES
     if desc.name not in cpu:
         raise SpecError(f"{where}: the op has no opsmith kernel (its CUDA implementation is a Python "
                         f"function), so the library needs a CPU function for it: cpu={{'{desc.name}': "

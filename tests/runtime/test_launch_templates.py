@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from opsmith._errors import SpecError
-from opsmith._runtime._launch_gen import (TEMPLATES, LaunchKernel, c_param, fill, fill_sections, generate,
-                                          template_text)
+from opsmith._runtime._launch_gen import TEMPLATES, LaunchKernel, c_param, fill, fill_sections, generate, template_text
 from opsmith._runtime._signature import KernelSignature
 
 REPO = Path(__file__).resolve().parent.parent.parent

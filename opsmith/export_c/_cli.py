@@ -1,12 +1,18 @@
-"""`opsmith export-c`: CUDA kernels to a C library with the code inside (no Python at run time)."""
+"""`opsmith export-c`: CUDA kernels to a C library with the code inside (no Python at run time).
+
+The argparse wiring lives in :mod:`opsmith.cli`, which calls :func:`run` with the parsed arguments.
+"""
 from __future__ import annotations
 
 import json
 import os
 
+__all__ = ["run"]
 
-def _export_c(args) -> int:
-    from opsmith._build._export_c import export_c
+
+def run(args) -> int:
+    """Export as the command line asks, then print what was written (``--json``: as JSON)."""
+    from opsmith.export_c._export import export_c
     archs = [a for item in (args.arch or ()) for a in item.replace(",", " ").split()] or None
     res = export_c(list(args.sources), args.kernel or None, out_dir=args.out, prefix=args.prefix, archs=archs,
                    ptx=args.ptx, library=args.library, cc=args.cc, include_paths=args.include or (),
