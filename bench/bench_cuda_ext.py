@@ -104,7 +104,7 @@ print("RESULT", json.dumps({"load_s": t1 - t0, "correct": ok, **extra}))
 NVCC_TIME = r'''
 import json, os, subprocess, sys, tempfile
 import opsmith
-from opsmith._build._engine import _Toolchain, _plan
+from opsmith._build._plan import Toolchain as _Toolchain, plan as _plan
 from opsmith._spec import ExtensionSpec
 from opsmith._cache._open import open_store
 spec = ExtensionSpec.from_inline("relu_ext", os.environ["BENCH_CPP"], os.environ["BENCH_CU"],

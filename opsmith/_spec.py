@@ -10,10 +10,14 @@ from typing import Literal
 from opsmith._record import Record
 from opsmith._errors import SpecError
 
-__all__ = ["Source", "ExtensionSpec", "CUDA_SUFFIXES", "CXX_SUFFIXES", "MODULE_NAME", "torch_includes"]
+__all__ = ["Source", "ExtensionSpec", "CUDA_SUFFIXES", "CXX_SUFFIXES", "C_SUFFIXES", "MODULE_NAME",
+           "torch_includes"]
 
 CUDA_SUFFIXES = (".cu", ".cuh")
-CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C", ".c")
+CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C")
+# C sources: compiled as C by targets that say so (a plain library), as C++ by torch
+# extensions (torch's builder hands them to its C++ compiler). Case matters: ".C" is C++.
+C_SUFFIXES = (".c",)
 Kind = Literal["module", "library", "executable"]
 _FILE_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
@@ -41,7 +45,8 @@ class Source(Record):
 
     ``path`` is the file compiled (absolute) for sources on disk; inline sources have
     ``path=None`` and are written to ``filename`` in the build directory. ``display`` is how
-    errors name it; ``text`` is its bytes, read once.
+    errors name it; ``text`` is its bytes, read once; ``lang`` is ``"c++"``, ``"c"`` or
+    ``"cuda"`` (from the file's suffix).
     """
 
     __slots__ = ('display', 'text', 'lang', 'path', 'filename')
@@ -169,7 +174,7 @@ class ExtensionSpec(Record):
                 hint = " (it is a directory)" if os.path.isdir(path) else ""
                 raise SpecError(f"source file {os.fspath(item)!r} does not exist{hint} "
                                 f"(looked at {path})")
-            lang = "cuda" if path.endswith(CUDA_SUFFIXES) else "c++"
+            lang = "cuda" if path.endswith(CUDA_SUFFIXES) else "c" if path.endswith(C_SUFFIXES) else "c++"
             try:
                 with open(path, "rb") as f:
                     text = f.read()

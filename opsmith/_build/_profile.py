@@ -23,12 +23,19 @@ class Profile:
 
     name = "?"
     uses_torch = False  # True: the engine resolves torch (its fingerprint is in the keys)
+    # True: ``.c`` sources are compiled as C++ (the C++ compiler, cxx_flags, ``-x c++``), as
+    # torch's extension builder does; False: by the C compiler with c_flags.
+    c_as_cxx = False
 
     def key_parts(self, spec, tc) -> list[str]:
         """Identities the outputs depend on beyond the compiler and the flags."""
         return []
 
     def cxx_flags(self, spec, tc) -> list[str]:
+        raise NotImplementedError
+
+    def c_flags(self, spec, tc) -> list[str]:
+        """Flags of ``.c`` units compiled as C (unless ``c_as_cxx``)."""
         raise NotImplementedError
 
     def cuda_flags(self, spec, tc) -> list[str]:

@@ -1,7 +1,10 @@
 """The ``shared-library`` profile: a C/C++/CUDA shared library (or executable) with no torch.
 
-No torch header, define or library; no Python. CUDA sources are compiled by nvcc for the
-archs of ``TORCH_CUDA_ARCH_LIST`` (or the visible GPUs) and linked against the CUDA runtime.
+No torch header, define or library; no Python. ``.c`` sources are compiled as C by the C
+compiler (``CC``, else the C++ compiler's C sibling: see ``_toolchain/_cc.py``), so their
+functions keep their C names; C++ sources by the C++ compiler. CUDA sources are compiled by
+nvcc for the archs of ``TORCH_CUDA_ARCH_LIST`` (or the visible GPUs) and linked against the
+CUDA runtime. A ``-std=`` in ``extra_cflags`` goes to the language it names only.
 Used by :func:`build_shared_library` and by targets that are not torch extensions (an ONNX
 Runtime op library, exported C launchers).
 """
@@ -11,7 +14,17 @@ from opsmith._build._profile import Profile
 from opsmith._config import settings
 from opsmith._toolchain._nvcc import has_ccbin
 
-__all__ = ["SharedLibrary", "build_shared_library"]
+__all__ = ["SharedLibrary", "build_shared_library", "C_STD"]
+
+# C units' standard unless extra_cflags name one: the default of gcc 8-14 and clang 11+, pinned
+# so that gcc 15 (gnu23: `bool` a keyword, `f()` a prototype) compiles the same code; GNU, not
+# strict c17, so that POSIX declarations stay visible as they are in C++ (g++ defines _GNU_SOURCE).
+C_STD = "-std=gnu17"
+
+
+def _is_std(flag: str, cxx: bool) -> bool:
+    """Is ``flag`` a ``-std=`` of C++ (``cxx``) or of C?"""
+    return flag.startswith(("-std=", "--std=")) and ("++" in flag) == cxx
 
 
 class SharedLibrary(Profile):
@@ -21,14 +34,22 @@ class SharedLibrary(Profile):
         return ["shared-library/1"]
 
     def cxx_flags(self, spec, tc) -> list[str]:
+        return self._host_flags(spec, tc, [f for f in spec.extra_cflags if not _is_std(f, cxx=False)])
+
+    def c_flags(self, spec, tc) -> list[str]:
+        user = [f for f in spec.extra_cflags if not _is_std(f, cxx=True)]
+        std = [] if any(_is_std(f, cxx=False) for f in user) else [C_STD]
+        return self._host_flags(spec, tc, std + user)
+
+    def _host_flags(self, spec, tc, user: list[str]) -> list[str]:
         flags = [f"-I{p}" for p in spec.extra_include_paths]
         if spec.with_cuda:
             for inc in tc.nvcc.include_dirs:
                 flags += ["-isystem", inc]
         flags += ["-fPIC"]
-        if not any(f.startswith("-O") for f in spec.extra_cflags) and settings.opt_level:
+        if not any(f.startswith("-O") for f in user) and settings.opt_level:
             flags.append(settings.opt_level)
-        return flags + list(spec.extra_cflags)
+        return flags + user
 
     def cuda_flags(self, spec, tc) -> list[str]:
         from opsmith._toolchain import _archs

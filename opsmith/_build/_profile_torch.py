@@ -23,6 +23,10 @@ __all__ = ["TorchExtension", "MODULE_NAME"]
 class TorchExtension(Profile):
     name = "torch-extension"
     uses_torch = True
+    # torch's builder gives every source but .cu to its C++ compiler with its C++ flags, and
+    # g++ (its default, `c++`) compiles a .c as C++: a drop-in does the same. The engine adds
+    # `-x c++`, which clang++ needs to do so without a deprecation warning.
+    c_as_cxx = True
 
     def key_parts(self, spec, tc) -> list[str]:
         return [f"torch={tc.torch.fingerprint}", f"python={python_abi()}"]

@@ -32,7 +32,7 @@ _PROBE_FORMAT = 4  # 4: system_dirs is None (probed by search_dirs when a build 
 
 
 class Compiler(Record):
-    """A C++ compiler: where it is, what it is, and a fingerprint of its identity."""
+    """A C or C++ compiler: where it is, what it is, and a fingerprint of its identity."""
 
     __slots__ = ('path', 'family', 'version', 'target', 'fingerprint', 'system_dirs')
 
@@ -183,9 +183,10 @@ def _run_probe(path: str) -> Compiler:
     return Compiler(path, family, version, target, fp, None)
 
 
-def search_dirs(comp: Compiler, state=None) -> tuple[str, ...]:
-    """The compiler's ``#include <...>`` search list (memoized in-process and on disk)."""
-    if comp.system_dirs is not None:
+def search_dirs(comp: Compiler, state=None, lang: str = "c++") -> tuple[str, ...]:
+    """The compiler's ``#include <...>`` search list for ``lang`` (``"c++"`` or ``"c"``;
+    memoized in-process and on disk)."""
+    if comp.system_dirs is not None and lang == "c++":
         return comp.system_dirs
     try:
         st = os.stat(comp.path)
@@ -193,19 +194,21 @@ def search_dirs(comp: Compiler, state=None) -> tuple[str, ...]:
         raise ToolchainError(f"the compiler {comp.path} cannot be read. Reinstall it or set CXX.") from None
     ident = KeyBuilder("compiler-dirs").str("path", comp.path).str("real", os.path.realpath(comp.path)).str(
         "stat", repr(stamp_of(st))).str("fingerprint", comp.fingerprint).hexdigest()
-    return _search_dirs_cached(comp.path, ident, state)
+    if lang != "c++":  # the C++ list keeps its record id (machines' state files stay valid)
+        ident = KeyBuilder("compiler-dirs-lang").str("ident", ident).str("lang", lang).hexdigest()
+    return _search_dirs_cached(comp.path, ident, state, lang)
 
 
 @functools.cache
-def _search_dirs_cached(path: str, ident: str, state) -> tuple[str, ...]:
-    return tuple(memo(state, _RECORD_NS, "cxx-dirs-" + ident, lambda: _probe_search_dirs(path),
+def _search_dirs_cached(path: str, ident: str, state, lang: str = "c++") -> tuple[str, ...]:
+    return tuple(memo(state, _RECORD_NS, "cxx-dirs-" + ident, lambda: _probe_search_dirs(path, lang),
                       valid=lambda d: isinstance(d, list) and all(isinstance(x, str) for x in d)))
 
 
-def _probe_search_dirs(path: str) -> list[str]:
+def _probe_search_dirs(path: str, lang: str = "c++") -> list[str]:
     env = dict(os.environ, LC_ALL="C")
     try:
-        search = subprocess.run([path, "-E", "-x", "c++", "-", "-v"], input="", capture_output=True,
+        search = subprocess.run([path, "-E", "-x", lang, "-", "-v"], input="", capture_output=True,
                                 text=True, env=env, timeout=60, check=False).stderr
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"the compiler {path} could not be run ({exc}). Reinstall it or set "
