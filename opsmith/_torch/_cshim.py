@@ -2,11 +2,20 @@
 
 torch >= 2.8 exports plain C functions to register a boxed kernel
 (``aoti_torch_library_init_impl``, ``aoti_torch_library_impl``) and to work on tensors
-(``aoti_torch_empty_strided``, ``aoti_torch_get_data_ptr``, ...). The library of
-:mod:`opsmith._torch._cshim_source`, built once through the shared-library profile with no
-torch header and no link against torch or libcuda, receives their addresses (and the driver's
-``cuLaunchKernel``) from Python and registers, per op, a kernel that checks the inputs,
+(``aoti_torch_empty_strided``, ``aoti_torch_get_data_ptr``, ...). The library's C++ is a real
+file, ``opsmith/_torch/cshim/osm_cshim.cpp`` (package data; :mod:`opsmith._torch._cshim_source`
+reads it and the limits and function order it declares). Built once through the shared-library
+profile with no torch header and no link against torch or libcuda, it receives their addresses
+(and the driver's) from Python and registers, per op, a kernel that checks the inputs,
 allocates the outputs and launches on the current stream with no Python on the call path.
+
+How launch code is shared: C libraries that run without Python (export-c, the ONNX Runtime
+library) open the driver themselves through the C launch core in ``opsmith/_runtime/launch/``.
+Code hosted by Python opens it once, through :mod:`opsmith._runtime._driver`: ``Kernel`` calls
+its ctypes functions, the C launcher ``_claunch`` receives ``cuLaunchKernelEx``'s address from
+it, and this library receives ``cuLaunchKernel`` and the context functions from it (and each
+kernel's function and primary context from the kernel's own loader), so a process that uses
+torch has one driver handle and one set of primary contexts.
 
 It serves ops that fit: every argument a Tensor, every output ``Out()``/``Out(like=...)``
 (no shape, dtype or zeros rule), the default elementwise launch rule, and kernels whose
@@ -42,13 +51,13 @@ def _torch_lib(name: str):
 
 def _symbols(cuda: bool) -> dict[str, int] | None:
     """The shim's function addresses, or None when this torch lacks one of them."""
-    from opsmith._torch import _cshim_source as src
+    from opsmith._torch import _cshim_source
     cpu = _torch_lib("libtorch_cpu.so")
     libs = [cpu] + ([_torch_lib("libtorch_cuda.so")] if cuda else [])
     if any(lib is None for lib in libs):
         return None
     out: dict[str, int] = {}
-    for name in src.API_NAMES:
+    for name in _cshim_source.read().api_names:
         if name.startswith("cu"):
             continue
         if name == "aoti_torch_get_current_cuda_stream" and not cuda:
@@ -89,14 +98,13 @@ def library():
 
 def build() -> str:
     """Build (or find in the cache) the library; returns its path."""
-    import tempfile
-    from pathlib import Path
+    from importlib import resources
 
     from opsmith._build._profile_shared import build_shared_library
-    from opsmith._torch import _cshim_source as src
-    with tempfile.TemporaryDirectory(prefix="opsmith-cshim-") as tmp:
-        path = Path(tmp) / "opsmith_cshim.cpp"
-        path.write_text(src.SOURCE)
+    from opsmith._torch import _cshim_source
+    _cshim_source.read()  # a clear error when the packaged source is missing
+    source = resources.files(_cshim_source.PACKAGE).joinpath(_cshim_source.RESOURCE)
+    with resources.as_file(source) as path:  # the file itself; a temporary copy only from a zip
         art = build_shared_library("opsmith_cshim", [str(path)], with_cuda=False,
                                    extra_cflags=["-std=c++17", "-fvisibility=hidden"])
     return str(art.path)
@@ -109,11 +117,13 @@ def load(path: str, launch=None, ctx_fns=None):
     CPU-only machine pass ctypes callbacks, on a copy of the library of its own); by default
     they come from libcuda.
     """
-    from opsmith._torch import _cshim_source as src
+    from opsmith._torch import _cshim_source
+    api_names = _cshim_source.read().api_names
     lib = ctypes.CDLL(path)
-    if lib.osm_abi() != 1:
-        raise OpsmithError(f"the C-shim op library at {path} is of another version; clear the cache "
-                           f"(opsmith cache clear)")
+    if lib.osm_abi() != 1 or lib.osm_api_count() != len(api_names):
+        raise OpsmithError(f"the C-shim op library at {path} is of another version than "
+                           f"{_cshim_source.RESOURCE} ({lib.osm_api_count()} API functions, "
+                           f"{len(api_names)} expected); clear the cache (opsmith cache clear)")
     cuda = launch is None
     syms = _symbols(cuda)
     if syms is None:
@@ -129,7 +139,7 @@ def load(path: str, launch=None, ctx_fns=None):
         syms["cuLaunchKernel"] = ctypes.cast(launch, ctypes.c_void_p).value
         for name, fn in zip(("cuCtxGetDevice", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"), ctx_fns or ()):
             syms[name] = ctypes.cast(fn, ctypes.c_void_p).value
-    table = (ctypes.c_void_p * len(src.API_NAMES))(*[syms.get(n) or None for n in src.API_NAMES])
+    table = (ctypes.c_void_p * len(api_names))(*[syms.get(n) or None for n in api_names])
     lib.osm_init(table)
     lib.osm_describe.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                  ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int),
@@ -145,19 +155,20 @@ def load(path: str, launch=None, ctx_fns=None):
 
 def fits(op, kernels, binding: list[str], launch) -> str | None:
     """None when ``op`` can be served by the C kernel, else why not (logged, not raised)."""
-    from opsmith._torch import _cshim_source as src
+    from opsmith._torch import _cshim_source
+    src = _cshim_source.read()
     s = op.schema
     if launch is not None:
         return "it has a launch rule"
     if not all(t == "Tensor" for t in s.arg_types):
         return "an argument is not a Tensor"
-    if len(s.arg_names) > src.MAX_TENSORS or s.returns > src.MAX_TENSORS or len(kernels) > src.MAX_KERNELS:
+    if len(s.arg_names) > src.max_tensors or s.returns > src.max_tensors or len(kernels) > src.max_kernels:
         return "too many tensors or kernels"
     for o in op.outs:
         if o.shape is not None or o.dtype is not None or o.zeros:
             return "an output has a shape, dtype or zeros rule"
     for k in kernels:
-        if len(k.params) > src.MAX_PARAMS:
+        if len(k.params) > src.max_params:
             return "too many kernel parameters"
         for p, b in zip(k.params, binding):
             if p.kind == "tensor":

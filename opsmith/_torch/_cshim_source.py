@@ -1,314 +1,79 @@
-"""The C++ source of the C-shim op library (see :mod:`opsmith._torch._cshim`).
+"""The C-shim op library's source (see :mod:`opsmith._torch._cshim`) and what Python reads from it.
 
-One library serves every op of a process: it holds ``MAX_OPS`` op slots, each with its own
-boxed kernel (torch's boxed-kernel signature passes no user data, so slot ``i`` has its own
-function ``osm_boxed_i``). It includes no torch and no CUDA header and links against neither:
-the torch shim functions (``aoti_torch_*``) and the driver entry points arrive as addresses in
-:c:func:`osm_init`, resolved by Python from the libraries torch and ctypes already loaded. C++
-only for ``std::runtime_error``: torch's stable ABI reports a failed check the same way (an
-exception through the boxed kernel, a ``RuntimeError`` in Python).
+The source is a real C++ file, ``opsmith/_torch/cshim/osm_cshim.cpp``, shipped as package data
+and read through :mod:`importlib.resources`. It is the one place that says how many op slots,
+kernels, parameters, devices and tensors the library holds (``#define OSM_MAX_*``) and in which
+order :c:func:`osm_init` takes the torch shim and driver functions (the ``OSM_API`` list):
+:func:`read` parses both from the file, so Python's checks and the function table it passes
+cannot disagree with the compiled library.
+
+Examples
+--------
+>>> from opsmith._torch import _cshim_source
+>>> src = _cshim_source.read()
+>>> src.max_ops, src.api_names[0]
+(64, 'aoti_torch_library_init_impl')
 """
 from __future__ import annotations
 
-__all__ = ["SOURCE", "MAX_OPS", "MAX_KERNELS", "MAX_PARAMS", "MAX_DEVICES", "MAX_TENSORS", "API_NAMES"]
+import dataclasses
+import functools
+import re
+from importlib import resources
 
-MAX_OPS = 64
-MAX_KERNELS = 8
-MAX_PARAMS = 24
-MAX_DEVICES = 16
-MAX_TENSORS = 16  # inputs and outputs of one op, each
+from opsmith._errors import OpsmithError
 
-# the order of the function table osm_init receives (None allowed for the CUDA-only entries on CPU ops)
-API_NAMES = (
-    "aoti_torch_library_init_impl", "aoti_torch_library_impl", "aoti_torch_get_data_ptr",
-    "aoti_torch_get_numel", "aoti_torch_get_dim", "aoti_torch_get_sizes", "aoti_torch_get_dtype",
-    "aoti_torch_get_device_type", "aoti_torch_get_device_index", "aoti_torch_is_contiguous",
-    "aoti_torch_empty_strided", "aoti_torch_copy_", "aoti_torch_delete_tensor_object",
-    "aoti_torch_get_current_cuda_stream", "cuLaunchKernel", "cuCtxGetDevice", "cuCtxPushCurrent_v2",
-    "cuCtxPopCurrent_v2",
-)
+__all__ = ["CShimSource", "read", "parse", "PACKAGE", "RESOURCE"]
 
-SOURCE = r"""// opsmith C-shim op library: boxed torch kernels that launch NVRTC kernels; generated, do not edit.
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-#include <stdexcept>
-#include <string>
+#: Where the source lies: ``importlib.resources.files(PACKAGE).joinpath(RESOURCE)``.
+PACKAGE, RESOURCE = "opsmith._torch", "cshim/osm_cshim.cpp"
+_LIMIT = re.compile(r"^#define OSM_MAX_(OPS|KERNELS|PARAMS|DEVICES|TENSORS)\s+(\d+)\b", re.MULTILINE)
+_API_BLOCK = re.compile(r"^#define OSM_API\(X\)((?:.*\\\n)*.*)$", re.MULTILINE)
+_API_ENTRY = re.compile(r"\bX\(\s*\w+\s*,\s*(\w+)\s*,")
 
-#define OSM_MAX_OPS %(MAX_OPS)d
-#define OSM_MAX_KERNELS %(MAX_KERNELS)d
-#define OSM_MAX_PARAMS %(MAX_PARAMS)d
-#define OSM_MAX_DEVICES %(MAX_DEVICES)d
-#define OSM_MAX_TENSORS %(MAX_TENSORS)d
-#define OSM_MAX_DIM 16
 
-typedef uint64_t SIV;   // torch's StableIValue
-typedef void *ATH;      // AtenTensorHandle: an owning at::Tensor*
-typedef int32_t ERR;    // AOTITorchError, 0 is success
-typedef void (*boxed_fn)(SIV *, uint64_t, uint64_t);
+@dataclasses.dataclass(frozen=True)
+class CShimSource:
+    """The library's C++ ``text`` and what it declares: the ``max_*`` limits and ``api_names``,
+    the symbols of the function table :c:func:`osm_init` receives, in its order."""
 
-extern "C" {
-struct osm_api {
-    ERR (*library_init_impl)(const char *, const char *, const char *, uint32_t, void **);
-    ERR (*library_impl)(void *, const char *, boxed_fn);
-    ERR (*get_data_ptr)(ATH, void **);
-    ERR (*get_numel)(ATH, int64_t *);
-    ERR (*get_dim)(ATH, int64_t *);
-    ERR (*get_sizes)(ATH, int64_t **);
-    ERR (*get_dtype)(ATH, int32_t *);
-    ERR (*get_device_type)(ATH, int32_t *);
-    ERR (*get_device_index)(ATH, int32_t *);
-    ERR (*is_contiguous)(ATH, bool *);
-    ERR (*empty_strided)(int64_t, const int64_t *, const int64_t *, int32_t, int32_t, int32_t, ATH *);
-    ERR (*copy_)(ATH, ATH, int32_t);
-    ERR (*delete_tensor)(ATH);
-    ERR (*current_cuda_stream)(int32_t, void **);
-    int (*cuLaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                          void *, void **, void **);
-    int (*cuCtxGetDevice)(int *);
-    int (*cuCtxPushCurrent)(void *);
-    int (*cuCtxPopCurrent)(void **);
-};
-}
+    text: str
+    max_ops: int
+    max_kernels: int
+    max_params: int
+    max_devices: int
+    max_tensors: int
+    api_names: tuple[str, ...]
 
-// what a kernel parameter receives
-enum { P_INPUT = 0, P_OUTPUT = 1, P_COUNT32 = 2, P_COUNT64 = 3 };
+    def __repr__(self) -> str:
+        return (f"CShimSource({RESOURCE}: max_ops={self.max_ops}, max_kernels={self.max_kernels}, "
+                f"max_params={self.max_params}, max_devices={self.max_devices}, "
+                f"max_tensors={self.max_tensors}, {len(self.api_names)} API functions)")
 
-struct osm_op {
-    char name[160];
-    int used;
-    int device_type;                      // c10::DeviceType of the key it serves (1 CUDA; 0 CPU in tests)
-    int n_args, n_outs;
-    int like[OSM_MAX_TENSORS];            // output k is like input like[k]
-    int n_params;
-    int pkind[OSM_MAX_PARAMS], pindex[OSM_MAX_PARAMS];
-    int n_kernels;
-    int32_t kdtype[OSM_MAX_KERNELS][OSM_MAX_PARAMS];  // dtype each tensor parameter takes, -1 any
-    void *fn[OSM_MAX_KERNELS][OSM_MAX_DEVICES];        // CUfunction per kernel and device
-    unsigned block[OSM_MAX_KERNELS][OSM_MAX_DEVICES];
-    void *ctx[OSM_MAX_DEVICES];                        // primary contexts
-    int (*prepare)(int op, int kernel, int device);    // Python: loads the kernel on a device
-    char error[512];                                   // prepare's message when it fails
-};
 
-static osm_api api;
-static int api_ready = 0;
-static osm_op ops[OSM_MAX_OPS];
+def _broken(what: str) -> OpsmithError:
+    return OpsmithError(f"the C-shim source {PACKAGE}/{RESOURCE} {what}; reinstall opsmith, or set "
+                        f"OPSMITH_TORCH_OP_CSHIM=0 to use the Python implementation of ops")
 
-namespace {
 
-struct Call {
-    const osm_op &op;
-    ATH in[OSM_MAX_TENSORS] = {};
-    ATH tmp[OSM_MAX_TENSORS] = {};
-    ATH out[OSM_MAX_TENSORS] = {};
-    int n_in = 0, n_out = 0;
-    int pushed = 0;
-    explicit Call(const osm_op &o) : op(o) {}
-    ~Call() {
-        void *ignored;
-        if (pushed) api.cuCtxPopCurrent(&ignored);
-        for (int i = 0; i < n_in; i++) {
-            if (in[i]) api.delete_tensor(in[i]);
-            if (tmp[i]) api.delete_tensor(tmp[i]);
-        }
-        for (int k = 0; k < n_out; k++)
-            if (out[k]) api.delete_tensor(out[k]);
-    }
-    [[noreturn]] void fail(const std::string &what) { throw std::runtime_error(std::string(op.name) + ": " + what); }
-    void check(ERR e, const char *what) {
-        if (e) fail(std::string("torch shim call ") + what + " failed");
-    }
-};
+def parse(text: str) -> CShimSource:
+    """The limits and the API order that ``text`` (the library's C++) declares."""
+    limits = {name.lower(): int(value) for name, value in _LIMIT.findall(text)}
+    missing = [n for n in ("ops", "kernels", "params", "devices", "tensors") if n not in limits]
+    if missing:
+        raise _broken(f"defines no OSM_MAX_{missing[0].upper()}")
+    block = _API_BLOCK.search(text)
+    names = tuple(_API_ENTRY.findall(block.group(1))) if block else ()
+    if not names:
+        raise _broken("has no OSM_API(X) list")
+    return CShimSource(text=text, api_names=names, **{f"max_{k}": v for k, v in limits.items()})
 
-const char *dtype_name(int32_t d) {
-    switch (d) {
-    case 0: return "uint8"; case 1: return "int8"; case 2: return "int16"; case 3: return "int32";
-    case 4: return "int64"; case 5: return "float16"; case 6: return "float32"; case 7: return "float64";
-    case 11: return "bool"; case 15: return "bfloat16";
-    default: return "another dtype";
-    }
-}
 
-void run(int slot, SIV *stack, uint64_t num_args, uint64_t num_outputs) {
-    osm_op &op = ops[slot];
-    Call c(op);
-    c.n_in = (int)num_args;
-    for (int i = 0; i < c.n_in; i++) c.in[i] = (ATH)stack[i];
-    if ((int)num_args != op.n_args || (int)num_outputs != op.n_outs) c.fail("stack does not match the schema");
-
-    ATH t[OSM_MAX_TENSORS];
-    int32_t dtype[OSM_MAX_TENSORS];
-    int32_t dev = 0;
-    for (int i = 0; i < c.n_in; i++) {
-        int32_t dt, di;
-        c.check(api.get_device_type(c.in[i], &dt), "get_device_type");
-        c.check(api.get_device_index(c.in[i], &di), "get_device_index");
-        c.check(api.get_dtype(c.in[i], &dtype[i]), "get_dtype");
-        if (dt != op.device_type)
-            c.fail("input " + std::to_string(i) + " is on another device type than this kernel serves");
-        if (i == 0) dev = di;
-        else if (di != dev)
-            c.fail("inputs are on different devices (input 0 on device " + std::to_string(dev) + ", input " +
-                   std::to_string(i) + " on device " + std::to_string(di) + "); move them to one device");
-        bool contiguous;
-        c.check(api.is_contiguous(c.in[i], &contiguous), "is_contiguous");
-        t[i] = c.in[i];
-        if (!contiguous) {  // the Python path calls .contiguous(): copy into a contiguous tensor
-            int64_t dim, *sizes, strides[OSM_MAX_DIM];
-            c.check(api.get_dim(c.in[i], &dim), "get_dim");
-            c.check(api.get_sizes(c.in[i], &sizes), "get_sizes");
-            if (dim > OSM_MAX_DIM) c.fail("more than 16 dimensions");
-            int64_t s = 1;
-            for (int64_t d = dim - 1; d >= 0; d--) { strides[d] = s; s *= sizes[d] > 1 ? sizes[d] : 1; }
-            c.check(api.empty_strided(dim, sizes, strides, dtype[i], dt, di, &c.tmp[i]), "empty_strided");
-            c.check(api.copy_(c.tmp[i], c.in[i], 0), "copy_");
-            t[i] = c.tmp[i];
-        }
-    }
-    if (dev < 0 || dev >= OSM_MAX_DEVICES) dev = 0;
-
-    // the kernel: the one whose tensor parameters take these dtypes
-    int kernel = -1;
-    for (int k = 0; k < op.n_kernels && kernel < 0; k++) {
-        bool ok = true;
-        for (int p = 0; p < op.n_params && ok; p++)
-            if (op.pkind[p] == P_INPUT && op.kdtype[k][p] >= 0 && op.kdtype[k][p] != dtype[op.pindex[p]]) ok = false;
-        if (ok) kernel = k;
-    }
-    if (kernel < 0) {
-        std::string got;
-        for (int i = 0; i < c.n_in; i++) got += std::string(i ? ", " : "") + dtype_name(dtype[i]);
-        c.fail("no kernel takes inputs of dtype " + got + "; pass tensors of the dtype the kernel declares");
-    }
-
-    // outputs: contiguous, shape, dtype and device of the input they are like
-    for (int k = 0; k < op.n_outs; k++) {
-        ATH like = t[op.like[k]];
-        int64_t dim, *sizes, strides[OSM_MAX_DIM];
-        c.check(api.get_dim(like, &dim), "get_dim");
-        c.check(api.get_sizes(like, &sizes), "get_sizes");
-        if (dim > OSM_MAX_DIM) c.fail("more than 16 dimensions");
-        int64_t s = 1;
-        for (int64_t d = dim - 1; d >= 0; d--) { strides[d] = s; s *= sizes[d] > 1 ? sizes[d] : 1; }
-        c.check(api.empty_strided(dim, sizes, strides, dtype[op.like[k]], op.device_type, dev, &c.out[k]),
-                "empty_strided");
-        c.n_out = k + 1;
-    }
-
-    int64_t n = 0;
-    if (op.n_outs) c.check(api.get_numel(c.out[0], &n), "get_numel");
-    if (n > 0) {
-        void *fn = op.fn[kernel][dev];
-        if (!fn) {
-            if (op.prepare(slot, kernel, dev)) c.fail(op.error);
-            fn = op.fn[kernel][dev];
-            if (!fn) c.fail("the kernel could not be loaded on this device");
-        }
-        unsigned block = op.block[kernel][dev];
-        int64_t grid = (n + block - 1) / block;
-        if (grid > 0x7fffffffLL) c.fail("too many items for a 1-D grid");
-        void *ptrs[OSM_MAX_PARAMS];
-        int32_t n32 = (int32_t)n;
-        int64_t n64 = n;
-        void *params[OSM_MAX_PARAMS];
-        for (int p = 0; p < op.n_params; p++) {
-            switch (op.pkind[p]) {
-            case P_INPUT: c.check(api.get_data_ptr(t[op.pindex[p]], &ptrs[p]), "get_data_ptr"); params[p] = &ptrs[p]; break;
-            case P_OUTPUT: c.check(api.get_data_ptr(c.out[op.pindex[p]], &ptrs[p]), "get_data_ptr"); params[p] = &ptrs[p]; break;
-            case P_COUNT32:
-                if (n > 0x7fffffffLL) c.fail(std::to_string(n) + " items do not fit the kernel's 32-bit count");
-                params[p] = &n32; break;
-            default: params[p] = &n64; break;
-            }
-        }
-        void *stream = 0;
-        if (op.device_type == 1) {
-            int cur = -1;
-            if (api.cuCtxGetDevice(&cur) != 0 || cur != dev) {  // the tensors' device, as the Python path does
-                if (api.cuCtxPushCurrent(op.ctx[dev])) c.fail("cuCtxPushCurrent failed");
-                c.pushed = 1;
-            }
-            c.check(api.current_cuda_stream(dev, &stream), "get_current_cuda_stream");  // read at every call
-        }
-        int r = api.cuLaunchKernel(fn, (unsigned)grid, 1, 1, block, 1, 1, 0, stream, params, 0);
-        if (r) c.fail("cuLaunchKernel failed with CUresult " + std::to_string(r));
-    }
-    for (int k = 0; k < op.n_outs; k++) {
-        stack[k] = (SIV)c.out[k];
-        c.out[k] = 0;  // handed to torch
-    }
-}
-
-}  // namespace
-
-#define OSM_B(i) static void osm_boxed_##i(SIV *s, uint64_t a, uint64_t o) { run(i, s, a, o); }
-#define OSM_B8(i) OSM_B(i##0) OSM_B(i##1) OSM_B(i##2) OSM_B(i##3) OSM_B(i##4) OSM_B(i##5) OSM_B(i##6) OSM_B(i##7)
-OSM_B8(0) OSM_B8(1) OSM_B8(2) OSM_B8(3) OSM_B8(4) OSM_B8(5) OSM_B8(6) OSM_B8(7)
-#define OSM_P8(i) osm_boxed_##i##0, osm_boxed_##i##1, osm_boxed_##i##2, osm_boxed_##i##3, \
-    osm_boxed_##i##4, osm_boxed_##i##5, osm_boxed_##i##6, osm_boxed_##i##7
-static const boxed_fn boxed[OSM_MAX_OPS] = {OSM_P8(0), OSM_P8(1), OSM_P8(2), OSM_P8(3),
-                                           OSM_P8(4), OSM_P8(5), OSM_P8(6), OSM_P8(7)};
-
-extern "C" {
-__attribute__((visibility("default"))) int osm_abi(void) { return 1; }
-__attribute__((visibility("default"))) int osm_max_ops(void) { return OSM_MAX_OPS; }
-
-/* The function table, in the order of API_NAMES. */
-__attribute__((visibility("default"))) void osm_init(void *const *table) {
-    memcpy((void *)&api, table, sizeof(api));
-    api_ready = 1;
-}
-
-/* Describe op `slot`. like: n_outs inputs; pkind/pindex: n_params; kdtype: n_kernels x n_params. */
-__attribute__((visibility("default"))) int osm_describe(int slot, const char *name, int device_type, int n_args,
-        int n_outs, const int *like, int n_params, const int *pkind, const int *pindex, int n_kernels,
-        const int32_t *kdtype, int (*prepare)(int, int, int)) {
-    if (slot < 0 || slot >= OSM_MAX_OPS || n_outs > OSM_MAX_TENSORS || n_args > OSM_MAX_TENSORS ||
-        n_params > OSM_MAX_PARAMS || n_kernels > OSM_MAX_KERNELS || n_kernels < 1)
-        return 1;
-    osm_op &op = ops[slot];
-    memset(&op, 0, sizeof(op));
-    snprintf(op.name, sizeof(op.name), "%%s", name);
-    op.device_type = device_type;
-    op.n_args = n_args;
-    op.n_outs = n_outs;
-    for (int k = 0; k < n_outs; k++) op.like[k] = like[k];
-    op.n_params = n_params;
-    for (int p = 0; p < n_params; p++) { op.pkind[p] = pkind[p]; op.pindex[p] = pindex[p]; }
-    op.n_kernels = n_kernels;
-    for (int k = 0; k < n_kernels; k++)
-        for (int p = 0; p < n_params; p++) op.kdtype[k][p] = kdtype[k * n_params + p];
-    op.prepare = prepare;
-    op.used = 1;
-    return 0;
-}
-
-/* The kernel's function, block size and the device's primary context (called by prepare). */
-__attribute__((visibility("default"))) int osm_set_function(int slot, int kernel, int device, void *fn,
-                                                           unsigned block, void *ctx) {
-    if (slot < 0 || slot >= OSM_MAX_OPS || kernel < 0 || kernel >= OSM_MAX_KERNELS || device < 0 ||
-        device >= OSM_MAX_DEVICES || block == 0)
-        return 1;
-    ops[slot].block[kernel][device] = block;
-    ops[slot].ctx[device] = ctx;
-    __atomic_store_n(&ops[slot].fn[kernel][device], fn, __ATOMIC_RELEASE);
-    return 0;
-}
-
-__attribute__((visibility("default"))) void osm_set_error(int slot, const char *message) {
-    if (slot >= 0 && slot < OSM_MAX_OPS) snprintf(ops[slot].error, sizeof(ops[slot].error), "%%s", message);
-}
-
-/* Register slot's boxed kernel as `ns::opname` for `key` ("CUDA"); returns the torch error code. */
-__attribute__((visibility("default"))) int osm_register(int slot, const char *ns, const char *opname,
-                                                       const char *key) {
-    if (!api_ready || slot < 0 || slot >= OSM_MAX_OPS || !ops[slot].used) return -1;
-    void *lib = 0;  // kept for the process's life: torch's registration lasts as long
-    ERR e = api.library_init_impl(ns, key, "opsmith_cshim", 0, &lib);
-    if (e) return e;
-    return api.library_impl(lib, opname, boxed[slot]);
-}
-}
-""" % {"MAX_OPS": MAX_OPS, "MAX_KERNELS": MAX_KERNELS, "MAX_PARAMS": MAX_PARAMS, "MAX_DEVICES": MAX_DEVICES,
-       "MAX_TENSORS": MAX_TENSORS}
+@functools.cache
+def read() -> CShimSource:
+    """The packaged source, read and parsed once per process."""
+    try:
+        text = resources.files(PACKAGE).joinpath(RESOURCE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _broken("is missing") from None
+    return parse(text)
