@@ -22,7 +22,9 @@ template <typename T> static void add_cpu(const T *a, const T *b, T *y, long lon
   for (long long i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 template <typename T> static void neg_cpu(const T *x, T *y, long long n, const opsmith::cpu_context &cpu) {
-  cpu.parallel_for(n, 1024, [=](long long begin, long long end) { for (long long i = begin; i < end; ++i) y[i] = -x[i]; });
+  cpu.parallel_for(n, 1024, [=](long long begin, long long end) {
+    for (long long i = begin; i < end; ++i) y[i] = -x[i];
+  });
 }
 """
 
@@ -46,10 +48,15 @@ def _compilers() -> list:
             for c in ("g++", "clang++")]
 
 
-def _compile(cxx: str, path, *extra: str) -> None:
-    proc = subprocess.run([cxx, "-std=c++17", *WARNINGS, *extra, "-c", str(path), "-o", str(path) + ".o"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{cxx} rejected {path.name}:\n{proc.stderr[-4000:]}"
+def _run(cmd: list, what: str) -> None:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{cmd[0]} rejected {what}:\n{proc.stderr[-4000:]}"
+
+
+def _compile(cxx: str, path, *extra: str) -> str:
+    obj = f"{path}.{cxx}.o"
+    _run([cxx, "-std=c++17", *WARNINGS, *extra, "-c", path, "-o", obj], path.name)
+    return obj
 
 
 def test_templates_are_package_data_read_through_importlib_resources():
@@ -107,3 +114,43 @@ def test_library_template_compiles_alone_filled_with_cpu_ops(cxx, tmp_path):
     assert not re.search(r"@[A-Z_]+@", text)
     assert '"sample", "other"' in text and "&op0_cpu, &op1_cpu" in text
     _compile(cxx, src, "-fPIC")
+
+
+# the CUDA provider's ops call the launch core's functions (opsmith/_runtime/launch/, filled here
+# with a sample kernel and a fake image: generating C is not compiling, no NVRTC or GPU needed)
+CUDA_SPEC = OrtOpSpec(domain="sample", name="relu", inputs=1, outputs=1, like=(0,), cpu="relu_cpu",
+                      items_per_thread=4,
+                      variants=(OrtVariant(dtype="float32", c_params=("const float *x", "float *y", "long long n"),
+                                           binding=("in0", "out0", "n"), kernel="relu<float>"),
+                                OrtVariant(dtype="float64", c_params=("const double *x", "double *y", "long long n"),
+                                           binding=("in0", "out0", "n"), kernel="relu<double>")))
+CUDA_CPU = "template <typename T> static void relu_cpu(const T *x, T *y, long long n) " \
+           "{ for (long long i = 0; i < n; ++i) y[i] = x[i] < T(0) ? T(0) : x[i]; }"
+
+
+@pytest.mark.parametrize("cxx", _compilers())
+def test_library_template_compiles_alone_filled_with_a_cuda_op_and_links_the_launch_core(cxx, tmp_path):
+    """The CUDA variant: the template filled with a launch unit's header compiles warning-free, and
+    linked with that unit (compiled as C) leaves no symbol undefined: C names on both sides."""
+    from opsmith._runtime._launch_gen import LaunchKernel, generate
+    from opsmith._runtime._signature import KernelSignature
+    cc = {"g++": "gcc", "clang++": "clang"}[cxx]
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} is not installed")
+    kernels = [LaunchKernel(f"relu<{t}>", f"relu_{t}", 0, KernelSignature.parse(f"relu<{t}>", f"const {t}* x, "
+                                                                                  f"{t}* y, long long n", f"sym_{t}"))
+               for t in ("float", "double")]
+    unit = generate("sample_k0", kernels, [("sm_90", "cubin")], [[b"not a cubin"]], tool="the ORT template test")
+    (tmp_path / "sample_k0.h").write_text(unit.header)
+    (tmp_path / "sample_k0.c").write_text(unit.source)
+    src = tmp_path / "sample_ort.cpp"
+    src.write_text(generate_source([CUDA_SPEC], cpu_source=CUDA_CPU, launch_headers=["sample_k0.h"],
+                                   last_error=unit.last_error, launchers=unit.launchers))
+    text = src.read_text()
+    assert '#include "sample_k0.h"' in text and "grid_for(n, 4)" in text
+    assert "opsmith_sample_k0_relu_float_launch(" in text
+    glue = _compile(cxx, src, "-fPIC", f"-I{tmp_path}")
+    launch = f"{tmp_path}/sample_k0.c.o"
+    _run([cc, "-std=gnu17", "-fPIC", "-c", tmp_path / "sample_k0.c", "-o", launch], "sample_k0.c")
+    _run([cxx, "-shared", "-Wl,--no-undefined", glue, launch, "-o", tmp_path / "libsample.so", "-ldl", "-lpthread"],
+         "the library's link")

@@ -9,7 +9,8 @@ read through :mod:`importlib.resources`. Their ``@NAME@`` placeholders: ``VERSIO
 ``KernelContext_ParallelFor``), ``INDEX_ENUM`` (the ``OrtApi`` positions), ``LAUNCH_INCLUDE``
 (the headers of the CUDA kernels' launch code), ``CPU_CONTEXT``, ``CPU_SOURCE`` (the user's CPU
 functions), ``HAVE_CUDA``, ``LAST_ERROR``, ``BLOCK``, ``OP_CODE``, ``OP_LIST``, ``DOMAIN_LIST``,
-``OP_DOMAIN``. One pass fills them, so a placeholder-like text in the user's source stays.
+``OP_DOMAIN``. One pass fills them (the launch core's ``fill``), so a placeholder-like text in
+the user's source stays.
 
 No ORT header is used: the slice of ORT's C ABI called is declared in the template (the
 ``OrtApi`` table is an array of function pointers whose *order* is the ABI); :data:`ORT_API_INDEX`
@@ -27,11 +28,12 @@ from importlib import resources
 from typing import Mapping, Sequence
 
 from opsmith._errors import SpecError
+from opsmith._runtime._launch_gen import fill
 from opsmith._version import __version__
 from opsmith.onnx._specs import ONNX_DTYPES, OrtOpSpec, validate
 
-__all__ = ["generate_source", "template_text", "ORT_API_VERSION", "ORT_API_INDEX", "PARALLEL_FOR_API_VERSION",
-           "TEMPLATES"]
+__all__ = ["generate_source", "template_text", "fill", "ORT_API_VERSION", "ORT_API_INDEX",
+           "PARALLEL_FOR_API_VERSION", "TEMPLATES"]
 
 #: The ORT C API version the library asks for and stamps its ops with (ORT 1.10).
 ORT_API_VERSION = 10
@@ -68,7 +70,6 @@ PARALLEL_FOR_API_VERSION = 17
 TEMPLATES = ("ort_library.cpp", "cpu_context.h")
 _CUDA_EP = "CUDAExecutionProvider"
 _BLOCK = 256  # threads per block of an elementwise launch (the grid covers every item once)
-_PLACEHOLDER = r"@[A-Z_]+@"
 
 
 def template_text(name: str) -> str:
@@ -76,17 +77,6 @@ def template_text(name: str) -> str:
     if name not in TEMPLATES:
         raise SpecError(f"no ONNX Runtime template {name!r}; the templates are {', '.join(TEMPLATES)}")
     return resources.files("opsmith.onnx").joinpath("templates", name).read_text(encoding="utf-8")
-
-
-def fill(text: str, values: Mapping[str, str]) -> str:
-    """``text`` with each ``@NAME@`` replaced by ``values["NAME"]``, in one pass (a placeholder
-    inside a value is left as it is); an unknown placeholder is an error naming it."""
-    def one(m: re.Match) -> str:
-        key = m.group(0)[1:-1]
-        if key not in values:
-            raise SpecError(f"template placeholder {m.group(0)} has no value (known: {', '.join(sorted(values))})")
-        return values[key]
-    return re.sub(_PLACEHOLDER, one, text)
 
 
 def _c_string(s: str) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from opsmith._opdesc import OpDescription, all_descriptions, get
 from opsmith._errors import SpecError
+from opsmith._opdesc import OpDescription, all_descriptions, get
 from opsmith._record import Record
 
 __all__ = ["OrtOpSpec", "OrtVariant", "ort_specs", "descriptions", "validate", "ONNX_DTYPES"]
