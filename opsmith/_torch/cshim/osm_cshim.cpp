@@ -158,7 +158,10 @@ void run(int slot, SIV *stack, uint64_t num_args, uint64_t num_outputs) {
             t[i] = c.tmp[i];
         }
     }
-    if (dev < 0 || dev >= OSM_MAX_DEVICES) dev = 0;
+    if (dev < 0) dev = 0;  // a CPU tensor's index is -1 (the CPU key, in tests)
+    else if (dev >= OSM_MAX_DEVICES)  // never another device's function and context
+        c.fail("cuda:" + std::to_string(dev) + " is beyond the " + std::to_string(OSM_MAX_DEVICES) +
+               " devices of the C-shim path; set OPSMITH_TORCH_OP_CSHIM=0 to use the Python implementation");
 
     // the kernel: the one whose tensor parameters take these dtypes
     int kernel = -1;
