@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
+import shutil
 import subprocess
 import sys
 import types
@@ -290,14 +292,60 @@ def test_demo_fresh_removes_its_cache(monkeypatch):
     assert not os.path.exists(seen["env"]["OPSMITH_CACHE_DIR"])
 
 
-def test_pyproject_license_is_kept_as_a_table_for_setuptools_64():
-    # The SPDX string form needs setuptools >= 77; the build requirement is setuptools>=64 and
-    # GPU machines install with --no-build-isolation (their own setuptools). See the report.
-    text = open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml")).read()
-    if 'requires = ["setuptools>=64"]' in text:
-        assert 'license = { text = "BSD-3-Clause" }' in text
-    else:
-        assert 'license = "BSD-3-Clause"' in text
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python >= 3.11's")
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)
+
+
+def test_pyproject_license_form_matches_the_build_requirement():
+    """setuptools >= 77 deprecates the ``license = {text = ...}`` table (a boxed warning at each
+    build, an error from 2027-02-18) and older ones refuse the SPDX string that replaces it: the
+    string goes with a build requirement of setuptools>=77."""
+    meta = _pyproject()
+    license_ = meta["project"]["license"]
+    assert isinstance(license_, str), f'license = "BSD-3-Clause" (an SPDX expression), not {license_!r}'
+    (req,) = [r for r in meta["build-system"]["requires"] if r.startswith("setuptools")]
+    pin = re.fullmatch(r"setuptools\s*>=\s*(\d+)(\.[\d.]+)?", req)
+    assert pin and int(pin.group(1)) >= 77, f"the SPDX license string needs setuptools>=77, not {req!r}"
+
+
+def test_building_the_metadata_prints_no_warning(tmp_path):
+    """pip's first step in setup.sh's `pip install -e .`: setuptools' metadata hook, run on a copy
+    of the project (nothing is written into the checkout)."""
+    import setuptools
+    meta = _pyproject()
+    (req,) = [r for r in meta["build-system"]["requires"] if r.startswith("setuptools")]
+    need = int(re.search(r"\d+", req).group())
+    if int(setuptools.__version__.split(".")[0]) < need:
+        pytest.skip(f"setuptools {setuptools.__version__} is older than the build requirement {req!r} "
+                    "(pip's isolated build installs a newer one)")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    project = tmp_path / "project"
+    shutil.copytree(os.path.join(root, "opsmith"), project / "opsmith",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(os.path.join(root, name), project / name)
+    (tmp_path / "out").mkdir()
+    hook = ("import sys\nfrom setuptools import build_meta\n"
+            "print(build_meta.prepare_metadata_for_build_editable(sys.argv[1]))")
+    proc = subprocess.run([sys.executable, "-W", "default", "-c", hook, str(tmp_path / "out")], cwd=project,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = proc.stdout + proc.stderr
+    warnings = [ln for ln in said.splitlines() if re.search(r"warn|deprecat", ln, re.IGNORECASE)]
+    assert not warnings, said[-3000:]
+    dist_info = proc.stdout.strip().splitlines()[-1]
+    metadata = (tmp_path / "out" / dist_info / "METADATA").read_text()
+    assert "License-Expression: BSD-3-Clause" in metadata
+    assert "Requires-Dist: numpy" in metadata  # torch warns at every import without it
+
+
+def test_numpy_is_a_dependency():
+    """torch prints "Failed to initialize NumPy: No module named 'numpy'" at import without it
+    (the first line a new user saw from `opsmith demo`), and Tensor.numpy() fails."""
+    deps = [re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in _pyproject()["project"]["dependencies"]]
+    assert "numpy" in deps, deps
 
 
 def test_readme_use_it_snippets_name_files_that_exist():

@@ -99,7 +99,7 @@ def _run_demo(env: dict, fresh: bool) -> int:
     warm = _child(env, "warm")
     what = "built" if cold["built"] else "found in the cache"
     first = ("; a first build on a machine goes without precompiled torch headers and starts "
-             "building them in the background") if cold["built"] and not fresh else ""
+             "building them in the background") if cold["built"] and not fresh and settings.pch else ""
     print(f"  CPU relu: {what} in {cold['load_s']:.2f} s (process {cold_wall:.1f} s{first})")
     note = ""
     if os.environ.get("PYTHONDONTWRITEBYTECODE") and not _bytecode_present():
