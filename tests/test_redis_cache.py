@@ -259,12 +259,19 @@ def test_tampered_entries_are_refused(tmp_path, server, caplog):
 @needs_redis
 def test_fencing_token_refuses_an_expired_builder(tmp_path, server):
     from opsmith._cache._redis import RedisRemote
-    r1 = RedisRemote(server.url, prefix="t", lease_seconds=0.2)
+    r1 = RedisRemote(server.url, prefix="t", lease_seconds=60)
     r2 = RedisRemote(server.url, prefix="t", lease_seconds=5)
     key = "f" * 32
     t1, _ = r1.try_acquire(key)
     assert t1 and r2.try_acquire(key)[0] == 0      # held
-    time.sleep(0.35)                                # r1's lease expires (it did not renew)
+    # r1's lease expires (it did not renew): its TTL cut to 1 ms by hand, not slept for, so that
+    # a busy machine cannot let it expire before the check above
+    lease = f"t:{{{key}}}:lease"
+    assert server.client().pexpire(lease, 1)
+    deadline = time.monotonic() + 30
+    while server.client().exists(lease):
+        assert time.monotonic() < deadline, "redis did not expire the lease"
+        time.sleep(0.01)
     t2, _ = r2.try_acquire(key)
     assert t2 > t1
     assert r1.put_bundle(key, b"stale", t1) is False
