@@ -112,7 +112,9 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("cudacxx", ("CUDACXX",), str, lambda: None,
             "The nvcc to use (path or name); wins over CUDA_HOME and PATH."),
     Setting("cc", ("CC",), str, lambda: None,
-            "Host compiler nvcc uses (passed as -ccbin), as torch does."),
+            "The C compiler for `.c` sources that are compiled as C (`build_shared_library`; "
+            "default: the C++ compiler's C sibling, e.g. `clang` for `clang++`), and the host "
+            "compiler nvcc uses (passed as -ccbin), as torch does."),
     Setting("cuda_arch_list", ("TORCH_CUDA_ARCH_LIST",), str, lambda: None,
             "CUDA archs for nvcc builds, as torch parses them (`8.0;9.0`, `9.0+PTX`). "
             "Default: the visible GPUs'."),
