@@ -5,4 +5,7 @@ which then launches kernels through its pure-Python launcher.
 """
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("opsmith._runtime._claunch", ["opsmith/_runtime/_claunch.c"], optional=True)])
+_CLAUNCH = ["opsmith/_runtime/_claunch.c", "opsmith/_runtime/_claunch_pack.c", "opsmith/_runtime/_claunch_launcher.c"]
+
+setup(ext_modules=[Extension("opsmith._runtime._claunch", _CLAUNCH, depends=["opsmith/_runtime/_claunch.h"],
+                             optional=True)])
