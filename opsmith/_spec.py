@@ -18,7 +18,8 @@ CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C")
 # C sources: compiled as C by targets that say so (a plain library), as C++ by torch
 # extensions (torch's builder hands them to its C++ compiler). Case matters: ".C" is C++.
 C_SUFFIXES = (".c",)
-Kind = Literal["module", "library", "executable"]
+# "archive": a static library (``<name>.a``), its objects put together by ``ar``, nothing linked
+Kind = Literal["module", "library", "executable", "archive"]
 _FILE_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 

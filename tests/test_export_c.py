@@ -292,3 +292,27 @@ def test_the_package_is_also_the_function(tmp_path):
     assert callable(build_c_library) and callable(default_archs) and callable(embed_literal)
     assert "sm_90" in COMMON_ARCHS and export_c.__module__ == "opsmith.export_c._export"
 
+
+
+@needs_cc
+def test_the_libraries_are_built_by_the_engine_cached_and_cc_is_honoured(tmp_path, caplog):
+    """lib<prefix>.a and .so come from opsmith's build engine (one C unit for both, cached):
+    an export again builds nothing; cc= picks the C compiler; an unknown one is named."""
+    import logging
+
+    from opsmith._errors import ToolchainError
+    with caplog.at_level(logging.INFO, logger="opsmith.build"):
+        res = _export(tmp_path, archs=["sm_90"], library="both", cc="clang")
+    built = [r.getMessage() for r in caplog.records if r.getMessage().startswith("built ")]
+    assert len(built) == 2 and "1 of 1 units compiled" in built[0] and "0 of 1 units compiled" in built[1], built
+    assert res.static_library.name == "libt.a" and res.shared_library.name == "libt.so"
+    comment = _run(["readelf", "-p", ".comment", res.shared_library])
+    assert "clang version" in comment, comment
+    assert _run(["ar", "t", res.static_library]).split() == ["t.o"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="opsmith.build"):
+        again = _export(tmp_path, archs=["sm_90"], library="both", cc="clang")
+    assert not [r for r in caplog.records if r.getMessage().startswith("built ")]  # from the cache
+    assert again.shared_library.read_bytes() == res.shared_library.read_bytes()
+    with pytest.raises(ToolchainError, match="no C compiler named 'no-such-cc' on PATH"):
+        _export(tmp_path, archs=["sm_90"], library="shared", cc="no-such-cc")

@@ -232,3 +232,27 @@ def test_a_torch_extension_compiles_c_as_cpp_as_torch_does(tmp_path, fresh_cache
     lib = ctypes.CDLL(str(art.path))
     assert lib._Z6answerv() == 42
     assert not hasattr(lib, "answer")
+
+
+def test_a_static_library_is_an_archive_of_the_shared_librarys_objects(tmp_path, fresh_cache):
+    """kind="archive": the units compiled as for the shared library (the same keys: compiled once)
+    and put together by ar, each member under its own name; a program links the archive."""
+    from opsmith._build._profile_shared import build_shared_library, build_static_library
+    (tmp_path / "answer.c").write_text(ANSWER_C)
+    (tmp_path / "twice.c").write_text("int twice(int x) { return 2 * x; }\n")
+    srcs = [str(tmp_path / "answer.c"), str(tmp_path / "twice.c")]
+    shared = build_shared_library("answer", srcs)
+    static = build_static_library("answer", srcs)
+    assert static.kind == "archive" and static.path.name == "answer.a" and static.key != shared.key
+    assert static.built and static.compiled_units == 0  # both objects came from the shared build
+    assert build_static_library("answer", srcs).built is False  # cached
+    if not have_tool("ar"):
+        pytest.skip("ar is not installed")
+    members = subprocess.run(["ar", "t", str(static.path)], capture_output=True, text=True).stdout.split()
+    assert members == ["answer.o", "twice.o"]
+    main = tmp_path / "main.c"
+    main.write_text("int answer(void);\nint twice(int);\nint main(void) { return twice(answer()) == 84 ? 0 : 1; }\n")
+    exe = tmp_path / "main"
+    cc = "gcc" if have_tool("gcc") else "cc"
+    subprocess.run([cc, str(main), str(static.path), "-o", str(exe)], check=True, timeout=300)
+    assert subprocess.run([str(exe)], timeout=60).returncode == 0

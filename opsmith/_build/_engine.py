@@ -45,7 +45,7 @@ class Artifact(Record):
         The name the user asked for.
     kind : str
         ``"module"`` (a Python extension module), ``"library"`` (a shared library loaded for
-        its registrations) or ``"executable"``.
+        its registrations), ``"executable"`` or ``"archive"`` (a static library, ``<name>.a``).
     path : pathlib.Path
         The artifact file, inside its verified cache entry.
     key : str
@@ -165,7 +165,7 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: Toolchain, units: list[
         steps, objects = [], []
         for u in units:
             if u.object_entry is not None:
-                objects.append(os.fspath(u.object_entry.file("unit.o")))
+                objects.append(_cached_object(u, spec, build_dir))
                 continue
             if u.source.path is None:
                 src_path = build_dir / u.source.filename
@@ -194,7 +194,7 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: Toolchain, units: list[
         link_flags = (_linkstubs.link_flags(cache, tc.cxx, tc.torch, spec.kind, ldflags)
                       if profile_for(spec).link_stubs(spec, ldflags) else ldflags)
         linker = tc.linker(units).path
-        link_cmd = (linker, *objects, *link_flags, "-o", os.fspath(out))
+        link_cmd = profile_for(spec).link_command(spec, tc, linker, objects, link_flags, os.fspath(out))
         steps.append(Step(os.fspath(out), tuple(objects), link_cmd, f"link {out.name}"))
         for st in steps:
             log.info("%s: %s", st.label, " ".join(st.command))
@@ -216,7 +216,7 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: Toolchain, units: list[
             log.warning("linking against torch's link stubs failed; linking against the real "
                         "libraries instead (OPSMITH_LINK_STUBS=0 skips the stubs):\n%s",
                         result.failed_output[-1000:])
-            link_cmd = (linker, *objects, *ldflags, "-o", os.fspath(out))
+            link_cmd = profile_for(spec).link_command(spec, tc, linker, objects, ldflags, os.fspath(out))
             log.info("%s: %s", steps[-1].label, " ".join(link_cmd))
             steps[-1] = Step(os.fspath(out), tuple(objects), link_cmd, steps[-1].label)
             result = run_steps(build_dir, steps, jobs=max_jobs(), log_path=log_path)
@@ -251,3 +251,18 @@ def _build_locked(cache: Cache, spec: ExtensionSpec, tc: Toolchain, units: list[
         progress.close()
         _pch.release_foreground()  # a deferred background PCH build may start now
         shutil.rmtree(build_dir, ignore_errors=True)
+
+
+def _cached_object(u: Unit, spec: ExtensionSpec, build_dir: Path) -> str:
+    """The object of a unit found in the store, as the link step reads it: from its entry, or,
+    for an archive, under the unit's own name in the build folder (``ar`` names each member
+    by its file name, and every entry's object is ``unit.o``)."""
+    cached = u.object_entry.file("unit.o")
+    if spec.kind != "archive":
+        return os.fspath(cached)
+    obj = build_dir / f"{u.source.stem}.o"
+    try:
+        os.link(cached, obj)
+    except OSError:
+        shutil.copyfile(cached, obj)
+    return os.fspath(obj)

@@ -19,7 +19,8 @@ from opsmith._cache._store import Entry
 from opsmith._cache._tiered import shared_state
 from opsmith._config import settings
 from opsmith._spec import ExtensionSpec, Source
-from opsmith._toolchain._cxx import (Compiler, TorchInfo, find_cxx, python_include_dir, search_dirs,
+from opsmith._errors import ToolchainError
+from opsmith._toolchain._cxx import (Compiler, TorchInfo, _which, find_cxx, python_include_dir, search_dirs,
                                      torch_info)
 from opsmith._version import __version__
 
@@ -81,6 +82,14 @@ class Toolchain:
             from opsmith._toolchain._cc import find_cc
             self._cc = find_cc(self.cxx, self.state)
         return self._cc
+
+    def archiver(self) -> str:
+        """``ar``, for an ``archive`` (looked for only by a build of one)."""
+        path = _which("ar", self.state)
+        if path is None:
+            raise ToolchainError("no archiver 'ar' on PATH to build a static library: install binutils "
+                                 "(apt-get install binutils), which the compiler needs anyway")
+        return path
 
     def linker(self, units) -> Compiler:
         """The driver that links ``units``: the C++ one when any unit is C++ or CUDA (its
@@ -148,6 +157,8 @@ def link_key(spec: ExtensionSpec, tc: Toolchain, units: list[Unit], ldflags: lis
 
 
 def artifact_filename(spec: ExtensionSpec) -> str:
+    if spec.kind == "archive":
+        return f"{spec.name}.a"
     return spec.name if spec.kind == "executable" else f"{spec.name}.so"
 
 

@@ -44,6 +44,13 @@ class Profile:
     def ldflags(self, spec, tc) -> list[str]:
         raise NotImplementedError
 
+    def link_command(self, spec, tc, linker: str, objects, flags, out: str) -> tuple[str, ...]:
+        """The step that makes the artifact ``out`` from the objects: the driver ``linker``
+        links them with ``flags``; an ``archive`` is ``ar rcs`` of them (nothing is linked)."""
+        if spec.kind == "archive":
+            return (tc.archiver(), "rcs", out, *objects)
+        return (linker, *objects, *flags, "-o", out)
+
     def uses_pch(self, source) -> bool:
         """Whether this unit is compiled with the profile's precompiled header."""
         return False

@@ -1,4 +1,4 @@
-"""The ``shared-library`` profile: a C/C++/CUDA shared library (or executable) with no torch.
+"""The ``shared-library`` profile: a C/C++/CUDA shared library (or executable, or archive) with no torch.
 
 No torch header, define or library; no Python. ``.c`` sources are compiled as C by the C
 compiler (``CC``, else the C++ compiler's C sibling: see ``_toolchain/_cc.py``), so their
@@ -14,7 +14,7 @@ from opsmith._build._profile import Profile
 from opsmith._config import settings
 from opsmith._toolchain._nvcc import has_ccbin
 
-__all__ = ["SharedLibrary", "build_shared_library", "C_STD"]
+__all__ = ["SharedLibrary", "build_shared_library", "build_static_library", "C_STD"]
 
 # C units' standard unless extra_cflags name one: the default of gcc 8-14 and clang 11+, pinned
 # so that gcc 15 (gnu23: `bool` a keyword, `f()` a prototype) compiles the same code; GNU, not
@@ -65,6 +65,8 @@ class SharedLibrary(Profile):
         return flags + user
 
     def ldflags(self, spec, tc) -> list[str]:
+        if spec.kind == "archive":
+            return []  # ar puts the objects together: nothing is linked
         flags = [] if spec.kind == "executable" else ["-shared"]
         flags += list(spec.extra_ldflags)
         if spec.with_cuda:
@@ -91,5 +93,28 @@ def build_shared_library(name: str, sources, *, extra_cflags=None, extra_cuda_cf
     spec = ExtensionSpec.from_files(
         name, sources, kind="library", with_cuda=with_cuda, profile="shared-library",
         extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+        extra_include_paths=extra_include_paths, build_directory=build_directory, verbose=verbose)
+    return build_spec(spec)
+
+
+def build_static_library(name: str, sources, *, extra_cflags=None, extra_include_paths=None,
+                         build_directory=None, verbose=False):
+    """Build a static library ``<name>.a`` (no torch, no Python) from C/C++ files; cached.
+
+    The units are compiled as for :func:`build_shared_library` (same flags: a unit both
+    libraries share is compiled once) and put together by ``ar``; nothing is linked, so the
+    program that links the archive names the libraries it needs. Returns the
+    :class:`~opsmith.Artifact` (``kind="archive"``).
+
+    Examples
+    --------
+    >>> art = build_static_library("answer", ["answer.c"])   # doctest: +SKIP
+    >>> art.path.name                                         # doctest: +SKIP
+    'answer.a'
+    """
+    from opsmith._build._engine import build_spec
+    from opsmith._spec import ExtensionSpec
+    spec = ExtensionSpec.from_files(
+        name, sources, kind="archive", with_cuda=False, profile="shared-library", extra_cflags=extra_cflags,
         extra_include_paths=extra_include_paths, build_directory=build_directory, verbose=verbose)
     return build_spec(spec)

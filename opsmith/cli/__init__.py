@@ -135,8 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ptx", action=argparse.BooleanOptionalAction, default=True,
                    help="also embed PTX of the newest arch for newer GPUs (default: on)")
     p.add_argument("--library", choices=("static", "shared", "both"),
-                   help="also build lib<prefix>.a / lib<prefix>.so with the system C compiler")
-    p.add_argument("--cc", metavar="CC", help="the C compiler for --library (default: cc, gcc or clang)")
+                   help="also build lib<prefix>.a / lib<prefix>.so (opsmith's build engine: cached)")
+    p.add_argument("--cc", metavar="CC",
+                   help="the C compiler for --library (default: CC, else the C++ compiler's C sibling)")
     p.add_argument("-I", "--include", action="append", metavar="DIR", help="include directory for NVRTC")
     p.add_argument("-D", "--define", action="append", metavar="NAME=VALUE", help="macro for NVRTC")
     p.add_argument("--option", action="append", metavar="OPT", help="extra NVRTC option, e.g. --option=-lineinfo")
