@@ -1,12 +1,14 @@
 """The launch core's C, generated from kernel signatures: ``launch/osm_launch.h`` and ``.c`` filled in.
 
 The launch core is C in real files (package data of ``opsmith._runtime``, read through
-:mod:`importlib.resources`): ``osm_launch.h`` declares the driver types and one library's API,
-``osm_launch.c`` opens the driver once (``dlopen("libcuda.so.1")`` + ``cuGetProcAddress``),
-keeps per-device state, picks the image for the device's compute capability, loads modules
-with the shared-memory opt-in, finds a kernel's function by the current context and launches
-it. :func:`generate` fills both for one library: the image table (every per-arch image
-embedded), the kernel table and, per kernel, the typed launch and attributes functions.
+:mod:`importlib.resources`): ``osm_launch.h`` declares the driver types and one library's API;
+``osm_driver.h`` opens the driver once (``dlopen("libcuda.so.1")`` + ``cuGetProcAddress``) and
+keeps the error texts and this thread's last error; ``osm_launch.c`` keeps per-device state,
+picks the image for the device's compute capability, loads modules with the shared-memory
+opt-in, finds a kernel's function by the current context and launches it. :func:`generate`
+fills them for one library: the image table (every per-arch image embedded), the kernel table
+and, per kernel, the typed launch and attributes functions; the source it returns has
+``osm_driver.h`` written in place of its ``#include``, so that it needs no other file.
 
 Placeholders are ``@NAME@``, filled in one pass (a value is never filled again); the lines
 between ``/* @BEGIN_KERNEL@ */`` and ``/* @END_KERNEL@ */`` are repeated once per kernel. Every
@@ -26,10 +28,10 @@ from opsmith._record import Record
 from opsmith._version import __version__
 
 __all__ = ["LaunchKernel", "LaunchSource", "generate", "c_param", "C_TYPES", "embed_literal", "fill",
-           "fill_sections", "template_text", "arch_number", "image_name", "TEMPLATES"]
+           "fill_sections", "inline_include", "template_text", "arch_number", "image_name", "TEMPLATES"]
 
 #: The launch core's template files (``opsmith/_runtime/launch/``).
-TEMPLATES = ("osm_launch.h", "osm_launch.c")
+TEMPLATES = ("osm_launch.h", "osm_driver.h", "osm_launch.c")
 _PLACEHOLDER = r"@[A-Z_]+@"
 _SECTION = r"^/\* @BEGIN_{0}@ \*/\n(.*?)^/\* @END_{0}@ \*/\n"
 _RESERVED = {"stream", "grid", "block", "shared_mem", "f", "r", "args"}  # names the launch functions use
@@ -89,6 +91,14 @@ def fill_sections(text: str, section: str, values: Mapping[str, str], items: Seq
     block = m.group(1)
     return (fill(text[:m.start()], values) + "".join(fill(block, {**values, **item}) for item in items)
             + fill(text[m.end():], values))
+
+
+def inline_include(text: str, name: str, content: str) -> str:
+    """``text`` with its one line ``#include "<name>"`` replaced by ``content`` (a file that needs no other)."""
+    line = f'#include "{name}"\n'
+    if text.count(line) != 1:
+        raise SpecError(f'the template must include "{name}" exactly once to have it written in its place')
+    return text.replace(line, content, 1)
 
 
 def arch_number(arch: str) -> int:
@@ -204,9 +214,10 @@ def generate(prefix: str, kernels: Sequence[LaunchKernel], archs: Sequence[tuple
                           f'{int(arch.endswith(("a", "f")))}, {{{", ".join(refs)}}}}},\n')
     source_values = {**values, "IMAGES": "\n".join(image_texts), "ARCH_TABLE": "".join(arch_table),
                      "KERNEL_TABLE": "".join(kernel_table)}
+    source = fill_sections(template_text("osm_launch.c"), "KERNEL", source_values, per_kernel)
     return LaunchSource(
         header=fill_sections(template_text("osm_launch.h"), "KERNEL", values, per_kernel),
-        source=fill_sections(template_text("osm_launch.c"), "KERNEL", source_values, per_kernel),
+        source=inline_include(source, "osm_driver.h", fill(template_text("osm_driver.h"), values)),
         launchers={k.name: f"opsmith_{prefix}_{k.cname}_launch" for k in kernels},
         attributes={k.name: f"opsmith_{prefix}_{k.cname}_attributes" for k in kernels},
         c_params=c_params, last_error=f"opsmith_{prefix}_last_error")

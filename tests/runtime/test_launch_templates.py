@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from opsmith._errors import SpecError
-from opsmith._runtime._launch_gen import TEMPLATES, LaunchKernel, c_param, fill, fill_sections, generate, template_text
+from opsmith._runtime._launch_gen import (TEMPLATES, LaunchKernel, c_param, fill, fill_sections, generate,
+                                          inline_include, template_text)
 from opsmith._runtime._signature import KernelSignature
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -60,7 +61,8 @@ def test_templates_are_package_data_read_through_importlib_resources():
     for name in TEMPLATES:
         text = template_text(name)
         assert text == folder.joinpath(name).read_text(encoding="utf-8")
-        assert "@PREFIX@" in text and "/* @BEGIN_KERNEL@ */" in text and "/* @END_KERNEL@ */" in text
+        assert "@PREFIX@" in text and ("@HEADER@" in text) == (name != "osm_launch.h")
+        assert ("/* @BEGIN_KERNEL@ */" in text) == (name != "osm_driver.h")
     with pytest.raises(SpecError, match="no launch-core template 'nope.c'"):
         template_text("nope.c")
 
@@ -83,6 +85,9 @@ def test_fill_is_one_pass_and_sections_repeat_per_item():
     assert fill_sections(text, "K", {"A": "a"}, [{"B": "1"}, {"B": "@A@"}]) == "top a\n[a 1]\n[a @A@]\nend\n"
     with pytest.raises(SpecError, match=r"no /\* @BEGIN_J@ \*/"):
         fill_sections(text, "J", {"A": "a"}, [])
+    assert inline_include('a\n#include "x.h"\nb\n', "x.h", "X\n") == "a\nX\nb\n"
+    with pytest.raises(SpecError, match='must include "y.h" exactly once'):
+        inline_include('#include "x.h"\n', "y.h", "Y\n")
 
 
 def test_generated_names_tables_and_parameters():
@@ -94,6 +99,8 @@ def test_generated_names_tables_and_parameters():
     assert src.c_params["tick"] == []
     for text in (src.header, src.source):
         assert not re.search(r"@[A-Z_]+@", text)
+    # one file: the driver part written in place of its #include
+    assert '#include "osm_driver.h"' not in src.source and "static void osm_drv_open(void)" in src.source
     assert ("opsmith_CUresult opsmith_sample_relu_launch(opsmith_CUstream stream, opsmith_dim3 grid, opsmith_dim3 "
             "block, unsigned shared_mem, const float *x, float *y, long long n);") in src.header
     assert '{"sm_90a", 9, 0, 0, 1, {osm_image_1_0, osm_image_1_1}}' in src.source  # arch-specific: exact
@@ -116,19 +123,31 @@ def test_c_param_maps_types_a_c_compiler_knows():
                                                      "int64_t *idx", "char c", "float *f_"]
 
 
+# A unit of each template: the source is its own; a header is compiled through a unit that
+# includes it (as the main file, clang flags a static inline helper every includer may use) and,
+# for the driver part, calls its entry points (its functions are static: unused, they warn).
+UNITS = {
+    "osm_launch.h": '#include "sample.h"\n',
+    "osm_driver.h": '#include "osm_driver.h"\n'
+                    "int main(void) {\n"
+                    "    void *fn = NULL;\n"
+                    "    opsmith_CUresult r = osm_driver();\n"
+                    '    if (r == OSM_SUCCESS) r = osm_proc("cuInit", &fn);\n'
+                    '    if (r != OSM_SUCCESS) osm_fail(r, "sample %d", 1);\n'
+                    '    return osm_last[0] != 0;\n'
+                    "}\n",
+}
+
+
 @pytest.mark.parametrize("compiler", _compilers())
 @pytest.mark.parametrize("template", TEMPLATES)
 def test_each_template_compiles_alone_filled_with_a_sample(template, compiler, tmp_path):
-    """The source is its own unit; the header is compiled as a unit that includes it and nothing
-    else (as the main file, clang would flag the static inline helper that every includer may use)."""
     src = _sample()
     (tmp_path / "sample.h").write_text(src.header)
-    if template.endswith(".h"):
-        path = tmp_path / "header_alone.c"
-        path.write_text('#include "sample.h"\n')
-    else:
-        path = tmp_path / "sample.c"
-        path.write_text(src.source)
+    values = {"PREFIX": "sample", "HEADER": "sample.h"}
+    (tmp_path / "osm_driver.h").write_text(fill(template_text("osm_driver.h"), values))
+    path = tmp_path / f"unit_{template.replace('.', '_')}.c"
+    path.write_text(src.source if template == "osm_launch.c" else UNITS[template])
     _compile(compiler, path, f"-I{tmp_path}")
 
 
