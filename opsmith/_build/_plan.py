@@ -18,8 +18,8 @@ from opsmith._cache._open import Cache
 from opsmith._cache._store import Entry
 from opsmith._cache._tiered import shared_state
 from opsmith._config import settings
-from opsmith._spec import ExtensionSpec, Source
 from opsmith._errors import ToolchainError
+from opsmith._spec import ExtensionSpec, Source
 from opsmith._toolchain._cxx import (Compiler, TorchInfo, _which, find_cxx, python_include_dir, search_dirs,
                                      torch_info)
 from opsmith._version import __version__

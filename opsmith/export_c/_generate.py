@@ -35,7 +35,8 @@ def public_header(unit) -> str:
     kernel_list = "".join(f" *   {unit.code.launchers[k.name]}: {k.name}\n" for k in unit.kernels)
     return fill(template_text("export_c.h"), {
         "PREFIX": unit.prefix, "VERSION": __version__, "KERNEL_LIST": kernel_list,
-        "ARCH_LIST": ", ".join(names) + (" (PTX: compute_*)" if ptx else ""), "LAUNCH_API": unit.code.header.rstrip("\n")})
+        "ARCH_LIST": ", ".join(names) + (" (PTX: compute_*)" if ptx else ""),
+        "LAUNCH_API": unit.code.header.rstrip("\n")})
 
 
 def manifest(unit, header_name: str, source_name: str) -> dict:
