@@ -53,4 +53,8 @@ if [ "${1:-}" = "--test" ] && ! command -v nvcc >/dev/null 2>&1; then
     "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-crt==13.0.*" "nvidia-nvvm==13.0.*" \
     || echo "setup: nvcc wheels not installed; the nvcc tests will skip and say why"
 fi
+if ! command -v opsmith >/dev/null 2>&1; then  # pip's own warning about this is quieted above
+  echo "setup: the opsmith command is not on PATH: add the directory pip put it in" \
+    "(python -m pip show -f opsmith), or run python -m opsmith demo" >&2
+fi
 python -c "import opsmith, torch; print('setup: opsmith', opsmith.__version__, 'with torch', torch.__version__)"
