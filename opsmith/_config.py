@@ -42,6 +42,18 @@ def _to_seconds(text: str) -> float:
     return value
 
 
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _to_bytes(text: str) -> int:
+    """``1048576``, ``64K``, ``256M``, ``1G`` (also ``256MiB``, ``256MB``: binary units)."""
+    import re
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
+    if m is None or int(m.group(1)) < 1:
+        raise ValueError(f"expected a size such as 268435456, 64K, 256M or 1G, got {text!r}")
+    return int(m.group(1)) * _BYTE_UNITS[m.group(2)]
+
+
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -163,6 +175,12 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("remote_lease", ("OPSMITH_REMOTE_LEASE",), _to_seconds, lambda: 20.0,
             "Seconds a build lease lasts in Redis without renewal (the builder renews it every "
             "third of that); a builder that dies is replaced after this long."),
+    Setting("remote_max_entry", ("OPSMITH_REMOTE_MAX_ENTRY",), _to_bytes, lambda: 256 << 20,
+            "The largest shared-cache entry, in bytes (`64M`, `1G` also work; default 256 MiB), that "
+            "opsmith reads from or writes to Redis. A larger reply counts as a failure of the remote "
+            "(the process builds locally), as any malformed reply does; a larger build is not "
+            "published (a warning says so). It bounds the memory a wrong port, a proxy or a hostile "
+            "server can make a process spend. Set the same value on every node."),
     Setting("must_hit", ("OPSMITH_MUST_HIT",), _to_bool, lambda: False,
             "Production and CI: any compile is an error (`CacheError`) naming the cache key and "
             "why it missed, instead of a build."),

@@ -123,3 +123,50 @@ def test_the_key_probe_leaves_the_search_dirs_for_a_build(fresh_cache):
     assert dirs and all(os.path.isdir(d) for d in dirs)
     _cxx._search_dirs_cached.cache_clear()
     assert _cxx.search_dirs(comp, state) == dirs  # from the machine-local record
+
+
+@pytest.mark.parametrize("text, value", [("1048576", 1 << 20), ("64K", 64 << 10), ("256M", 256 << 20),
+                                         ("256MiB", 256 << 20), ("1G", 1 << 30), (" 2 mb ", 2 << 20)])
+def test_max_entry_setting_reads_sizes(monkeypatch, text, value):
+    from opsmith._config import settings
+    assert settings.remote_max_entry == 256 << 20
+    monkeypatch.setenv("OPSMITH_REMOTE_MAX_ENTRY", text)
+    assert settings.remote_max_entry == value
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1.5M", "12T", "lots"])
+def test_max_entry_setting_refuses_nonsense(monkeypatch, text):
+    from opsmith._config import settings
+    from opsmith._errors import ConfigError
+    monkeypatch.setenv("OPSMITH_REMOTE_MAX_ENTRY", text)
+    with pytest.raises(ConfigError, match="OPSMITH_REMOTE_MAX_ENTRY.*64K, 256M or 1G"):
+        _ = settings.remote_max_entry
+
+
+@needs_server
+def test_entries_over_the_limit_are_neither_read_nor_published(server, monkeypatch, tmp_path, caplog):
+    """A real server's reply over OPSMITH_REMOTE_MAX_ENTRY is a failure (both readers); an entry
+    at the limit reads; a build over it is not published."""
+    port, admin = server
+    url = f"redis://:s3cret@127.0.0.1:{port}/0"
+    admin.command("SET", "opsmith:{big}:entry", b"x" * 4096)
+    admin.command("SET", "opsmith:{fits}:entry", b"y" * 1024)
+    for reads in (url, url + "?socket_keepalive=1"):  # the RESP reader, then redis-py
+        remote = RedisRemote(reads, max_entry=1024)
+        assert remote.get_bundle("fits") == b"y" * 1024
+        with pytest.raises(RemoteDown, match="OPSMITH_REMOTE_MAX_ENTRY"):
+            remote.get_bundle("big")
+    from opsmith._cache._open import open_cache
+    from opsmith._cache._tiered import TieredStore
+    monkeypatch.setenv("OPSMITH_REMOTE_CACHE", url)
+    monkeypatch.setenv("OPSMITH_REMOTE_TRUST_UNSIGNED", "1")
+    monkeypatch.setenv("OPSMITH_REMOTE_MAX_ENTRY", "1K")
+    store = open_cache().store
+    assert isinstance(store, TieredStore)
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(os.urandom(4096))
+    with caplog.at_level("WARNING", logger="opsmith.cache"):
+        store.put("k" * 64, {"blob.bin": blob}, kind="test", name="blob")
+    assert "OPSMITH_REMOTE_MAX_ENTRY" in caplog.text and "did not publish" in caplog.text
+    assert admin.command("EXISTS", "opsmith:{%s}:entry" % ("k" * 64)) == 0
+    assert store.get("k" * 64) is not None  # kept locally

@@ -16,8 +16,11 @@ scripts use redis-py. TLS and URLs with options use redis-py for everything.
 
 Fail open, fast: every call has a connect time-out (200 ms) and a read time-out (1 s), no
 retries; a failure raises :class:`RemoteDown`, which the tiered store turns into a local
-build. Three failures in a row open a circuit breaker for 30 s (no call is even tried); the
-first failure in a process logs one warning, later ones only at debug level.
+build. A reply that is malformed, of the wrong type or over the bounds of
+:mod:`opsmith._cache._resp` (``OPSMITH_REMOTE_MAX_ENTRY``, a deadline, nesting) is a failure
+too, on reads and on writes (redis-py's sockets are :class:`~opsmith._cache._resp.BoundedSocket`).
+Three failures in a row open a circuit breaker for 30 s (no call is even tried); the first
+failure in a process logs one warning, later ones only at debug level.
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+from opsmith._cache._resp import ProtocolError, expect_bulk, expect_int
+from opsmith._config import on_reset
 from opsmith._errors import ConfigError
 
 __all__ = ["RedisRemote", "RemoteDown", "remote_from_settings", "redact"]
@@ -39,6 +44,7 @@ log = logging.getLogger("opsmith.cache")
 _BREAKER_FAILURES = 3
 _BREAKER_SECONDS = 30.0
 _warned = [False]
+on_reset(lambda: _warned.__setitem__(0, False))
 
 # Take the lease if free: the token is the next fence value (atomic with the SET NX).
 _ACQUIRE = """
@@ -68,7 +74,15 @@ return 1
 
 
 class RemoteDown(Exception):
-    """The remote tier did not answer (or its circuit breaker is open): build locally."""
+    """The remote tier did not answer properly (or its circuit breaker is open): build locally."""
+
+
+def _acquired(reply) -> tuple[int, bytes]:
+    """The lease script's reply: ``[token, holder]``."""
+    if (isinstance(reply, list) and len(reply) == 2 and isinstance(reply[0], int)
+            and isinstance(reply[1], bytes)):
+        return reply[0], reply[1]
+    raise ProtocolError(f"expected [token, holder] from the lease script, got {str(reply)[:60]!r}")
 
 
 def redact(url: str) -> str:
@@ -96,10 +110,14 @@ class RedisRemote:
         Seconds for a connection, and for one command.
     lease_seconds : float
         Lifetime of a build lease without renewal.
+    max_entry : int
+        The most bytes one reply may carry (``OPSMITH_REMOTE_MAX_ENTRY``); a larger reply is a
+        failure, and the tiered store does not publish a larger entry.
     """
 
     def __init__(self, url: str, *, prefix: str = "opsmith", ttl: float = 0.0,
-                 connect_timeout: float = 0.2, timeout: float = 1.0, lease_seconds: float = 20.0) -> None:
+                 connect_timeout: float = 0.2, timeout: float = 1.0, lease_seconds: float = 20.0,
+                 max_entry: int = 256 << 20) -> None:
         scheme = urlsplit(url).scheme
         if scheme not in ("redis", "rediss", "unix"):
             raise ConfigError(f"OPSMITH_REMOTE_CACHE={redact(url)!r} is not a Redis URL; write "
@@ -110,12 +128,14 @@ class RedisRemote:
         self.connect_timeout = connect_timeout
         self.timeout = timeout
         self.lease_ms = max(int(lease_seconds * 1000), 200)
+        self.max_entry = max_entry
         self.host = socket.gethostname()
         self._client = None
         self._reader = None
         from opsmith._cache import _resp
         if _resp.supports(url):
-            self._reader = _resp.RespConnection(url, connect_timeout=connect_timeout, timeout=timeout)
+            self._reader = _resp.RespConnection(url, connect_timeout=connect_timeout, timeout=timeout,
+                                                max_reply=max_entry)
         self._scripts: dict[str, object] = {}
         self._failures = 0
         self._open_until = 0.0
@@ -123,6 +143,9 @@ class RedisRemote:
 
     def __repr__(self) -> str:
         return f"RedisRemote({redact(self.url)!r}, prefix={self.prefix!r})"
+
+    def _bulk(self, reply):
+        return expect_bulk(reply, self.max_entry)
 
     @property
     def where(self) -> str:
@@ -136,21 +159,26 @@ class RedisRemote:
                     import redis  # imported on the first remote lookup, never on a local hit
                     from redis.backoff import NoBackoff
                     from redis.retry import Retry
+                    from opsmith._cache._resp import guarded_connection_class
+                    # RESP2 (redis-py 8 asks for RESP3: more reply types to trust, and a HELLO
+                    # whose garbage reply its handshake does not survive); bounded sockets
                     self._client = redis.Redis.from_url(
                         self.url, socket_connect_timeout=self.connect_timeout,
                         socket_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
-                        retry_on_timeout=False, health_check_interval=0)
+                        retry_on_timeout=False, health_check_interval=0, protocol=2,
+                        connection_class=guarded_connection_class(self.url, max_reply=self.max_entry))
         return self._client
 
-    def _read(self, op: str, fast, slow):
-        """A read: ``fast(resp_connection)`` where the URL allows it, else ``slow(client)``."""
+    def _read(self, op: str, fast, slow, check):
+        """A read: ``check(fast(resp_connection))`` where the URL allows it, else
+        ``check(slow(client))``; ``check`` refuses a reply of the wrong type."""
         if self._reader is None:
-            return self._call(op, slow)
+            return self._call(op, lambda r: check(slow(r)))
         from opsmith._cache._resp import RespError
         self._check_breaker()
         try:
-            result = fast(self._reader)
-        except (OSError, RespError) as exc:  # refused, reset, time-out, -ERR: all mean "not now"
+            result = check(fast(self._reader))
+        except (OSError, RespError) as exc:  # refused, reset, time-out, -ERR, garbage: "not now"
             self._fail(op, exc)
             raise RemoteDown(f"{op}: {exc}") from None
         self._failures = 0
@@ -173,7 +201,8 @@ class RedisRemote:
             result = fn(client)
         except Exception as exc:  # redis errors, OSError, time-outs: all mean "not now"
             import redis
-            if not isinstance(exc, (redis.RedisError, OSError)):
+            # ValueError, RecursionError: redis-py's parser on a malformed or deeply nested reply
+            if not isinstance(exc, (redis.RedisError, OSError, ValueError, RecursionError)):
                 raise
             self._fail(op, exc)
             raise RemoteDown(f"{op}: {exc}") from None
@@ -210,12 +239,12 @@ class RedisRemote:
         name = self._k(key, "entry")
         if self.ttl_ms > 0:
             return self._read("get", lambda c: c.command("GETEX", name, "PX", self.ttl_ms),
-                              lambda r: r.getex(name, px=self.ttl_ms))
-        return self._read("get", lambda c: c.command("GET", name), lambda r: r.get(name))
+                              lambda r: r.getex(name, px=self.ttl_ms), self._bulk)
+        return self._read("get", lambda c: c.command("GET", name), lambda r: r.get(name), self._bulk)
 
     def has_bundle(self, key: str) -> bool:
         name = self._k(key, "entry")
-        return bool(self._read("exists", lambda c: c.command("EXISTS", name), lambda r: r.exists(name)))
+        return bool(self._read("exists", lambda c: c.command("EXISTS", name), lambda r: r.exists(name), expect_int))
 
     def put_bundle(self, key: str, data: bytes, token: int | None = None,
                    lease_key: str | None = None) -> bool:
@@ -250,7 +279,7 @@ class RedisRemote:
     # -- records ----------------------------------------------------------------------------
     def get_record(self, namespace: str, ident: str) -> bytes | None:
         name = f"{self.prefix}:rec:{namespace}:{ident}"
-        return self._read("get record", lambda c: c.command("GET", name), lambda r: r.get(name))
+        return self._read("get record", lambda c: c.command("GET", name), lambda r: r.get(name), self._bulk)
 
     def put_record(self, namespace: str, ident: str, raw: bytes) -> None:
         px = self.ttl_ms if self.ttl_ms > 0 else None
@@ -261,10 +290,9 @@ class RedisRemote:
         """``(token, "")`` when the lease on ``key`` is now ours, else ``(0, holder)``."""
         acquire = self._script("acquire", _ACQUIRE)
         me = f"{self.host}|{os.getpid()}"
-        token, holder = self._call("lease", lambda r: acquire(
-            keys=[self._k(key, "lease"), self._k(key, "fence")], args=[me, self.lease_ms]))
-        holder = holder.decode(errors="replace") if isinstance(holder, bytes) else str(holder)
-        return int(token), holder
+        token, holder = self._call("lease", lambda r: _acquired(acquire(
+            keys=[self._k(key, "lease"), self._k(key, "fence")], args=[me, self.lease_ms])))
+        return token, holder.decode(errors="replace")
 
     def _lease_value(self, token: int) -> str:
         return f"{token}|{self.host}|{os.getpid()}"
@@ -351,4 +379,5 @@ def remote_from_settings() -> RedisRemote | None:
         return None
     return RedisRemote(url, prefix=settings.remote_prefix, ttl=settings.remote_ttl,
                        connect_timeout=settings.remote_connect_timeout,
-                       timeout=settings.remote_timeout, lease_seconds=settings.remote_lease)
+                       timeout=settings.remote_timeout, lease_seconds=settings.remote_lease,
+                       max_entry=settings.remote_max_entry)

@@ -1,4 +1,5 @@
-"""A minimal RESP2 connection for the remote tier's reads (GET, GETEX, EXISTS).
+"""A minimal RESP2 connection for the remote tier's reads (GET, GETEX, EXISTS), and the bounds
+on what any server may send back.
 
 Why not redis-py here: importing it costs ~90 ms (its command mixins, parsers and typing
 annotations; measured on the 2-core host, idle), which is most of what a process with a cold
@@ -10,18 +11,56 @@ redis-py, which handles EVALSHA/NOSCRIPT and the rest.
 Only plain URLs are handled: ``redis://[user:password@]host[:port][/db]`` and
 ``unix:///path`` without a query string. TLS (``rediss://``) and URL options (``?ssl_ca_certs=``,
 ``?db=``...) go through redis-py for reads too, so their semantics stay redis-py's.
+
+Bounds. The server may be a misconfigured port, a proxy or an attacker, so nothing it says is
+trusted further than this: a reply holds at most ``max_reply`` bytes of bulk data
+(``OPSMITH_REMOTE_MAX_ENTRY``) plus :data:`OVERHEAD`; lines (statuses, errors, lengths) at most
+:data:`MAX_LINE` bytes; integers at most 19 digits; at most :data:`MAX_VALUES` values, nested at
+most :data:`MAX_DEPTH` deep; and the reply must start within ``timeout`` seconds and then keep
+coming at :data:`MIN_RATE` bytes per second or faster (a slow drip of bytes, each within the
+time-out, cannot hold a process). Memory grows only with bytes actually received, never with a
+length the server announced. Anything else is a :class:`ProtocolError`: an ``OSError``, so
+callers count it as a failure of the remote like a refused connection. Replies read by redis-py
+go through :class:`BoundedSocket`, which holds them to the same byte count and deadline.
 """
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["RespConnection", "RespError", "supports"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_LINE",
+    "MAX_VALUES",
+    "MIN_RATE",
+    "OVERHEAD",
+    "BoundedSocket",
+    "ProtocolError",
+    "RespConnection",
+    "RespError",
+    "expect_bulk",
+    "expect_int",
+    "guarded_connection_class",
+    "supports",
+]
+
+MAX_LINE = 64 * 1024        # a status, error or length line (Redis' own are well under 1 KiB)
+MAX_DEPTH = 8               # arrays in arrays (none of our commands returns any nesting)
+MAX_VALUES = 1024           # values in one reply, nested ones included
+MIN_RATE = 1 << 20          # bytes per second a reply must keep up after its first `timeout` seconds
+OVERHEAD = 64 * 1024        # bytes a reply may hold beside its bulk data (headers, small values)
+_CHUNK = 64 * 1024
+_BULK_RECV = 1 << 20        # the most one recv of bulk data asks for
 
 
 class RespError(Exception):
     """The server answered a command with an error reply (``-ERR ...``)."""
+
+
+class ProtocolError(ConnectionError):
+    """The server's reply is not one we accept: malformed, over a bound, or of the wrong type."""
 
 
 def supports(url: str) -> bool:
@@ -41,6 +80,161 @@ def supports(url: str) -> bool:
         return False
 
 
+def expect_bulk(reply, limit: int):
+    """``reply`` when it is nil or a bulk string of at most ``limit`` bytes (GET's), else a
+    :class:`ProtocolError` (redis-py's reader does not know the limit, only the byte count)."""
+    if reply is None:
+        return reply
+    if isinstance(reply, bytes):
+        if len(reply) > limit:
+            raise _too_big(len(reply), limit)
+        return reply
+    raise ProtocolError(f"expected a bulk string or nil, got {type(reply).__name__} {str(reply)[:40]!r}")
+
+
+def expect_int(reply) -> int:
+    """``reply`` when it is an integer (EXISTS'), else a :class:`ProtocolError`."""
+    if isinstance(reply, int) and not isinstance(reply, bool):
+        return reply
+    raise ProtocolError(f"expected an integer, got {type(reply).__name__} {str(reply)[:40]!r}")
+
+
+def _too_big(n: int, limit: int) -> ProtocolError:
+    return ProtocolError(f"the server sent a reply of {n} bytes, over the {limit} allowed "
+                         f"(OPSMITH_REMOTE_MAX_ENTRY; raise it on every node if entries are that big)")
+
+
+class _Deadline:
+    """A reply's clock: it must start within ``timeout`` s, then come at MIN_RATE or faster."""
+
+    __slots__ = ("received", "start", "timeout")
+
+    def __init__(self, timeout: float) -> None:
+        self.start, self.timeout, self.received = time.monotonic(), timeout, 0
+
+    def left(self) -> float:
+        left = self.start + self.timeout + self.received / MIN_RATE - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no complete reply after {time.monotonic() - self.start:.1f} s "
+                               f"({self.received} bytes; the time-out is {self.timeout:g} s, "
+                               f"then {MIN_RATE >> 20} MiB/s)")
+        return left
+
+
+class _Reader:
+    """One reply, read from ``sock`` within the bounds (see the module's docstring).
+
+    Lines are parsed from a small buffer, ``buf[pos:end]``; bulk data is received in pieces of
+    at most 1 MiB and joined once, so memory follows the bytes that came, never a length the
+    server announced (and a large GET costs what one ``read(n)`` did: measured 3 and 64 MiB).
+    """
+
+    def __init__(self, sock: socket.socket, *, timeout: float, max_reply: int) -> None:
+        self.sock = sock
+        self.max_reply = max_reply
+        self.clock = _Deadline(timeout)
+        self.buf = bytearray(_CHUNK)
+        self.pos = self.end = 0
+        self.values = 0
+
+    def _count(self, got: int) -> int:
+        if not got:
+            raise ConnectionError("the connection closed in the middle of a reply")
+        self.clock.received += got
+        if self.clock.received > self.max_reply + OVERHEAD:
+            raise _too_big(self.clock.received, self.max_reply + OVERHEAD)
+        return got
+
+    def _fill(self) -> None:
+        """Receive more bytes into ``buf`` (the parser waits for a line or a CRLF)."""
+        if len(self.buf) - self.end < _CHUNK // 4:
+            have = self.end - self.pos
+            grown = bytearray(max(2 * have, _CHUNK))
+            grown[:have] = memoryview(self.buf)[self.pos:self.end]
+            self.buf, self.pos, self.end = grown, 0, have
+        self.sock.settimeout(self.clock.left())
+        with memoryview(self.buf) as view:
+            self.end += self._count(self.sock.recv_into(view[self.end:]))
+
+    def _line(self) -> bytes:
+        while True:
+            end = self.buf.find(b"\r\n", self.pos, self.end)
+            if end >= 0:
+                line = bytes(self.buf[self.pos:end])
+                self.pos = end + 2
+                return line
+            if self.end - self.pos > MAX_LINE:
+                raise ProtocolError(f"a reply line longer than {MAX_LINE} bytes: "
+                                    f"{bytes(self.buf[self.pos:self.pos + 40])!r}...")
+            self._fill()
+
+    def _bulk(self, n: int) -> bytes:
+        have = min(self.end - self.pos, n)
+        with memoryview(self.buf) as view:
+            parts = [bytes(view[self.pos:self.pos + have])]
+        self.pos += have
+        got = have
+        while got < n:  # memory follows the bytes that came, never the length announced
+            self.sock.settimeout(self.clock.left())
+            part = self.sock.recv(min(n - got, _BULK_RECV))
+            got += self._count(len(part))
+            parts.append(part)
+        while self.end - self.pos < 2:
+            self._fill()
+        if self.buf[self.pos:self.pos + 2] != b"\r\n":
+            raise ProtocolError(f"a bulk string of {n} bytes is not followed by CRLF")
+        self.pos += 2
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def reply(self):
+        value = self._value(0)
+        if self.pos != self.end:
+            raise ProtocolError(f"{self.end - self.pos} bytes after the reply: "
+                                f"{bytes(self.buf[self.pos:self.pos + 40])!r}")
+        if isinstance(value, RespError):
+            raise value
+        return value
+
+    def _value(self, depth: int):
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise ProtocolError(f"more than {MAX_VALUES} values in one reply")
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"$":
+            n = _integer(rest, line)
+            if n == -1:
+                return None
+            if n < 0:
+                raise ProtocolError(f"a negative bulk length: {line[:40]!r}")
+            if n > self.max_reply:
+                raise _too_big(n, self.max_reply)
+            return self._bulk(n)
+        if kind == b"+":  # a status (str), never taken for data (bytes)
+            return rest.decode(errors="replace")
+        if kind == b":":
+            return _integer(rest, line)
+        if kind == b"-":  # returned, not raised: the rest of an array must still be read
+            return RespError(rest.decode(errors="replace"))
+        if kind == b"*":
+            n = _integer(rest, line)
+            if n == -1:
+                return None
+            if n < 0 or n > MAX_VALUES:
+                raise ProtocolError(f"an array of {n} values (at most {MAX_VALUES}): {line[:40]!r}")
+            if depth + 1 > MAX_DEPTH:
+                raise ProtocolError(f"arrays nested deeper than {MAX_DEPTH}")
+            return [self._value(depth + 1) for _ in range(n)]
+        raise ProtocolError(f"not a RESP2 reply: {line[:40]!r}")
+
+
+def _integer(text: bytes, line: bytes) -> int:
+    digits = text[1:] if text[:1] == b"-" else text
+    if not digits.isdigit() or len(digits) > 19:  # isdigit: ASCII digits only, never "" or "1_0"
+        raise ProtocolError(f"not an integer in a reply: {line[:40]!r}")
+    return int(text)
+
+
 class RespConnection:
     """One lazily opened connection; a failure closes it (the next command reconnects).
 
@@ -49,15 +243,18 @@ class RespConnection:
     url : str
         A URL for which :func:`supports` is true.
     connect_timeout, timeout : float
-        Seconds for connecting, and for each command's reply.
+        Seconds for connecting, and for the start of each command's reply.
+    max_reply : int
+        The most bytes of bulk data one reply may hold (``OPSMITH_REMOTE_MAX_ENTRY``).
     """
 
-    def __init__(self, url: str, *, connect_timeout: float, timeout: float) -> None:
+    def __init__(self, url: str, *, connect_timeout: float, timeout: float,
+                 max_reply: int = 256 << 20) -> None:
         self.url = url
         self.connect_timeout = connect_timeout
         self.timeout = timeout
+        self.max_reply = max_reply
         self._sock: socket.socket | None = None
-        self._file = None
         self._lock = threading.Lock()
 
     def _connect(self) -> None:
@@ -76,8 +273,7 @@ class RespConnection:
                                             timeout=self.connect_timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             db = parts.path.lstrip("/")
-        sock.settimeout(self.timeout)
-        self._sock, self._file = sock, sock.makefile("rb")
+        self._sock = sock
         if parts.password is not None:  # redis-py: AUTH [user] password, both URL-unquoted
             user = unquote(parts.username) if parts.username else None
             self._roundtrip(("AUTH", user, unquote(parts.password)) if user else
@@ -88,14 +284,20 @@ class RespConnection:
     def close(self) -> None:
         if self._sock is not None:
             try:
-                self._file.close()
                 self._sock.close()
             except OSError:
                 pass
-        self._sock = self._file = None
+        self._sock = None
 
     def command(self, *args: str | bytes | int):
-        """Send one command, return its reply (bytes, int, None, list); RespError on ``-ERR``."""
+        """Send one command, return its reply; RespError on ``-ERR``.
+
+        A bulk string is bytes (None for nil), a status (``+OK``) is str, an integer int, an
+        array a list.
+
+        Raises an ``OSError`` (:class:`ProtocolError`, ``TimeoutError``, ``ConnectionError``...)
+        when the server does not answer with a reply within the bounds.
+        """
         with self._lock:
             connecting = self._sock is None
             try:
@@ -115,29 +317,90 @@ class RespConnection:
         for a in args:
             b = a if isinstance(a, bytes) else str(a).encode()
             out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        self._sock.settimeout(self.timeout)
         self._sock.sendall(b"".join(out))
-        return self._read()
+        return _Reader(self._sock, timeout=self.timeout, max_reply=self.max_reply).reply()
 
-    def _read(self):
-        line = self._file.readline()
-        if not line.endswith(b"\r\n"):
-            raise ConnectionError("the connection closed in the middle of a reply")
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            data = self._file.read(n + 2)
-            if len(data) != n + 2:
-                raise ConnectionError("the connection closed in the middle of a reply")
-            return data[:-2]
-        if kind == b"+":
-            return rest
-        if kind == b":":
-            return int(rest)
-        if kind == b"-":
-            raise RespError(rest.decode(errors="replace"))
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self._read() for _ in range(n)]
-        raise ConnectionError(f"not a RESP2 reply: {line[:40]!r}")
+
+class BoundedSocket:
+    """A connected socket for redis-py whose replies keep this module's bounds.
+
+    Every ``sendall`` (a command) starts a reply's allowance: at most ``max_reply`` +
+    :data:`OVERHEAD` bytes received, starting within ``timeout`` s and then at :data:`MIN_RATE`
+    or faster. Past it, ``recv`` raises ``ConnectionError`` or ``TimeoutError``, which redis-py
+    turns into its own errors and a closed connection. redis-py's parser trusts announced
+    lengths and counts no further than the bytes that arrive, so this bounds its memory.
+    Everything else is the wrapped socket's.
+    """
+
+    def __init__(self, sock, *, max_reply: int, timeout: float) -> None:
+        self._sock = sock
+        self._max = max_reply + OVERHEAD
+        self._timeout = timeout
+        self._user_timeout = sock.gettimeout()
+        self._clock = _Deadline(timeout)
+
+    def __getattr__(self, name: str):
+        return getattr(self._sock, name)
+
+    def settimeout(self, value) -> None:
+        self._user_timeout = value
+        self._sock.settimeout(value)
+
+    def gettimeout(self):
+        return self._user_timeout
+
+    def sendall(self, data, *args):
+        self._clock = _Deadline(self._timeout)
+        self._sock.settimeout(self._user_timeout)
+        return self._sock.sendall(data, *args)
+
+    def _before(self) -> None:
+        if self._user_timeout == 0:
+            return  # a non-blocking look (redis-py's can_read): no wait to bound
+        left = self._clock.left()
+        self._sock.settimeout(left if self._user_timeout is None else min(left, self._user_timeout))
+
+    def _count(self, n: int) -> None:
+        self._clock.received += n
+        if self._clock.received > self._max:
+            raise _too_big(self._clock.received, self._max)
+
+    def recv(self, n: int, *args) -> bytes:
+        self._before()
+        data = self._sock.recv(n, *args)
+        self._count(len(data))
+        return data
+
+    def recv_into(self, buffer, n: int = 0, *args) -> int:
+        self._before()
+        got = self._sock.recv_into(buffer, n, *args)
+        self._count(got)
+        return got
+
+
+def guarded_connection_class(url: str, *, max_reply: int):
+    """The redis-py connection class for ``url``'s scheme, held to this module's bounds.
+
+    Passed to ``redis.Redis.from_url(url, connection_class=...)``, which otherwise picks the
+    class from the scheme. Its socket is a :class:`BoundedSocket` (redis-py's ``_connect()``
+    returns the connected, for ``rediss://`` TLS-wrapped, socket that every command uses), and
+    its parser redis-py's pure-Python RESP2 one even where hiredis is installed: hiredis
+    allocates a list for any array count announced (``*4000000000`` is a MemoryError).
+    """
+    import redis.connection as rc
+    scheme = urlsplit(url).scheme
+    base = {"rediss": rc.SSLConnection, "unix": rc.UnixDomainSocketConnection}.get(scheme, rc.Connection)
+    python_parser = getattr(rc, "_RESP2Parser", None)  # redis-py >= 5
+
+    class Guarded(base):
+        def __init__(self, *args, **kwargs):
+            if python_parser is not None:
+                kwargs["parser_class"] = python_parser
+            super().__init__(*args, **kwargs)
+
+        def _connect(self):
+            return BoundedSocket(super()._connect(), max_reply=max_reply, timeout=self.socket_timeout or 1.0)
+
+    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
+    return Guarded

@@ -179,12 +179,21 @@ class TieredStore(Store):
         if token is None:
             token, lease_key = getattr(self._tokens, "lease", (None, None))
         try:
-            ok = self.remote.put_bundle(entry.key, pack_entry(entry, self.signer), token, lease_key)
-        except RemoteDown:
-            self._count("remote", "errors")
-            return False
+            data = pack_entry(entry, self.signer)
         except OSError as exc:  # the local entry's files could not be read back
             log.warning("could not publish %s to the shared cache: %s", entry.key, exc)
+            return False
+        limit = getattr(self.remote, "max_entry", None)
+        if limit is not None and len(data) > limit:
+            log.warning("did not publish %s (%s, %d bytes) to the shared cache: it is over "
+                        "OPSMITH_REMOTE_MAX_ENTRY (%d bytes), so no node would load it; raise that "
+                        "limit on every node to share entries this big", entry.key,
+                        entry.manifest.get("name") or entry.manifest.get("kind"), len(data), limit)
+            return False
+        try:
+            ok = self.remote.put_bundle(entry.key, data, token, lease_key)
+        except RemoteDown:
+            self._count("remote", "errors")
             return False
         if ok:
             self._count("remote", "puts")
