@@ -2,34 +2,32 @@
 
 Data flow::
 
-    compile_cuda(source, ...)  ->  CompileRequest (canonical, hashable)
+    compile_cuda(source, ...)  ->  CompileRequest (canonical, hashable: _nvrtc_request)
         -> cache key: source bytes, every reachable user header's bytes, options,
-           NVRTC identity and version, target arch, opsmith version
+           NVRTC's version and the sha256 of its library (_nvrtc_identity), target arch,
+           opsmith version
         -> store hit: read the cubin, no NVRTC call (libnvrtc is not even loaded)
         -> miss: lock, look again, nvrtcCompileProgram, publish the entry atomically
     ->  CudaBinary (the code bytes, lowered names of the name expressions, the log)
 
-The NVRTC version costs a 25 ms library load to ask, so a warm load must not ask it.
-The store keeps a record of the library last used (its path, size, mtime and version):
-a hit stats that one file, and a new NVRTC (another file, or the same path rewritten)
-changes the key.
+The NVRTC version costs a 25 ms library load to ask, so a warm load must not ask it: the
+machine-local state remembers the identity with the library file's stamp, and a hit stats
+that one file (see :mod:`opsmith._build._nvrtc_identity`).
 """
 from __future__ import annotations
 
 import importlib
 import logging
 import os
-import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
+from opsmith._build._nvrtc_identity import nvrtc_identity
+from opsmith._build._nvrtc_request import CompileRequest, make_request, normalize_arch
 from opsmith._config import on_reset
-from opsmith._errors import CompileError, SpecError, ToolchainError
-from opsmith._cache._keys import KeyBuilder
+from opsmith._errors import CompileError, ToolchainError
 from opsmith._record import Record
-from opsmith._version import __version__
 
 __all__ = ["CompileRequest", "CudaBinary", "compile_cuda", "normalize_arch", "nvrtc_version",
            "nvrtc_stats", "INSTALL_HINT"]
@@ -47,7 +45,6 @@ _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 _memo: dict[str, CudaBinary] = {}
 _nvrtc_mod: Any = None
-_identity: tuple[str, int, int, str] | None = None  # (path, size, mtime_ns, version)
 
 
 # -- the library ------------------------------------------------------------------------------
@@ -82,150 +79,6 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
-def _loaded_nvrtc_path() -> str | None:
-    """The file of the libnvrtc mapped into this process (Linux), else None."""
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.rstrip("\n").split(None, 5)[-1]
-                if "/libnvrtc.so" in path or "/libnvrtc64" in path:
-                    return path
-    except OSError:
-        pass
-    return None
-
-
-def _stat_id(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
-
-
-def _nvrtc_identity(state) -> tuple[str, int, int, str]:
-    """(library path, size, mtime_ns, version) of the NVRTC that compiles here, cheaply.
-
-    A machine-local record remembers the last library seen; when its file is unchanged the
-    answer costs one stat and libnvrtc stays unloaded.
-    """
-    global _identity
-    if _identity is not None:
-        return _identity
-    def probe() -> dict:
-        version = nvrtc_version()
-        path = _loaded_nvrtc_path() or "<unknown libnvrtc>"
-        size, mtime = _stat_id(path) or (0, 0)
-        return {"path": path, "size": size, "mtime_ns": mtime, "version": version}
-
-    from opsmith._cache._state import memo
-    rec = memo(state, "nvrtc", "identity", probe,
-               valid=lambda d: d["size"] and _stat_id(d["path"]) == (d["size"], d["mtime_ns"]))
-    _identity = (rec["path"], rec["size"], rec["mtime_ns"], rec["version"])
-    return _identity
-
-
-# -- arch -------------------------------------------------------------------------------------
-_ARCH_RE = r"^(?:sm_|compute_|sm|compute)?(\d)\.?(\d+)([af]?)$"  # compiled on first use
-
-
-def normalize_arch(arch: str | int) -> str:
-    """``"sm_90"``, ``"90"``, ``"9.0"``, ``90`` or ``"compute_90"`` -> ``"sm_90"`` (``sm_90a`` kept).
-
-    Examples
-    --------
-    >>> normalize_arch("9.0"), normalize_arch(80), normalize_arch("compute_90a")
-    ('sm_90', 'sm_80', 'sm_90a')
-    """
-    if isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit() and len(arch) > 4:
-        return arch  # the canonical form already (the warm path's case)
-    text = str(arch).strip().lower()
-    m = re.match(_ARCH_RE, text)
-    if m is None:
-        raise SpecError(f"cannot read the CUDA arch {arch!r}; write it as sm_90, 90 or 9.0 "
-                        f"(OPSMITH_CUDA_ARCH takes the same forms).")
-    return f"sm_{m.group(1)}{m.group(2)}{m.group(3)}"
-
-
-# -- what to compile ----------------------------------------------------------------------------
-_INCLUDE_RE = r'(?m)^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]'  # compiled on first use
-
-
-class CompileRequest(Record):
-    """Everything that decides NVRTC's output, in canonical form (immutable).
-
-    ``name`` is the program name NVRTC prints in its log (the file path for a file).
-    Fields: source, name, arch, output ("cubin"), std ("c++17"), options, include_paths,
-    defines ((name, value) pairs), headers ((name, text) pairs), name_expressions, source_dir.
-    """
-
-    __slots__ = ("source", "name", "arch", "output", "std", "options", "include_paths", "defines",
-                 "headers", "name_expressions", "source_dir")
-    _defaults = {"output": "cubin", "std": "c++17", "options": (), "include_paths": (), "defines": (),
-                 "headers": (), "name_expressions": (), "source_dir": None}
-
-    def nvrtc_options(self) -> list[str]:
-        arch = self.arch if self.output == "cubin" else self.arch.replace("sm_", "compute_")
-        opts = [f"--gpu-architecture={arch}"]
-        if self.std:
-            opts.append(f"-std={self.std}")
-        for inc in ((self.source_dir,) if self.source_dir else ()) + self.include_paths:
-            opts.append(f"--include-path={inc}")
-        for name, value in self.defines:
-            opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
-        opts.extend(self.options)
-        return opts
-
-    def header_files(self) -> list[tuple[str, Path | None]]:
-        """(name as included, resolved file or None) for every header reachable from the source.
-
-        Resolved against the in-memory headers, the source's directory and the include
-        paths; what resolves nowhere (CUDA's own headers) is keyed by name and NVRTC version.
-        """
-        dirs = [Path(d) for d in ((self.source_dir,) if self.source_dir else ()) + self.include_paths]
-        in_memory = dict(self.headers)
-        seen: dict[str, Path | None] = {}
-        todo = [(self.source, Path(self.source_dir) if self.source_dir else None)]
-        while todo:
-            text, here = todo.pop()
-            for quote, inc in (re.findall(_INCLUDE_RE, text) if "include" in text else ()):
-                inc = inc.strip()
-                if inc in in_memory:
-                    key = "mem:" + inc
-                    if key not in seen:
-                        seen[key] = None
-                        todo.append((in_memory[inc], None))
-                    continue
-                cands = ([here] if (quote == '"' and here is not None) else []) + dirs
-                found = next((c / inc for c in cands if (c / inc).is_file()), None)
-                key = os.path.realpath(found) if found else "unresolved:" + inc
-                if key in seen:
-                    continue
-                seen[key] = found
-                if found is not None:
-                    try:
-                        todo.append((found.read_text(errors="replace"), found.parent))
-                    except OSError:
-                        pass
-        return sorted(((k, v) for k, v in seen.items()), key=lambda kv: kv[0])
-
-    def key(self, nvrtc_id: tuple[str, int, int, str]) -> str:
-        kb = KeyBuilder("opsmith.nvrtc").str("opsmith", __version__)
-        kb.str("source", self.source).str("arch", self.arch).str("output", self.output)
-        kb.strs("options", self.nvrtc_options()).strs("names", self.name_expressions)
-        kb.mapping("headers", dict(self.headers))
-        for label, path in self.header_files():
-            kb.str("header", label)
-            if path is not None:
-                try:
-                    kb.bytes("header.bytes", path.read_bytes())
-                except OSError:
-                    kb.str("header.bytes", None)
-        path, size, mtime, version = nvrtc_id
-        kb.str("nvrtc.version", version).str("nvrtc.lib", f"{path}:{size}:{mtime}")
-        return kb.hexdigest()
-
-
 class CudaBinary(Record):
     """What NVRTC made: the code, its kind and arch, and the lowered names of name expressions.
 
@@ -252,47 +105,6 @@ class CudaBinary(Record):
         if type(other) is not CudaBinary:
             return NotImplemented
         return (self.key, self.kind, self.code) == (other.key, other.kind, other.code)
-
-
-def make_request(source: str | os.PathLike, *, arch: str, output: str = "cubin",
-                 std: str | None = "c++17", options: Iterable[str] = (),
-                 include_paths: Iterable[str | os.PathLike] = (),
-                 defines: Mapping[str, Any] | Iterable[str] | None = None,
-                 headers: Mapping[str, str] | None = None,
-                 name_expressions: Iterable[str] = (), name: str | None = None) -> CompileRequest:
-    """A :class:`CompileRequest` from user arguments (a path or a source string)."""
-    if output not in ("cubin", "ptx"):
-        raise SpecError(f"output must be 'cubin' or 'ptx', got {output!r}")
-    source_dir = None
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
-                                          and source.endswith((".cu", ".cuh")) and len(source) < 4096):
-        path = Path(source)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise SpecError(f"cannot read the CUDA source file {path}: {exc.strerror}") from None
-        source_dir = str(path.resolve().parent)
-        name = name or str(path)
-    elif isinstance(source, str):
-        text = source
-        name = name or "kernel.cu"
-    else:
-        raise SpecError(f"source must be CUDA C++ text or a path to a .cu file, got {type(source).__name__}")
-    if isinstance(options, str):
-        raise SpecError("options must be a list of strings, e.g. ['-lineinfo'], not one string")
-    defs: list[tuple[str, str | None]] = []
-    if isinstance(defines, Mapping):
-        defs = [(str(k), None if v is None else str(v)) for k, v in defines.items()]
-    elif defines is not None:
-        for d in defines:
-            k, _, v = str(d).partition("=")
-            defs.append((k, v if _ else None))
-    return CompileRequest(
-        source=text, name=name, arch=normalize_arch(arch), output=output, std=std,
-        options=tuple(str(o) for o in options),
-        include_paths=tuple(os.path.abspath(os.fspath(p)) for p in include_paths),
-        defines=tuple(sorted(defs)), headers=tuple(sorted((headers or {}).items())),
-        name_expressions=tuple(dict.fromkeys(name_expressions)), source_dir=source_dir)
 
 
 # -- compile ----------------------------------------------------------------------------------
@@ -331,7 +143,7 @@ def compile_request(req: CompileRequest) -> CudaBinary:
     from opsmith._cache._open import open_cache
     cache = open_cache()
     store = cache.store
-    ident = _nvrtc_identity(cache.state)
+    ident = nvrtc_identity(cache.state, nvrtc_version)
     key = req.key(ident)
     hit = _memo.get(key)
     if hit is not None:
@@ -349,7 +161,7 @@ def compile_request(req: CompileRequest) -> CudaBinary:
                 if binary is None:
                     from opsmith._cache._tiered import check_must_hit
                     check_must_hit(key, f"compiling {req.name} with NVRTC")
-                    binary = _compile(req, key, ident[3])
+                    binary = _compile(req, key, ident.version)
                     _publish(cache, binary, req)
         _memo[key] = binary
     return binary
@@ -483,8 +295,6 @@ def _compile_error(req: CompileRequest, text: str, opts: Sequence[str]) -> Compi
 
 
 def _forget() -> None:
-    global _identity
-    _identity = None
     _memo.clear()
 
 
