@@ -137,3 +137,99 @@ def test_warm_load_imports_only_these_modules(tmp_path):
     assert loaded <= allowed, f"a warm load imported {sorted(loaded - allowed)}"
     assert not any(m.startswith(("opsmith._build", "opsmith._toolchain._cxx", "opsmith._toolchain._nvcc")) for m in loaded)
     assert "opsmith._cache._locks" not in loaded and "opsmith._cache._workspace" not in loaded  # made on first use
+
+
+# -- targets, circles, size ----------------------------------------------------------------------
+# A target turns kernels into one kind of product; targets share the core, never each other.
+TARGETS = {
+    "torch": ("opsmith._torch", "opsmith.ops", "opsmith.setuptools"),
+    "onnxruntime": ("opsmith.onnx",),
+    "export-c": ("opsmith.export_c",),
+    "compile-cache": ("opsmith.compile_cache",),
+}
+MAX_LINES = 400
+
+
+def _target_of(mod: str) -> str | None:
+    for target, prefixes in TARGETS.items():
+        if any(_under(mod, p) for p in prefixes):
+            return target
+    return None
+
+
+def test_no_target_imports_another():
+    bad = []
+    for name, path in _modules():
+        mine = _target_of(name)
+        if mine is None:
+            continue
+        for imp in _imports(name, path):
+            theirs = _target_of(imp)
+            if theirs is not None and theirs != mine:
+                bad.append(f"{name} ({mine}) imports {imp} ({theirs}): a target uses the core, never another target")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the opsmith modules it imports (module level and inside functions), without the
+    edges to its own parent packages (Python runs a package's __init__ before any submodule)."""
+    mods = dict(_modules())
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        parents = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        graph[name] = {imp for imp in _imports(name, path)
+                       if imp in mods and imp != name and imp not in parents}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles():
+    circles = _circles(_graph())
+    assert not circles, "import circles (function-level imports count):\n" + "\n".join(
+        " <-> ".join(c) for c in circles)
+
+
+def test_the_circle_check_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_over_the_line_limit():
+    long = [f"{path.relative_to(PKG.parent)}: {n} lines"
+            for path in sorted(PKG.rglob("*")) if path.suffix in (".py", ".c", ".h", ".cpp", ".cu", ".cuh")
+            and (n := len(path.read_text().splitlines())) > MAX_LINES]
+    assert not long, f"modules over {MAX_LINES} lines (one concept per module: split them):\n" + "\n".join(long)

@@ -18,7 +18,7 @@ Fail open, fast: every call has a connect time-out (200 ms) and a read time-out 
 retries; a failure raises :class:`RemoteDown`, which the tiered store turns into a local
 build. A reply that is malformed, of the wrong type or over the bounds of
 :mod:`opsmith._cache._resp` (``OPSMITH_REMOTE_MAX_ENTRY``, a deadline, nesting) is a failure
-too, on reads and on writes (redis-py's sockets are :class:`~opsmith._cache._resp.BoundedSocket`).
+too, on reads and on writes (redis-py's sockets are :class:`~opsmith._cache._resp_guard.BoundedSocket`).
 Three failures in a row open a circuit breaker for 30 s (no call is even tried); the first
 failure in a process logs one warning, later ones only at debug level.
 """
@@ -159,7 +159,7 @@ class RedisRemote:
                     import redis  # imported on the first remote lookup, never on a local hit
                     from redis.backoff import NoBackoff
                     from redis.retry import Retry
-                    from opsmith._cache._resp import guarded_connection_class
+                    from opsmith._cache._resp_guard import guarded_connection_class
                     # RESP2 (redis-py 8 asks for RESP3: more reply types to trust, and a HELLO
                     # whose garbage reply its handshake does not survive); bounded sockets
                     self._client = redis.Redis.from_url(
