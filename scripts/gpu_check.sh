@@ -28,13 +28,13 @@ run() {  # run NAME CMD...: log to $L/NAME.log, remember the exit status
 }
 case "$PART" in
   tests)
-    run kernels python3 -m pytest -q -p no:cacheprovider -rs tests/test_nvrtc.py tests/test_kernel_args.py \
-      tests/test_kernel_gpu.py tests/test_claunch.py
-    run cuda_ext python3 -m pytest -q -p no:cacheprovider -rs -m gpu tests/test_cuda_ext_gpu.py tests/test_doctor.py \
-      tests/test_nvcc_split.py
-    run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/test_torch_ops.py tests/test_torch_ops_gpu.py \
-      tests/test_torch_ops_cshim.py tests/test_torch_ops_cshim_gpu.py
-    for f in tests/test_ops_gpu.py tests/test_ops_compile.py tests/test_export_c_gpu.py tests/test_onnx_ort_gpu.py; do
+    run kernels python3 -m pytest -q -p no:cacheprovider -rs tests/build/test_nvrtc.py tests/torch/test_kernel_args.py \
+      tests/torch/test_kernel_gpu.py tests/runtime/test_claunch.py
+    run cuda_ext python3 -m pytest -q -p no:cacheprovider -rs -m gpu tests/torch/test_cuda_ext_gpu.py tests/cli/test_doctor.py \
+      tests/build/test_nvcc_split.py
+    run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/torch/test_torch_ops.py tests/torch/test_torch_ops_gpu.py \
+      tests/torch/test_torch_ops_cshim.py tests/torch/test_torch_ops_cshim_gpu.py
+    for f in tests/ops/test_ops_gpu.py tests/ops/test_ops_compile.py tests/export_c/test_export_c_gpu.py tests/onnx/test_onnx_ort_gpu.py; do
       [ -f "$f" ] && run "$(basename "$f" .py)" python3 -m pytest -q -p no:cacheprovider -rs "$f"
     done
     if [ -x examples/export_c/build.sh ]; then

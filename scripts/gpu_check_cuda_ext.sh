@@ -13,6 +13,6 @@ export PYTHONUNBUFFERED=1
 } 2>&1 | tee "$OUT/versions.txt"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || { tail -20 "$OUT/pip.log"; exit 1; }
 python3 -m compileall -q opsmith >/dev/null  # as a regular install would: warm loads read .pyc
-[ -n "${SKIP_TESTS:-}" ] || timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_nvcc.py tests/test_cuda_ext_gpu.py -m "gpu or not gpu" \
+[ -n "${SKIP_TESTS:-}" ] || timeout 200 python3 -m pytest -q -p no:cacheprovider tests/build/test_nvcc.py tests/torch/test_cuda_ext_gpu.py -m "gpu or not gpu" \
   --durations=10 2>&1 | tee "$OUT/pytest.log" | tail -30
 timeout ${BENCH_TIMEOUT:-370} python3 bench/bench_cuda_ext.py --out "$OUT/cuda_ext.json" "$@" 2>&1 | tee "$OUT/bench.log" | tail -25

@@ -9,7 +9,7 @@ dir="$OUT/export_c"
 mkdir -p "$dir"
 python3 -m pip install --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "pip install -e . failed"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv > "$dir/gpus.csv" 2>&1
-python3 -m pytest -q -p no:cacheprovider tests/test_export_c.py tests/test_export_c_gpu.py -rs -s \
+python3 -m pytest -q -p no:cacheprovider tests/export_c/test_export_c.py tests/export_c/test_export_c_gpu.py -rs -s \
     --junitxml="$dir/tests.xml" > "$dir/tests.log" 2>&1
 tests_rc=$?
 examples/export_c/build.sh "$dir/example" > "$dir/example_build.log" 2>&1

@@ -13,6 +13,6 @@ export PYTHONUNBUFFERED=1
 } 2>&1 | tee "$OUT/versions.txt"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || { tail -20 "$OUT/pip.log"; exit 1; }
 python3 -m compileall -q opsmith >/dev/null  # as a regular install would: warm loads read .pyc
-python3 -m pytest -q -p no:cacheprovider tests/test_nvrtc.py tests/test_kernel_args.py tests/test_kernel_gpu.py \
+python3 -m pytest -q -p no:cacheprovider tests/build/test_nvrtc.py tests/torch/test_kernel_args.py tests/torch/test_kernel_gpu.py \
   2>&1 | tee "$OUT/pytest.log" | tail -40
 python3 bench/bench_kernels.py --out "$OUT/bench_kernels.json" "$@" 2>&1 | tee "$OUT/bench.log" | tail -45

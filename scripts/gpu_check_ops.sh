@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/opsmith-ops-pip.log 2>&1 \
   || { tail -20 /tmp/opsmith-ops-pip.log; exit 1; }
-python3 -m pytest -q -p no:cacheprovider tests/test_ops_compile.py tests/test_ops_gpu.py 2>&1 \
+python3 -m pytest -q -p no:cacheprovider tests/ops/test_ops_compile.py tests/ops/test_ops_gpu.py 2>&1 \
   | tee "$OUT/ops/pytest.log" | tail -30
 ARCH=$(python3 -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"sm_{p.major}{p.minor}")')
 python3 bench/cold_ops.py --arch "$ARCH" --json "$OUT/ops/cold.json" 2>&1 | tail -3

@@ -11,6 +11,6 @@ export PYTHONUNBUFFERED=1
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 } 2>&1 | tee "$D/versions.txt"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$D/pip.log" 2>&1 || { tail -20 "$D/pip.log"; exit 1; }
-python3 -m pytest -q -p no:cacheprovider -rs tests/test_torch_ops.py tests/test_torch_ops_gpu.py \
+python3 -m pytest -q -p no:cacheprovider -rs tests/torch/test_torch_ops.py tests/torch/test_torch_ops_gpu.py \
   --junitxml="$D/pytest.xml" 2>&1 | tee "$D/pytest.log" | tail -30
 python3 bench/bench_op_overhead.py --json "$D/bench_op_overhead.json" "$@" 2>&1 | tee "$D/bench.log" | tail -25

@@ -11,8 +11,8 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/opsmith-cshim-pip.log 2>&1 \
   || { tail -20 /tmp/opsmith-cshim-pip.log; exit 1; }
-timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_torch_ops_cshim_gpu.py tests/test_torch_ops_cshim.py \
-  tests/test_torch_ops_gpu.py 2>&1 | tee "$OUT/op_overhead/pytest.log" | tail -25
+timeout 300 python3 -m pytest -q -p no:cacheprovider tests/torch/test_torch_ops_cshim_gpu.py tests/torch/test_torch_ops_cshim.py \
+  tests/torch/test_torch_ops_gpu.py 2>&1 | tee "$OUT/op_overhead/pytest.log" | tail -25
 CMD="python3 bench/bench_op_overhead.py --json $OUT/op_overhead/results.json $*"
 echo "$CMD" > "$OUT/op_overhead/COMMAND.txt"
 $CMD 2>&1 | tee "$OUT/op_overhead/bench.log" | tail -24

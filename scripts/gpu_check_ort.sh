@@ -20,7 +20,7 @@ fi
   python3 -c 'import onnxruntime as o; print("onnxruntime", o.__version__, o.get_available_providers())'
   python3 -m opsmith doctor 2>&1 | grep -E "ONNX|ORT"
 } 2>&1 | tee "$D/versions.txt"
-python3 -m pytest -q -p no:cacheprovider -rs tests/test_onnx_ort.py tests/test_onnx_ort_gpu.py tests/test_onnx_templates.py tests/test_opdesc.py \
+python3 -m pytest -q -p no:cacheprovider -rs tests/onnx/test_onnx_ort.py tests/onnx/test_onnx_ort_gpu.py tests/onnx/test_onnx_templates.py tests/test_opdesc.py \
   --junitxml="$D/pytest.xml" 2>&1 | tee "$D/pytest.log" | tail -30
 python3 bench/bench_ort.py --device cpu --sizes 4096,67108864 --json "$D/bench_ort_cpu.json" 2>&1 \
   | grep -v -i "warn\|torch.onnx\|__new__" | tee "$D/bench_cpu.log" | tail -5

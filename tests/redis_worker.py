@@ -1,4 +1,4 @@
-"""A "process on a machine" for tests/test_redis_cache.py and bench/bench_redis.py.
+"""A "process on a machine" for tests/cache/test_redis_cache.py and bench/bench_redis.py.
 
 Run as ``python tests/redis_worker.py MODE ARG...`` with the machine's OPSMITH_* variables
 set; prints one JSON line with what it did (NVRTC compiles, the code's sha256, seconds).

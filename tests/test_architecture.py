@@ -233,3 +233,16 @@ def test_no_module_over_the_line_limit():
             for path in sorted(PKG.rglob("*")) if path.suffix in (".py", ".c", ".h", ".cpp", ".cu", ".cuh")
             and (n := len(path.read_text().splitlines())) > MAX_LINES]
     assert not long, f"modules over {MAX_LINES} lines (one concept per module: split them):\n" + "\n".join(long)
+
+
+# Cross-cutting tests stay at the top; every other test lives in the folder of the package it tests.
+TOP_LEVEL_TESTS = {"test_architecture.py", "test_docs.py", "test_opdesc.py"}
+
+
+def test_tests_mirror_the_packages():
+    tests = PKG.parent / "tests"
+    stray = sorted(p.name for p in tests.glob("test_*.py") if p.name not in TOP_LEVEL_TESTS)
+    orphans = sorted(f"tests/{d.name}/" for d in tests.iterdir() if d.is_dir() and any(d.glob("test_*.py"))
+                     and not ((PKG / d.name).is_dir() or (PKG / f"_{d.name}").is_dir()))
+    assert not stray, f"tests at the top of tests/ ({stray}): move each into tests/<package>/"
+    assert not orphans, f"test folders that name no package of opsmith/: {orphans}"

@@ -29,7 +29,7 @@ from opsmith._toolchain._cxx import max_jobs
 __all__ = ["Artifact", "build_spec", "warm_spec"]
 
 log = logging.getLogger("opsmith.build")
-_Toolchain = Toolchain  # the name tests/test_nvcc.py imports
+_Toolchain = Toolchain  # the name tests/build/test_nvcc.py imports
 
 # The value of TORCH_EXTENSION_NAME in every build: a constant, so that the user's name is
 # not an input of the compiled code and identical sources under two names share one artifact.
@@ -87,7 +87,7 @@ def build_spec(spec: ExtensionSpec) -> Artifact:
         "ldflags", ldflags).str("kind", spec.kind).hexdigest()
     with cache.locks.hold(lock_key), cache.store.build_lease(lock_key):
         from opsmith._cache._faults import point
-        point("build:locked")  # the fault suite's pauses (tests/test_faults.py)
+        point("build:locked")  # the fault suite's pauses (tests/cache/test_faults.py)
         hit = _lookup(cache, spec, tc, units, ldflags)  # another process may have built it
         if hit is not None:
             return hit

@@ -23,7 +23,7 @@ torch gives the compile caches no public backend interface. What it has:
   - ``torch._dynamo.callback.on_compile_end``: runs when a compile (or a lazy backward
     compile) ends.
 
-:func:`problems` and :func:`probe_hook_problems` check all of them (tests/test_compile_cache.py
+:func:`problems` and :func:`probe_hook_problems` check all of them (tests/compile_cache/test_compile_cache.py
 fails loudly when a torch release renames or reshapes one; without the probe hook the cache
 still works, the probes compile on each machine); :func:`install` and :func:`uninstall` are the only code
 that writes into torch.

@@ -15,7 +15,7 @@ the user's source stays.
 No ORT header is used: the slice of ORT's C ABI called is declared in the template (the
 ``OrtApi`` table is an array of function pointers whose *order* is the ABI); :data:`ORT_API_INDEX`
 holds the index of each entry, counted from ORT's published ``onnxruntime_c_api.h`` and checked
-at run time by ``tests/test_onnx_ort.py`` against each installed ORT. The ops are stamped with
+at run time by ``tests/onnx/test_onnx_ort.py`` against each installed ORT. The ops are stamped with
 :data:`ORT_API_VERSION` (10, ORT 1.10: the first with ``KernelContext_GetGPUComputeStream``),
 so one library loads on every ORT from 1.10 on; ``KernelContext_ParallelFor`` (API 17) is looked
 up only where the loaded ORT is 1.17 or newer.

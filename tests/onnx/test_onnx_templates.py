@@ -76,7 +76,7 @@ def test_pyproject_ships_the_templates():
 
     import tomllib
 
-    config = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    config = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"].get("opsmith.onnx", [])
     for name in TEMPLATES:
         assert any(fnmatch.fnmatch(f"templates/{name}", p) for p in patterns), (name, patterns)

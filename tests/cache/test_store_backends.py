@@ -13,7 +13,7 @@ import pytest
 import opsmith
 from opsmith._errors import ConfigError
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 
 LIB = 'extern "C" int answer() { return 42; }\n'
 

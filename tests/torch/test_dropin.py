@@ -1,6 +1,6 @@
 """Drop-in without surprises (issue 11): signatures, flags, messages, small CLI fixes.
 
-Fast tests: no torch header is compiled here (tests/test_dropin_e2e.py has the end-to-end ones).
+Fast tests: no torch header is compiled here (tests/torch/test_dropin_e2e.py has the end-to-end ones).
 """
 from __future__ import annotations
 
@@ -294,7 +294,7 @@ def test_demo_fresh_removes_its_cache(monkeypatch):
 
 def _pyproject() -> dict:
     tomllib = pytest.importorskip("tomllib", reason="tomllib is Python >= 3.11's")
-    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml"), "rb") as f:
         return tomllib.load(f)
 
 
@@ -320,7 +320,7 @@ def test_building_the_metadata_prints_no_warning(tmp_path):
     if int(setuptools.__version__.split(".")[0]) < need:
         pytest.skip(f"setuptools {setuptools.__version__} is older than the build requirement {req!r} "
                     "(pip's isolated build installs a newer one)")
-    root = os.path.join(os.path.dirname(__file__), "..")
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
     project = tmp_path / "project"
     shutil.copytree(os.path.join(root, "opsmith"), project / "opsmith",
                     ignore=shutil.ignore_patterns("__pycache__", "*.so"))
@@ -349,7 +349,7 @@ def test_numpy_is_a_dependency():
 
 
 def test_readme_use_it_snippets_name_files_that_exist():
-    root = os.path.join(os.path.dirname(__file__), "..")
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
     readme = open(os.path.join(root, "README.md")).read()
     use = readme.split("## Use it", 1)[1].split("\n## ", 1)[0]
     import re

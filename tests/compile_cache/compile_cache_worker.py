@@ -1,4 +1,4 @@
-"""One "process" of tests/test_compile_cache.py: torch.compile a small model, forward and backward.
+"""One "process" of tests/compile_cache/test_compile_cache.py: torch.compile a small model, forward and backward.
 
 Enabled the way a launcher would enable it, with OPSMITH_COMPILE_CACHE=1 in the environment
 (the test sets it): this script never calls opsmith before the compile. It prints one JSON

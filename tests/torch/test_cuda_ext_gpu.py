@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 import opsmith  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tutorial_relu"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tutorial_relu"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 import opsmith
 from opsmith._errors import SpecError
 
-HERE = Path(__file__).parent / "export_c"
+HERE = Path(__file__).parent
 SRC = r'''
 extern "C" __global__ void relu(const float* __restrict__ x, float* __restrict__ y, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,6 +1,6 @@
 """opsmith.compile_cache: torch.compile's artifacts through opsmith's signed, leased cache.
 
-Every "process" is a real process (tests/compile_cache_worker.py), so that inductor's
+Every "process" is a real process (tests/compile_cache/compile_cache_worker.py), so that inductor's
 in-memory caches cannot answer, with its own opsmith cache directory and its own
 TORCHINDUCTOR_CACHE_DIR (inductor's local cache cannot answer either), enabled as a launcher
 would: OPSMITH_COMPILE_CACHE=1, no code change. The shared tier is a real redis-server on a

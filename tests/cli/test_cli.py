@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 OPSMITH = shutil.which("opsmith")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 ADD = "int add(int a, int b) { return a + b; }\n"
 SUB = "int sub(int a, int b) { return a - b; }\n"

@@ -31,7 +31,7 @@ needs_redis = pytest.mark.skipif(
     REDIS_SERVER is None or _REDIS_PY is not None,
     reason=_REDIS_PY or "redis-server is not installed (scripts/setup.sh --test installs it with apt-get)")
 
-WORKER = os.fspath(Path(__file__).with_name("redis_worker.py"))
+WORKER = os.fspath(Path(__file__).resolve().parents[1] / "redis_worker.py")
 
 
 def _nvrtc_reason() -> str | None:

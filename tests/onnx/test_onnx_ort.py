@@ -229,7 +229,7 @@ def test_ort_api_offsets_against_the_real_library():
         assert fn("GetErrorMessage", ctypes.c_char_p, ctypes.c_void_p)(st) == b"Invalid context"
         fn("ReleaseStatus", None, ctypes.c_void_p)(st)
     # a tensor's type and shape through our GetTensorTypeAndShape/GetDimensions*/GetTensorElementType
-    # happen in every round trip above; the CUDA stream entry (193) in tests/test_onnx_ort_gpu.py
+    # happen in every round trip above; the CUDA stream entry (193) in tests/onnx/test_onnx_ort_gpu.py
 
 
 def _old_ort_dir() -> Path:

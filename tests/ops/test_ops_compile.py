@@ -17,7 +17,7 @@ from opsmith._errors import CompileError, SpecError
 from opsmith.ops import _launch, _sources
 from opsmith.ops._launch import DeviceProps, row_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARCHS = ("sm_80", "sm_90", "sm_100")
 
 # synthetic devices: H100-like, A100-like, and a small part with the classic 48 KiB of shared memory
