@@ -1,10 +1,12 @@
 """Build profiles: what a target needs from the engine (flags, link inputs, key parts, inputs).
 
 The engine (:mod:`._engine`) compiles and links units and knows nothing of its targets; a
-profile says what one kind of target needs. ``torch-extension`` (:mod:`._profile_torch`) owns
-torch's flags, ``TORCH_EXTENSION_NAME``, the precompiled torch headers and the link stubs;
-``shared-library`` (:mod:`._profile_shared`) builds a C/C++/CUDA library with no torch at all.
-A new target (an ONNX Runtime op library, a C export) is a new profile module registered here.
+profile says what one kind of target needs. ``torch-extension`` (``opsmith._torch._profile``,
+the torch target's own) owns torch's flags, ``TORCH_EXTENSION_NAME``, the precompiled torch
+headers and the link stubs; ``shared-library`` (:mod:`._profile_shared`, in the core: export-c
+and ONNX Runtime libraries use it) builds a C/C++/CUDA library with no torch at all.
+:data:`PROFILES` names each profile's class by ``"module:Class"``, imported on first use: a
+target's profile lives in the target, and the engine imports no target's module directly.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from opsmith._errors import SpecError
 __all__ = ["Profile", "profile_for", "PROFILES"]
 
 PROFILES = {
-    "torch-extension": "opsmith._build._profile_torch:TorchExtension",
+    "torch-extension": "opsmith._torch._profile:TorchExtension",
     "shared-library": "opsmith._build._profile_shared:SharedLibrary",
 }
 

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from opsmith._build._profile_torch import TorchExtension
+from opsmith._torch._profile import TorchExtension
 
 from opsmith._toolchain import _archs
 from opsmith._toolchain._archs import Arch, gencode_flags, parse_arch_list, resolve_archs
