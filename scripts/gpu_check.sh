@@ -5,8 +5,10 @@
 #   bash scripts/gpu_check.sh tests    every gpu-marked test: NVRTC kernels, C launcher, nvcc
 #                                      extensions, torch ops (opsmith.custom_op), opsmith.ops,
 #                                      export-c (example on each device), ONNX Runtime (~6 min)
-#   bash scripts/gpu_check.sh bench    op-call overhead, export-c launch cost, opsmith.ops sweep,
-#                                      the kernel benchmark and the demo (~8 min)
+#   bash scripts/gpu_check.sh bench    op-call overhead, export-c launch cost, opsmith.ops sweep
+#                                      (OPS_BENCH=0 skips it), the kernel benchmark, the compile
+#                                      cache (COMPILE_CACHE_BENCH=0 skips), ONNX Runtime's CPU relu
+#                                      on the host's cores (ORT_BENCH=0 skips) and the demo
 #   bash scripts/gpu_check.sh kernels|ext   the earlier parts (scripts/gpu_check_kernels.sh, _cuda_ext.sh)
 set -uo pipefail
 PART=${1:-tests}; shift || true
@@ -47,6 +49,8 @@ case "$PART" in
     [ -f bench/bench_export_c_launch.py ] && run bench_export_c python3 bench/bench_export_c_launch.py --out "$L/bench_export_c.json"
     [ -f bench/bench_ops.py ] && [ "${OPS_BENCH:-1}" != 0 ] && run bench_ops python3 bench/bench_ops.py --out "$L/ops" ${OPS_BENCH_ARGS:-}
     run bench_kernels python3 bench/bench_kernels.py --out "$L/bench_kernels.json" --skip-torch-ext
+    [ "${COMPILE_CACHE_BENCH:-1}" != 0 ] && run bench_compile_cache python3 bench/bench_compile_cache.py --out "$L/bench_compile_cache.json"
+    [ "${ORT_BENCH:-1}" != 0 ] && run bench_ort_cpu python3 bench/bench_ort.py --device cpu --sizes 4096,67108864 --json "$L/bench_ort_cpu.json"
     OPSMITH_CACHE_DIR=$(mktemp -d) run demo opsmith demo
     ;;
   kernels|ext) exec bash "scripts/gpu_check_${PART/ext/cuda_ext}.sh" "$@" ;;
