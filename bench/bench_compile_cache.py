@@ -120,12 +120,21 @@ def child(args) -> None:
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     step = torch.compile(model)
     times = []
-    for _ in range(3):
+    profile_to = os.environ.get("BENCH_PROFILE_TO")  # --profile: the first step under cProfile
+    for i in range(3):
+        prof = None
+        if profile_to and i == 0:
+            import cProfile
+            prof = cProfile.Profile()
+            prof.enable()
         t0 = time.perf_counter()
         loss = step(tokens, targets)
         loss.backward()
         sync()
         times.append(time.perf_counter() - t0)
+        if prof is not None:
+            prof.disable()
+            _write_profile(prof, profile_to)
     from torch._dynamo.utils import counters
     out = {"first_step_s": times[0], "next_step_s": min(times[1:]), "loss": loss.item(),
            "grad_sum": float(model.embed.weight.grad.float().sum()),
@@ -136,6 +145,16 @@ def child(args) -> None:
     out["opsmith"] = cc.stats() if cc.is_enabled() else None
     out["process_s"] = time.perf_counter() - t_process
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def _write_profile(prof, path: str) -> None:
+    import io
+    import pstats
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf)
+    stats.sort_stats("cumulative").print_stats(70)
+    stats.sort_stats("tottime").print_stats(40)
+    Path(path).write_text(buf.getvalue())
 
 
 FULL = dict(hidden=2048, layers=4, heads=16, ffn=5632, vocab=32000, seq=1024)
@@ -195,6 +214,8 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--bundle", action="store_true", help="ship through a bundle even if redis-server exists")
+    p.add_argument("--profile", metavar="DIR", help="profile each child's first step (cProfile; slower: "
+                   "figures from such a run are not the benchmark's) into DIR/<run>.txt")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -216,6 +237,9 @@ def main() -> None:
                  TRITON_CACHE_DIR=os.fspath(tmp / inductor / "triton"), TMPDIR=os.fspath(tmp / inductor / "tmp"),
                  OPSMITH_CACHE_DIR=os.fspath(tmp / run / "opsmith"), OPSMITH_COMPILE_CACHE="1" if opsmith else "0")
         e.update(extra)
+        if args.profile:
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            e["BENCH_PROFILE_TO"] = os.path.join(os.path.abspath(args.profile), f"{run}-{inductor}.txt")
         return e
 
     use_redis = shutil.which("redis-server") is not None and not args.bundle
