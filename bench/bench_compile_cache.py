@@ -267,6 +267,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     from opsmith.compile_cache import _torch_private as tp
+    from opsmith.compile_cache import _triton_stubs
     new, warm, cold = (results[k]["first_step_s"] for k in ("new_node", "warm_inductor", "cold_inductor"))
     summary = {
         "new_node_s": new, "warm_inductor_s": warm, "cold_inductor_s": cold,
@@ -278,6 +279,8 @@ def main() -> None:
         "same_loss": results["new_node"]["loss"] == results["cold_opsmith"]["loss"],
         "shared_tier": "redis" if use_redis else "bundle",
         "torch_private_problems": tp.problems() + tp.probe_hook_problems(),
+        "triton_stub_problems": _triton_stubs.problems(),
+        "new_node_triton_stubs": (results["new_node"].get("opsmith") or {}).get("triton-stub", {}),
     }
     print(f"new node: {new:.2f} s to the first step (target <= {TARGET_NEW_NODE_S} s: "
           f"{'met' if summary['meets_new_node_target'] else 'NOT met'}); cold {cold:.2f} s ({cold / new:.1f}x); "

@@ -111,7 +111,9 @@ def disable() -> None:
         if owner is None:
             return
         from opsmith.compile_cache import _torch_private as tp
+        from opsmith.compile_cache import _triton_stubs
         tp.uninstall()
+        _triton_stubs.uninstall()
         owner.leases.release_all()
         owner.counters.flush()
 

@@ -13,6 +13,7 @@ process compiles, the others wait for its entry.
 from __future__ import annotations
 
 import logging
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -47,6 +48,7 @@ class CompileCache:
         self.counters = Counters(cache.root)
         self.leases = Leases(cache)
         self._last_miss = threading.local()
+        self._stubs_hooked = False
 
     # -- entries ----------------------------------------------------------------------------
     def read(self, okey: str) -> bytes | None:
@@ -64,6 +66,12 @@ class CompileCache:
 
     # -- inductor's calls -------------------------------------------------------------------
     def get(self, artifact: str, key: str) -> bytes | None:
+        if not self._stubs_hooked and "triton" in sys.modules:
+            # Triton's C stubs compile when its first kernel loads, after this lookup; opsmith
+            # never imports Triton itself (inductor has, by the time it keys a CUDA graph)
+            self._stubs_hooked = True
+            from opsmith.compile_cache import _triton_stubs
+            _triton_stubs.install(self)
         okey = entry_key(artifact, key)
         data = self.read(okey)
         if data is None and artifact in LEASED and not self.leases.holds(okey):
