@@ -50,17 +50,30 @@ def _fake_triton(root: Path, params: str = "name, src, srcdir, library_dirs, inc
     (pkg / "backends" / "nvidia" / "driver.py").write_text(DRIVER)
 
 
+def _hide_real_triton(monkeypatch) -> None:
+    """A real Triton already imported (torch may import it) is set aside for the test."""
+    for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def _drop_fake_triton() -> None:
+    for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
+        del sys.modules[name]
+
+
 @pytest.fixture
 def triton(tmp_path, monkeypatch):
-    """The stand-in Triton, imported; removed from sys.modules (and unhooked) afterwards."""
+    """The stand-in Triton, imported; removed from sys.modules (and unhooked) afterwards,
+    and a real Triton imported before put back (monkeypatch's undo runs after this)."""
+    _hide_real_triton(monkeypatch)
     _fake_triton(tmp_path / "site")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     import triton.backends.nvidia.driver as driver
     import triton.runtime.build as build
+    assert build.__file__.startswith(str(tmp_path)), build.__file__
     yield build, driver
     _triton_stubs.uninstall()
-    for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
-        del sys.modules[name]
+    _drop_fake_triton()
 
 
 def _source(tmp_path: Path, body: str = "int stub_answer(void) { return 42; }\n") -> str:
@@ -141,6 +154,7 @@ def test_uninstall_gives_triton_its_builder_back(triton, tmp_path):
 
 
 def test_a_triton_with_another_builder_is_named_and_left_alone(tmp_path, monkeypatch, caplog):
+    _hide_real_triton(monkeypatch)
     _fake_triton(tmp_path / "site", params="name, src, out_dir, library_dirs, include_dirs, libraries")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     try:
@@ -153,12 +167,11 @@ def test_a_triton_with_another_builder_is_named_and_left_alone(tmp_path, monkeyp
         assert "compile on each machine" in caplog.text
         assert build._build is original
     finally:
-        for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
-            del sys.modules[name]
+        _drop_fake_triton()
 
 
 def test_a_lookup_never_imports_triton(tmp_path, monkeypatch):
-    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    _hide_real_triton(monkeypatch)
     owner = _owner(tmp_path / "cache")
     assert owner.get("fx-graph", "pt2:fx-graph-v1::" + "a" * 52 + ":c1") is None
     assert "triton" not in sys.modules and not owner._stubs_hooked
