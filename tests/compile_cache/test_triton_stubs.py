@@ -175,3 +175,13 @@ def test_a_lookup_never_imports_triton(tmp_path, monkeypatch):
     owner = _owner(tmp_path / "cache")
     assert owner.get("fx-graph", "pt2:fx-graph-v1::" + "a" * 52 + ":c1") is None
     assert "triton" not in sys.modules and not owner._stubs_hooked
+
+
+@needs_cc
+def test_must_hit_does_not_refuse_a_stub(triton, tmp_path, monkeypatch):
+    """A stub is Triton's per-machine C, not a graph: OPSMITH_MUST_HIT=1 lets it compile."""
+    build, driver = triton
+    monkeypatch.setenv("OPSMITH_MUST_HIT", "1")
+    _triton_stubs.install(_owner(tmp_path / "cache"))
+    _call(driver, tmp_path, _source(tmp_path), "a")
+    assert build.COMPILES == ["cuda_utils"]
