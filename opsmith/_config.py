@@ -141,6 +141,11 @@ _SETTINGS: tuple[Setting, ...] = (
             "through torch's C shim (torch >= 2.8; ops of tensors in, `Out(like=...)` outputs and the "
             "elementwise launch rule); `0` keeps the generated Python implementation. Read when an op is "
             "registered."),
+    Setting("torch_op_native_autograd", ("OPSMITH_TORCH_OP_NATIVE_AUTOGRAD",), _to_bool, lambda: True,
+            "Register the Autograd kernel of `opsmith.custom_op` ops whose backward is an op "
+            "(`register_autograd(backward_op, save=... or args=...)`, `not_differentiable`) in C++: a "
+            "small torch C++ library built once per torch version and cached; `0` keeps the generated "
+            "Python Autograd kernel. Read when an op is made differentiable."),
     Setting("store_backend", ("OPSMITH_STORE_BACKEND",), str, lambda: "local",
             "The artifact-store backend: `local` (entries as directories under the cache "
             "directory) or `module:Class`, a `opsmith._cache._store.Store` subclass constructed "

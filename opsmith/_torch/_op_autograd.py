@@ -1,46 +1,204 @@
-"""The Autograd kernel of a :class:`~opsmith._torch._ops.CustomOp` (``register_autograd``)."""
+"""The Autograd kernel of a :class:`~opsmith._torch._ops.CustomOp` (``register_autograd``).
+
+Two kernels, one behaviour:
+
+- **native** (C++, :mod:`opsmith._torch._autograd_native`): for ops whose backward is itself an
+  op (``register_autograd(backward_op, save=...)`` or ``args=...``) and for
+  :meth:`~opsmith._torch._ops.CustomOp.not_differentiable`. A call that needs no gradient
+  redispatches straight to the device kernel; one that does records a C++ backward node that
+  calls the backward op through the dispatcher. No Python on either path.
+- **Python**: for Python backward functions, torch's ``setup_context`` form, and torch builds
+  where the native library cannot be built. A call that needs no gradient goes straight to the
+  device implementation (``op._fast``); one that does goes through a generated
+  ``torch.autograd.Function`` whose forward redispatches below Autograd.
+
+What the backward receives is a :class:`Plan`, read from the short form's names.
+"""
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import re
+from typing import Any, Sequence
 
 from opsmith._errors import OpsmithError, SpecError
 
-__all__ = ["install_autograd"]
+__all__ = ["install_autograd", "install_refusal", "Plan", "plan_of", "backward_name"]
+
+A_TENSOR, A_OPTIONAL_TENSOR, A_OTHER = 0, 1, 2
+B_GRAD, B_INPUT, B_OUTPUT, B_NEEDS = 0, 1, 2, 3
+_NEEDS = re.compile(r"^needs_grad\((\w+)\)$")
+_GRAD = re.compile(r"^grad(\d*)$")
 
 
-def install_autograd(self, backward, setup_context, save) -> None:
-    """Register op ``self``'s Autograd kernel: a call that needs no gradient goes straight to the
-    device implementation (``self._fast``); one that does goes through a generated
-    ``torch.autograd.Function`` whose forward redispatches below Autograd."""
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What an op's backward receives and returns.
+
+    ``bargs``: per argument of the backward, ``(B_GRAD, k)`` the gradient of output k,
+    ``(B_INPUT, i)`` op argument i, ``(B_OUTPUT, k)`` output k, ``(B_NEEDS, i)`` whether op
+    argument i needs a gradient. ``grads_for[j]``: the op argument that result j of the
+    backward is the gradient of. ``backward``: the backward op's ``"ns::name"`` (None for a
+    Python function); ``refuse``: the message of an op that is not differentiable.
+    """
+
+    arg_kind: tuple[int, ...]
+    n_outs: int
+    bargs: tuple[tuple[int, int], ...]
+    grads_for: tuple[int, ...]
+    backward: str | None = None
+    refuse: str | None = None
+
+
+def _arg_kind(t: str) -> int:
+    if t == "Tensor":
+        return A_TENSOR
+    if t in ("Tensor?", "Optional[Tensor]"):
+        return A_OPTIONAL_TENSOR
+    return A_OTHER
+
+
+def plan_of(op, save: Sequence[str] | None, args: Sequence[str] | None,
+            grads_for: Sequence[str] | None) -> Plan:
+    """The :class:`Plan` of ``op`` from the short form's names (``save=`` or ``args=``)."""
+    s = op.schema
+    inputs = {n: i for i, n in enumerate(s.arg_names)}
+    outputs = {**{f"out{k}": k for k in range(s.returns)}, **{n: k for k, n in enumerate(s.return_names) if n}}
+
+    def item(name: str, allow: str) -> tuple[int, int]:
+        if name in inputs:
+            return (B_INPUT, inputs[name])
+        if name in outputs:
+            return (B_OUTPUT, outputs[name])
+        if "g" in allow:
+            m = _GRAD.match(name)
+            if m and int(m.group(1) or 0) < s.returns:
+                return (B_GRAD, int(m.group(1) or 0))
+            m = _NEEDS.match(name)
+            if m and m.group(1) in inputs:
+                return (B_NEEDS, inputs[m.group(1)])
+        extra = ", grad/grad0.., needs_grad(<argument>)" if "g" in allow else ""
+        raise SpecError(f"{op.name}: register_autograd names {name!r}, which is neither an argument "
+                        f"({', '.join(s.arg_names)}) nor an output ({', '.join(outputs)}){extra}")
+
+    if args is not None:
+        bargs = tuple(item(n, "g") for n in args)
+    else:
+        bargs = tuple((B_GRAD, k) for k in range(s.returns)) + tuple(item(n, "") for n in (save or ()))
+    if grads_for is None:
+        gf = tuple(range(len(s.arg_names)))
+    else:
+        for n in grads_for:
+            if n not in inputs:
+                raise SpecError(f"{op.name}: register_autograd(grads_for=...) names {n!r}, which is not an "
+                                f"argument ({', '.join(s.arg_names)})")
+        gf = tuple(inputs[n] for n in grads_for)
+    return Plan(tuple(_arg_kind(t) for t in s.arg_types), s.returns, bargs, gf)
+
+
+def backward_name(backward) -> str | None:
+    """``"ns::name"`` when ``backward`` is the default overload of an op (then the native kernel
+    can call it), else None."""
+    if not hasattr(backward, "_overloadname"):
+        backward = getattr(backward, "default", backward)  # a CustomOp or an OpOverloadPacket
+    schema = getattr(backward, "_schema", None)
+    if schema is None or getattr(backward, "_overloadname", None) != "default":
+        return None
+    return schema.name
+
+
+def _native(op, plan: Plan) -> bool:
+    """Register ``plan`` natively when it can be; False leaves it to the Python kernel."""
+    from opsmith._torch import _autograd_native
+    if any("Tensor" in t and _arg_kind(t) == A_OTHER for t in op.schema.arg_types):
+        return False  # Tensor[] arguments: the Python kernel
+    if not _autograd_native.usable():
+        return False
+    _autograd_native.register(op.name, plan)
+    return True
+
+
+def install_refusal(op, message: str) -> None:
+    """Make ``op`` refuse differentiation: its backward raises ``message``."""
+    s = op.schema
+    plan = Plan(tuple(_arg_kind(t) for t in s.arg_types), s.returns, (), (), refuse=message)
+    op.autograd = "native" if _native(op, plan) else "python"
+    if op.autograd == "python":
+
+        def backward(ctx, *grads):
+            raise NotImplementedError(message)
+
+        _install_python(op, backward, lambda ctx, inputs, output: None)
+
+
+def install_autograd(op, backward, setup_context, save, args=None, grads_for=None) -> None:
+    """Register op ``op``'s Autograd kernel (see the module's docstring)."""
+    if setup_context is not None:
+        op.autograd = "python"
+        _install_python(op, backward, setup_context)
+        return
+    plan = plan_of(op, save, args, grads_for)
+    name = backward_name(backward)
+    if name is not None and _native(op, dataclasses.replace(plan, backward=name)):
+        op.autograd = "native"
+        return
+    op.autograd = "python"
+    setup, bw = _python_plan(op, plan, backward)
+    _install_python(op, bw, setup)
+
+
+def _python_plan(op, plan: Plan, backward):
+    """``setup_context``/``backward`` functions that do what the native kernel does for ``plan``."""
+    import torch
+    kept = [(k, i) for k, i in plan.bargs if k in (B_INPUT, B_OUTPUT)]
+    single = op.schema.single
+    n_in = len(plan.arg_kind)
+
+    def setup_context(ctx, inputs, output):
+        outs = (output,) if single else output
+        values = [inputs[i] if k == B_INPUT else outs[i] for k, i in kept]
+        is_t = [isinstance(v, torch.Tensor) for v in values]
+        ctx.save_for_backward(*[v for v, t in zip(values, is_t) if t])
+        ctx.osm_values = [None if t else v for v, t in zip(values, is_t)]
+        ctx.osm_is_tensor = is_t
+
+    def run_backward(ctx, *grads):
+        saved = iter(ctx.saved_tensors)
+        values = [next(saved) if t else v for v, t in zip(ctx.osm_values, ctx.osm_is_tensor)]
+        vals = iter(values)
+        call = []
+        for k, i in plan.bargs:
+            if k == B_GRAD:
+                call.append(grads[i])
+            elif k == B_NEEDS:
+                call.append(bool(ctx.needs_input_grad[1 + i]))  # forward's first input is the key set
+            else:
+                call.append(next(vals))
+        result = backward(*call)
+        if not isinstance(result, (tuple, list)):
+            result = (result,)
+        if len(result) > len(plan.grads_for):
+            raise OpsmithError(f"{op.name}: the backward returned {len(result)} gradients for "
+                               f"{len(plan.grads_for)} inputs; return one per input (None where there is none)")
+        out: list[Any] = [None] * n_in
+        for j, r in enumerate(result):
+            i = plan.grads_for[j]
+            if ctx.needs_input_grad[1 + i]:
+                out[i] = r
+        return tuple(out)
+
+    return setup_context, run_backward
+
+
+def _install_python(op, backward, setup_context) -> None:
     import torch
     from torch import _C
-    s = self.schema
-    overload = self.default
+    s = op.schema
+    overload = op.default
     pos = [n for n in s.arg_names if n not in s.kwarg_only]
     kwo = [n for n in s.arg_names if n in s.kwarg_only]
     n_in = len(s.arg_names)
     after = _C._after_autograd_keyset
     below = _C._AutoDispatchBelowAutograd
-    if save is not None:
-        names = {**{n: ("in", i) for i, n in enumerate(s.arg_names)},
-                 **{n: ("out", k) for k, n in enumerate(s.return_names)},
-                 **{f"out{k}": ("out", k) for k in range(s.returns)}}
-        for n in save:
-            if n not in names:
-                raise SpecError(f"{self.name}: register_autograd(save=...) names {n!r}, which is neither an "
-                                f"argument ({', '.join(s.arg_names)}) nor an output "
-                                f"({', '.join(s.return_names)})")
-        where = [names[n] for n in save]
-        single = s.single
-
-        def setup_context(ctx, inputs, output):
-            outs = (output,) if single else output
-            ctx.save_for_backward(*[inputs[i] if w == "in" else outs[i] for w, i in where])
-
-        user_backward = backward
-
-        def backward(ctx, *grads):
-            return user_backward(*grads, *ctx.saved_tensors)
 
     def forward(ctx, keyset, *args):
         with below():
@@ -54,16 +212,16 @@ def install_autograd(self, backward, setup_context, save) -> None:
         if not isinstance(result, tuple):
             result = (result,)
         if len(result) > n_in:
-            raise OpsmithError(f"{self.name}: the backward returned {len(result)} gradients for "
+            raise OpsmithError(f"{op.name}: the backward returned {len(result)} gradients for "
                                f"{n_in} inputs; return one per input (None where there is none)")
         return (None, *result, *([None] * (n_in - len(result))))
 
-    fn_cls = type(f"{self.name.replace('::', '_')}_autograd", (torch.autograd.Function,),
+    fn_cls = type(f"{op.name.replace('::', '_')}_autograd", (torch.autograd.Function,),
                   {"forward": staticmethod(forward), "backward": staticmethod(backward_impl)})
     ns: dict[str, Any] = {"_grad_on": _C.is_grad_enabled, "_any_rg": _C._any_requires_grad,
-                          "_apply": fn_cls.apply, "_FAST": self._fast, "_below": below,
+                          "_apply": fn_cls.apply, "_FAST": op._fast, "_below": below,
                           "_AFTER": after, "_redispatch": overload.redispatch}
-    params = self._params(ns)
+    params = op._params(ns)
     tensors = ", ".join(n for n, t in zip(s.arg_names, s.arg_types) if "Tensor" in t)
     call = ", ".join([*pos, *(f"{n}={n}" for n in kwo)])
     code = "\n".join([
@@ -75,5 +233,5 @@ def install_autograd(self, backward, setup_context, save) -> None:
         f"        return _impl({call})",
         "    with _below():",
         f"        return _redispatch(_ks & _AFTER, {call})"])
-    exec(compile(code, f"<opsmith op {self.name} autograd>", "exec"), ns)
-    self._lib.impl(self.name.split("::")[1], ns["f"], "Autograd", with_keyset=True)
+    exec(compile(code, f"<opsmith op {op.name} autograd>", "exec"), ns)
+    op._lib.impl(op.name.split("::")[1], ns["f"], "Autograd", with_keyset=True)

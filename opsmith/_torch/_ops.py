@@ -29,7 +29,7 @@ from opsmith._errors import OpsmithError, SpecError
 from opsmith._torch import _opschema
 from opsmith._torch._op_args import (_config_of, _first_dtype, _kernel_list, _new_config, _out_list, _split_name,
                                      describe_op)
-from opsmith._torch._op_autograd import install_autograd
+from opsmith._torch._op_autograd import install_autograd, install_refusal
 from opsmith._torch._outspec import Out, alloc_lines, fingerprint
 
 __all__ = ["custom_op", "CustomOp", "Out"]
@@ -182,6 +182,7 @@ class CustomOp:
         self.default = getattr(getattr(torch.ops, ns), opname).default
         # raw dispatch key sets of a plain call -> the device implementation (the autograd shortcut)
         self._fast: dict[int, Callable[..., Any]] = {}
+        self.autograd: str | None = None  # "native" (C++ Autograd kernel), "python", or None
         self._fake = self._generate(alloc_only=True)
         torch.library.register_fake(qualname, _trampoline(self), lib=self._lib)
 
@@ -233,24 +234,45 @@ class CustomOp:
         return self
 
     def register_autograd(self, backward: Callable[..., Any], setup_context: Callable[..., Any] | None = None,
-                          *, save: Sequence[str] | None = None) -> "CustomOp":
+                          *, save: Sequence[str] | None = None, args: Sequence[str] | None = None,
+                          grads_for: Sequence[str] | None = None) -> "CustomOp":
         """Make the op differentiable.
 
-        Two forms. torch's: ``setup_context(ctx, inputs, output)`` saves what the backward
-        needs and ``backward(ctx, *grads)`` returns one gradient per input (None where none).
-        opsmith's short form: ``save=("x", ...)`` names inputs or outputs to keep, and
-        ``backward(*grads, *saved)`` (often another registered op) returns the gradient of
-        the first input, or a tuple, one per input.
+        torch's form: ``setup_context(ctx, inputs, output)`` saves what the backward needs and
+        ``backward(ctx, *grads)`` returns one gradient per input (None where none).
+
+        opsmith's short form, for a backward that is itself an op (then the Autograd kernel is
+        native C++, no Python per call) or a function: ``save=("x", ...)`` names inputs or
+        outputs to keep, and ``backward(*grads, *saved)`` returns the gradient of the first
+        input, or a tuple, one per input. ``args=`` instead lists every argument the backward
+        takes, in order: ``"grad"``/``"grad0"``, ``"grad1"``... (output gradients), argument
+        and output names (``"out0"``... or the schema's return names), and
+        ``"needs_grad(<argument>)"`` (a bool). ``grads_for=`` names the arguments the
+        backward's results are gradients of (default: the op's arguments in order).
 
         Examples
         --------
         >>> relu.register_autograd(relu_backward, save=("x",))          # doctest: +SKIP
+        >>> rms.register_autograd(rms_backward, args=("grad0", "x", "rstd", "needs_grad(weight)", "weight"),
+        ...                       grads_for=("x", "weight"))           # doctest: +SKIP
         """
-        if save is not None and setup_context is not None:
-            raise SpecError(f"{self.name}: register_autograd takes save= or setup_context=, not both")
-        if not self._claim("autograd formula", (backward, setup_context, save)):
+        if setup_context is not None and (save is not None or args is not None or grads_for is not None):
+            raise SpecError(f"{self.name}: register_autograd takes setup_context= or the short form "
+                            f"(save=/args=/grads_for=), not both")
+        if save is not None and args is not None:
+            raise SpecError(f"{self.name}: register_autograd takes save= or args=, not both (args= lists "
+                            f"everything the backward receives, the output gradients included)")
+        tup = (lambda v: tuple(v) if v is not None else None)
+        if not self._claim("autograd formula", (backward, setup_context, tup(save), tup(args), tup(grads_for))):
             return self
-        install_autograd(self, backward, setup_context, tuple(save) if save is not None else None)
+        install_autograd(self, backward, setup_context, tup(save), tup(args), tup(grads_for))
+        return self
+
+    def not_differentiable(self, message: str) -> "CustomOp":
+        """Register an Autograd kernel that refuses a gradient: a backward through the op raises
+        ``NotImplementedError(message)`` (a backward op whose own derivative is not written)."""
+        if self._claim("autograd formula", ("refuse", message)):
+            install_refusal(self, message)
         return self
 
     # -- generated code ----------------------------------------------------------------------------

@@ -138,17 +138,6 @@ def _rms_norm_backward_fake(grad, x, normalized_shape, rstd, want_w, weight=None
     return _like(x), x.new_empty(tuple(normalized_shape) if want_w else (0,))
 
 
-def _keep_nothing(ctx, inputs, output):
-    pass
-
-
-def _no_double_backward(name: str):
-    def backward(ctx, *grads):
-        raise NotImplementedError(f"opsmith.ops: double backward (a gradient of {name}) is not implemented; "
-                                  f"use torch's op where a second derivative is needed")
-    return backward
-
-
 # -- registration -------------------------------------------------------------------------------------------
 def _register_all() -> None:
     import torch
@@ -160,7 +149,8 @@ def _register_all() -> None:
     def define(name, schema, cuda, cpu, fake):
         op = custom_op(f"opsmith::{name}", schema, cuda=cuda, cpu=cpu).register_fake(fake)
         if name.endswith("_backward"):
-            op.register_autograd(_no_double_backward(name), _keep_nothing)
+            op.not_differentiable(f"opsmith.ops: double backward (a gradient of {name}) is not implemented; "
+                                  f"use torch's op where a second derivative is needed")
         return op
 
     # elementwise: (x) -> y and (grad, x) -> grad_x
@@ -183,15 +173,7 @@ def _register_all() -> None:
                     lambda g, x, approximate="none": aten.gelu_backward(g, x, approximate=approximate),
                     lambda g, x, approximate="none": _like(x))
 
-    def gelu_setup(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.approximate = inputs[1]
-
-    def gelu_backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return gelu_b.default(grad, x, ctx.approximate), None
-
-    gelu.register_autograd(gelu_backward, gelu_setup)
+    gelu.register_autograd(gelu_b, save=("x", "approximate"))
 
     # softmax
     softmax = define("softmax", "(Tensor x, int dim=-1) -> Tensor", fn.softmax_cuda, _softmax_cpu,
@@ -199,15 +181,7 @@ def _register_all() -> None:
     softmax_b = define("softmax_backward", "(Tensor grad, Tensor y, int dim) -> Tensor", fn.softmax_backward_cuda,
                        _softmax_backward_cpu, lambda g, y, dim: _like(y))
 
-    def softmax_setup(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.dim = inputs[1]
-
-    def softmax_backward(ctx, grad):
-        (y,) = ctx.saved_tensors
-        return softmax_b.default(grad, y, ctx.dim), None
-
-    softmax.register_autograd(softmax_backward, softmax_setup)
+    softmax.register_autograd(softmax_b, args=("grad", "out0", "dim"))
 
     # layer_norm
     ln = define("layer_norm", "(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
@@ -216,19 +190,8 @@ def _register_all() -> None:
                   "Tensor rstd, bool want_w, bool want_b, Tensor? weight=None) -> (Tensor, Tensor, Tensor)",
                   fn.layer_norm_bwd, _layer_norm_backward_cpu, _layer_norm_backward_fake)
 
-    def ln_setup(ctx, inputs, output):
-        x, shape, w, b, _ = inputs
-        ctx.save_for_backward(x, w, output[1], output[2])
-        ctx.shape = list(shape)
-        ctx.want_w = w is not None and w.requires_grad
-        ctx.want_b = b is not None and b.requires_grad
-
-    def ln_backward(ctx, grad, _gmean, _grstd):
-        x, w, mean, rstd = ctx.saved_tensors
-        dx, dw, db = ln_b.default(grad, x, ctx.shape, mean, rstd, ctx.want_w, ctx.want_b, w)
-        return dx, None, (dw if ctx.want_w else None), (db if ctx.want_b else None), None
-
-    ln.register_autograd(ln_backward, ln_setup)
+    ln.register_autograd(ln_b, args=("grad0", "x", "normalized_shape", "out1", "out2", "needs_grad(weight)",
+                                     "needs_grad(bias)", "weight"), grads_for=("x", "weight", "bias"))
 
     # rms_norm
     rms = define("rms_norm", "(Tensor x, int[] normalized_shape, Tensor? weight=None, float? eps=None) "
@@ -237,15 +200,5 @@ def _register_all() -> None:
                    "bool want_w, Tensor? weight=None) -> (Tensor, Tensor)", fn.rms_norm_bwd, _rms_norm_backward_cpu,
                    _rms_norm_backward_fake)
 
-    def rms_setup(ctx, inputs, output):
-        x, shape, w, _ = inputs
-        ctx.save_for_backward(x, w, output[1])
-        ctx.shape = list(shape)
-        ctx.want_w = w is not None and w.requires_grad
-
-    def rms_backward(ctx, grad, _grstd):
-        x, w, rstd = ctx.saved_tensors
-        dx, dw = rms_b.default(grad, x, ctx.shape, rstd, ctx.want_w, w)
-        return dx, None, (dw if ctx.want_w else None), None
-
-    rms.register_autograd(rms_backward, rms_setup)
+    rms.register_autograd(rms_b, args=("grad0", "x", "normalized_shape", "out1", "needs_grad(weight)", "weight"),
+                          grads_for=("x", "weight"))
