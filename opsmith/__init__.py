@@ -45,6 +45,7 @@ _LAZY = {
     "custom_op": "opsmith._torch._ops",
     "CustomOp": "opsmith._torch._ops",
     "Out": "opsmith._torch._outspec",
+    "Elementwise": "opsmith._torch._elementwise",
 }
 
 __all__ = sorted([

@@ -41,6 +41,8 @@ _lock = threading.RLock()
 _state: dict[str, Any] = {}
 _PREPARE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
 _P_INPUT, _P_OUTPUT, _P_COUNT32, _P_COUNT64 = 0, 1, 2, 3
+_P_INT32, _P_INT64, _P_UINT32, _P_F32, _P_F64, _P_BOOL = 4, 5, 6, 7, 8, 9
+_ARG_KIND = {"Tensor": 0, "int": 1, "float": 2, "bool": 3}  # osm_cshim.cpp's A_*
 
 
 def _torch_lib(name: str):
@@ -120,7 +122,7 @@ def load(path: str, launch=None, ctx_fns=None):
     from opsmith._torch import _cshim_source
     api_names = _cshim_source.read().api_names
     lib = ctypes.CDLL(path)
-    if lib.osm_abi() != 1 or lib.osm_api_count() != len(api_names):
+    if lib.osm_abi() != 2 or lib.osm_api_count() != len(api_names):
         raise OpsmithError(f"the C-shim op library at {path} is of another version than "
                            f"{_cshim_source.RESOURCE} ({lib.osm_api_count()} API functions, "
                            f"{len(api_names)} expected); clear the cache (opsmith cache clear)")
@@ -141,10 +143,9 @@ def load(path: str, launch=None, ctx_fns=None):
             syms[name] = ctypes.cast(fn, ctypes.c_void_p).value
     table = (ctypes.c_void_p * len(api_names))(*[syms.get(n) or None for n in api_names])
     lib.osm_init(table)
-    lib.osm_describe.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                 ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int),
-                                 ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int32),
-                                 _PREPARE]
+    ints, i32 = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int32)
+    lib.osm_describe.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ints, ctypes.c_int,
+                                 ints, i32, ctypes.c_int, ints, ints, ctypes.c_int, i32, ints, _PREPARE]
     lib.osm_set_function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                      ctypes.c_uint, ctypes.c_void_p]
     lib.osm_set_error.argtypes = [ctypes.c_int, ctypes.c_char_p]
@@ -153,32 +154,73 @@ def load(path: str, launch=None, ctx_fns=None):
     return lib
 
 
+def _scalar_kind(p) -> int | None:
+    """The P_* of a kernel parameter that takes a scalar argument, or None when the C path cannot."""
+    size = ctypes.sizeof(p.ctypes_type)
+    if p.kind == "float":
+        return _P_F32 if size == 4 else _P_F64
+    if p.kind == "bool":
+        return _P_BOOL
+    if p.kind == "int":
+        if size == 8 and p.range[0] < 0:
+            return _P_INT64
+        if size == 4:
+            return _P_INT32 if p.range[0] < 0 else _P_UINT32
+    return None
+
+
 def fits(op, kernels, binding: list[str], launch) -> str | None:
     """None when ``op`` can be served by the C kernel, else why not (logged, not raised)."""
     from opsmith._torch import _cshim_source
+    from opsmith._torch._elementwise import Elementwise
     src = _cshim_source.read()
     s = op.schema
-    if launch is not None:
-        return "it has a launch rule"
-    if not all(t == "Tensor" for t in s.arg_types):
-        return "an argument is not a Tensor"
+    if launch is not None and not isinstance(launch, Elementwise):
+        return "it has a launch rule function"
+    if not all(t in _ARG_KIND for t in s.arg_types):
+        return "an argument is neither a Tensor nor an int, float or bool"
     if len(s.arg_names) > src.max_tensors or s.returns > src.max_tensors or len(kernels) > src.max_kernels:
         return "too many tensors or kernels"
     for o in op.outs:
-        if o.shape is not None or o.dtype is not None or o.zeros:
-            return "an output has a shape, dtype or zeros rule"
+        if o.shape is not None or o.zeros:
+            return "an output has a shape or zeros rule"
+        if o.dtype is not None and _out_dtype(o, s) is None:
+            return "an output's dtype is a function"
+    types = dict(zip(s.arg_names, s.arg_types))
     for k in kernels:
         if len(k.params) > src.max_params:
             return "too many kernel parameters"
         for p, b in zip(k.params, binding):
             if p.kind == "tensor":
-                if b == "_n":
-                    return "a pointer parameter takes the count"
-            elif p.kind == "int" and b == "_n":
-                if ctypes.sizeof(p.ctypes_type) not in (4, 8) or p.range[0] > 0:
+                if b == "_n" or types.get(b, "Tensor") != "Tensor":
+                    return f"pointer parameter {p.name} takes the count or a number"
+            elif b == "_n":
+                if p.kind != "int" or ctypes.sizeof(p.ctypes_type) not in (4, 8) or p.range[0] > 0:
                     return "the count parameter is not a 32- or 64-bit integer"
+            elif types.get(b) in ("int", "float", "bool"):
+                if _scalar_kind(p) is None:
+                    return f"parameter {p.name} ({p.ctype}) takes a number the C path does not convert to"
+                if types[b] == "float" and p.kind != "float":
+                    return f"parameter {p.name} is an integer and takes the float argument {b}"
             else:
-                return f"parameter {p.name} is neither a tensor nor the item count"
+                return f"parameter {p.name} is neither a tensor, a number nor the item count"
+    return None
+
+
+def _out_dtype(o, s):
+    """An output's dtype rule as ("dtype", name) or ("input", index); None for a function."""
+    import torch
+    d = o.dtype
+    if d is None:
+        return ("like", None)
+    if isinstance(d, torch.dtype):
+        return ("dtype", str(d).replace("torch.", ""))
+    if isinstance(d, str) and isinstance(getattr(torch, d, None), torch.dtype):
+        return ("dtype", d)
+    if isinstance(d, str) and d in s.arg_names:
+        return ("input", s.arg_names.index(d))
+    if isinstance(d, int) and not isinstance(d, bool) and 0 <= d < len(s.arg_names):
+        return ("input", d)
     return None
 
 
@@ -212,8 +254,12 @@ def register(op, kernels, binding: list[str], *, key: str = "CUDA", prepare=None
     dev_type_fn.restype = ctypes.c_int32
     device_type = int(dev_type_fn())
     pkind, pindex = [], []
-    for b in binding:
-        if b == "_n":
+    types = dict(zip(s.arg_names, s.arg_types))
+    for p, b in zip(kernels[0].params, binding):
+        if types.get(b) in ("int", "float", "bool"):
+            pkind.append(_scalar_kind(p))
+            pindex.append(s.arg_names.index(b))
+        elif b == "_n":
             pkind.append(-1)  # filled per kernel below (all kernels bind alike)
             pindex.append(0)
         elif b.startswith("_o"):
@@ -234,6 +280,19 @@ def register(op, kernels, binding: list[str], *, key: str = "CUDA", prepare=None
             else:
                 kdtype.append(-1)
     like = [_like_index(o, s) for o in op.outs]
+    odtype = []
+    for k, o in enumerate(op.outs):
+        how, what = _out_dtype(o, s)
+        if how == "input":  # that input's dtype, which the C kernel reads per call: like it for the dtype
+            if s.arg_types[what] != "Tensor":
+                raise OpsmithError(f"{op.name}: Out(dtype={o.dtype!r}) names an argument that is not a tensor")
+            odtype.append(-2 - what)
+        else:
+            odtype.append(_dtype_code(cpu_lib, what) if how == "dtype" else -1)
+    from opsmith._torch._elementwise import Elementwise
+    rule = op._launch_rule or Elementwise()
+    ipt = [rule.items_for(k) for k in kernels]
+    arg_kind = [_ARG_KIND[t] for t in s.arg_types]
 
     with _lock:
         slots = lib._opsmith_slots
@@ -252,10 +311,11 @@ def register(op, kernels, binding: list[str], *, key: str = "CUDA", prepare=None
 
         cb = _PREPARE(on_device)
         ints = ctypes.c_int
-        r = lib.osm_describe(slot, op.name.encode(), device_type, len(s.arg_names), s.returns,
-                             (ints * max(1, len(like)))(*like), len(binding), (ints * len(pkind))(*pkind),
-                             (ints * len(pindex))(*pindex), len(kernels),
-                             (ctypes.c_int32 * len(kdtype))(*kdtype), cb)
+        r = lib.osm_describe(slot, op.name.encode(), device_type, len(s.arg_names),
+                             (ints * max(1, len(arg_kind)))(*arg_kind), s.returns,
+                             (ints * max(1, len(like)))(*like), (ctypes.c_int32 * max(1, len(odtype)))(*odtype),
+                             len(binding), (ints * len(pkind))(*pkind), (ints * len(pindex))(*pindex), len(kernels),
+                             (ctypes.c_int32 * len(kdtype))(*kdtype), (ints * len(ipt))(*ipt), cb)
         if r:
             raise OpsmithError(f"{op.name}: the C-shim library refused the op's description")
         slots.append((op, kernels, cb))

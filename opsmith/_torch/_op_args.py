@@ -10,10 +10,10 @@ __all__ = ["describe_op"]
 _MAX_CONFIGS = 4096  # launch configs remembered per kernel (item count x device)
 
 
-def _new_config(kernel, cfgs: dict, n: int, dev: int):
+def _new_config(kernel, cfgs: dict, n: int, dev: int, items: int = 1):
     if len(cfgs) >= _MAX_CONFIGS:
         cfgs.clear()
-    c = cfgs[n * 256 + dev] = kernel.config_for(n, device=dev)
+    c = cfgs[n * 256 + dev] = kernel.config_for(n, device=dev, items_per_thread=items)
     return c
 
 

@@ -30,6 +30,7 @@ from opsmith._torch import _opschema
 from opsmith._torch._op_args import (_config_of, _first_dtype, _kernel_list, _new_config, _out_list, _split_name,
                                      describe_op)
 from opsmith._torch._op_autograd import install_autograd, install_refusal
+from opsmith._torch._elementwise import Elementwise
 from opsmith._torch._outspec import Out, alloc_lines, fingerprint
 
 __all__ = ["custom_op", "CustomOp", "Out"]
@@ -61,9 +62,10 @@ def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kern
         (``opsmith.load_inline(...).fn``) that take the op's arguments and return its outputs.
     out : Out or sequence of Out, optional
         How each output is allocated (and faked): default ``Out()``, like the first tensor input.
-    launch : callable, optional
+    launch : callable or Elementwise, optional
         ``launch(*args, *outputs)`` returns the launch config: a :class:`~opsmith.LaunchConfig`,
-        ``(grid, block)`` or ``(grid, block, shared_mem)``, or None to launch nothing.
+        ``(grid, block)`` or ``(grid, block, shared_mem)``, or None to launch nothing. Or an
+        :class:`~opsmith.Elementwise` rule (items per thread), which the C-shim path runs too.
         Default: elementwise, ``kernel.config_for(n)`` over ``n = outputs[0].numel()``.
     args : sequence of str, optional
         What the kernel receives, in order: names of the op's arguments, of its outputs
@@ -326,13 +328,15 @@ class CustomOp:
                                 f"arguments ({binding} vs {other}); one op's kernels must take the same ones")
         ns: dict[str, Any] = {"_new_config": _new_config, "_config_of": _config_of, "_RULE": launch,
                               "_no_kernel": self._no_kernel}
-        entries = [(k.launch, {}, k) for k in kernels]
+        elementwise = launch is None or isinstance(launch, Elementwise)
+        rule = launch or Elementwise()
+        entries = [(k.launch, {}, k, rule.items_for(k) if elementwise else 1) for k in kernels]
         call = ", ".join(binding)
         first_tensor = next(a for a, t in zip(s.arg_names, s.arg_types) if t == "Tensor")
         body = ["    _n = _o0.numel()"]
         if len(entries) == 1:
             ns["_K"] = entries[0]
-            body.append("    _launch, _cfgs, _kern = _K")
+            body.append("    _launch, _cfgs, _kern, _ipt = _K")
         else:
             by_dtype: dict[Any, tuple] = {}
             for e in entries:
@@ -341,12 +345,12 @@ class CustomOp:
             self._dtypes = list(by_dtype)
             body.append(f"    _e = _KS.get({first_tensor}.dtype)")
             body.append(f"    if _e is None: _no_kernel({first_tensor})")
-            body.append("    _launch, _cfgs, _kern = _e")
-        if launch is None:
+            body.append("    _launch, _cfgs, _kern, _ipt = _e")
+        if elementwise:
             body += ["    if _n:",
                      f"        _dev = {first_tensor}.get_device()",
                      "        _c = _cfgs.get(_n * 256 + _dev)",
-                     "        if _c is None: _c = _new_config(_kern, _cfgs, _n, _dev)",
+                     "        if _c is None: _c = _new_config(_kern, _cfgs, _n, _dev, _ipt)",
                      f"        _launch(_c, {call})"]
         else:
             rule_args = ", ".join([*s.arg_names, *(f"_o{k}" for k in range(s.returns))])

@@ -86,4 +86,4 @@ def test_compiled_library_agrees_with_what_python_read(tmp_path):
     src = _cshim_source.read()
     assert lib.osm_api_count() == len(src.api_names)
     assert lib.osm_max_ops() == src.max_ops
-    assert lib.osm_abi() == 1
+    assert lib.osm_abi() == 2

@@ -34,12 +34,14 @@ extern "C" __global__ void add_i32(const float* a, const float* b, float* out, i
   if (i < n) out[i] = a[i] + b[i];
 }
 extern "C" __global__ void scale(const float* x, float alpha, float* y, int n) {}
+extern "C" __global__ void shift(const double* x, long long k, bool neg, double* y, long long n) {}
+extern "C" __global__ void widen(const float* x, double* y, long long n) {}
 """
 _ids = itertools.count()
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
                            ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
                            ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
-FN_RELU32, FN_RELU64, FN_ADD = 0x1000, 0x2000, 0x3000
+FN_RELU32, FN_RELU64, FN_ADD, FN_SCALE, FN_SHIFT, FN_WIDEN = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000
 launches: list[tuple] = []
 
 
@@ -58,6 +60,24 @@ def _fake_launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
         a, b, out = ptr(0, ctypes.c_float), ptr(1, ctypes.c_float), ptr(2, ctypes.c_float)
         for i in range(n):
             out[i] = a[i] + b[i]
+    elif fn == FN_SCALE:  # (x, float alpha, y, int n)
+        alpha = ctypes.cast(params[1], ctypes.POINTER(ctypes.c_float))[0]
+        n = ctypes.cast(params[3], ctypes.POINTER(ctypes.c_int))[0]
+        x, y = ptr(0, ctypes.c_float), ptr(2, ctypes.c_float)
+        for i in range(n):
+            y[i] = alpha * x[i]
+    elif fn == FN_SHIFT:  # (x, long long k, bool neg, y, long long n)
+        k = ctypes.cast(params[1], ctypes.POINTER(ctypes.c_longlong))[0]
+        neg = ctypes.cast(params[2], ctypes.POINTER(ctypes.c_bool))[0]
+        n = ctypes.cast(params[4], ctypes.POINTER(ctypes.c_longlong))[0]
+        x, y = ptr(0, ctypes.c_double), ptr(3, ctypes.c_double)
+        for i in range(n):
+            y[i] = (-x[i] if neg else x[i]) + k
+    elif fn == FN_WIDEN:  # (const float* x, double* y, long long n)
+        n = ctypes.cast(params[2], ctypes.POINTER(ctypes.c_longlong))[0]
+        x, y = ptr(0, ctypes.c_float), ptr(1, ctypes.c_double)
+        for i in range(n):
+            y[i] = x[i]
     else:
         return 400  # CUDA_ERROR_INVALID_HANDLE
     launches.append((fn, (gx, gy, gz), (bx, by, bz), smem, stream, n))
@@ -76,7 +96,7 @@ def kernels(tmp_path_factory):
     _open.reset()
     try:
         mod = opsmith.CudaModule(SRC, arch="sm_90")
-        return {n: mod.get_kernel(n) for n in ("relu_f32", "relu_f64", "add_i32", "scale")}
+        return {n: mod.get_kernel(n) for n in ("relu_f32", "relu_f64", "add_i32", "scale", "shift", "widen")}
     finally:
         if old is None:
             os.environ.pop("OPSMITH_CACHE_DIR", None)
@@ -98,17 +118,18 @@ def cpu_lib(monkeypatch, tmp_path):
     return _cshim.load(str(copy), launch=_launch_cb)
 
 
-def _op(kernels, lib, names, schema=None, fail=None):
+def _op(kernels, lib, names, schema=None, fail=None, **kw):
     """A kernel op whose CPU key is served by the C kernel with the stand-in launch."""
     ks = [kernels[n] for n in names]
-    op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::op_{next(_ids)}", schema, kernel=ks)
-    fns = {"relu_f32": FN_RELU32, "relu_f64": FN_RELU64, "add_i32": FN_ADD}
+    op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::op_{next(_ids)}", schema, kernel=ks, **kw)
+    fns = {"relu_f32": FN_RELU32, "relu_f64": FN_RELU64, "add_i32": FN_ADD, "scale": FN_SCALE,
+           "shift": FN_SHIFT, "widen": FN_WIDEN}
 
     def prepare(kernel: int, device: int):
         if fail:
             raise RuntimeError(fail)
         return fns[names[kernel]], 128, None
-    assert _cshim.fits(op, ks, op._binding, None) is None
+    assert _cshim.fits(op, ks, op._binding, kw.get("launch")) is None
     _cshim.register(op, ks, op._binding, key="CPU", prepare=prepare, lib=lib)
     return op
 
@@ -116,7 +137,7 @@ def _op(kernels, lib, names, schema=None, fail=None):
 def test_source_compiles_and_library_exports(cpu_lib):
     for name in ("osm_init", "osm_describe", "osm_set_function", "osm_register", "osm_set_error"):
         assert hasattr(cpu_lib, name)
-    assert cpu_lib.osm_abi() == 1 and cpu_lib.osm_max_ops() >= 16
+    assert cpu_lib.osm_abi() == 2 and cpu_lib.osm_max_ops() >= 16
 
 
 def test_cpu_kernel_through_the_shim_matches_eager(kernels, cpu_lib):
@@ -171,9 +192,46 @@ def test_opcheck_on_cpu(kernels, cpu_lib):
     assert torch.equal(compiled(x), torch.relu(x) * 2)
 
 
+def test_scalar_arguments_reach_the_kernel_in_its_c_types(kernels, cpu_lib):
+    scale = _op(kernels, cpu_lib, ["scale"])
+    assert scale.schema.text == "(Tensor x, float alpha) -> Tensor"
+    x = torch.randn(9)
+    assert torch.allclose(scale(x, 1.5), 1.5 * x) and torch.allclose(scale(x, -2.0), -2.0 * x)
+    shift = _op(kernels, cpu_lib, ["shift"])
+    assert shift.schema.text == "(Tensor x, int k, bool neg) -> Tensor"
+    x = torch.randn(5, dtype=torch.float64)
+    assert torch.equal(shift(x, 3, False), x + 3) and torch.equal(shift(x, -(2 ** 40), True), -x - 2 ** 40)
+
+
+def test_an_int_that_does_not_fit_the_kernels_int_is_refused(kernels, cpu_lib):
+    src = 'extern "C" __global__ void add_k(const float* x, int k, float* y, long long n) {}'
+    k = opsmith.CudaModule(src, arch="sm_90").get_kernel("add_k")
+    op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::add_k_{next(_ids)}", kernel=k)
+    assert _cshim.fits(op, [k], op._binding, None) is None
+    _cshim.register(op, [k], op._binding, key="CPU", prepare=lambda kernel, device: (FN_SCALE, 128, None), lib=cpu_lib)
+    with pytest.raises(RuntimeError, match=r"argument 1 = 8589934592 does not fit the kernel's 32-bit int"):
+        op(torch.randn(3), 2 ** 33)
+
+
+def test_out_dtype_and_the_elementwise_rule_run_in_c(kernels, cpu_lib):
+    widen = _op(kernels, cpu_lib, ["widen"], out=opsmith.Out(dtype=torch.float64))
+    x = torch.randn(7)
+    y = widen(x)
+    assert y.dtype == torch.float64 and torch.equal(y, x.double())
+    relu = _op(kernels, cpu_lib, ["relu_f32", "relu_f64"], launch=opsmith.Elementwise(bytes_per_thread=64))
+    for dtype, per_thread in ((torch.float32, 16), (torch.float64, 8)):
+        launches.clear()
+        x = torch.randn(10000, dtype=dtype)
+        assert torch.equal(relu(x), torch.relu(x))
+        assert launches[0][1] == (-(-10000 // (128 * per_thread)), 1, 1)  # ceil(n / (block * items))
+    with pytest.raises(opsmith.SpecError, match="positive int"):
+        opsmith.Elementwise(0)
+
+
 def test_ops_that_do_not_fit_keep_python(kernels):
-    op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::scale_{next(_ids)}", kernel=kernels["scale"])
-    assert "not a Tensor" in _cshim.fits(op, [kernels["scale"]], op._binding, None)
+    op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::widen_{next(_ids)}", kernel=kernels["widen"],
+                           out=opsmith.Out(dtype=lambda x: torch.float64))
+    assert "dtype is a function" in _cshim.fits(op, [kernels["widen"]], op._binding, None)
     relu = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::r_{next(_ids)}", kernel=kernels["relu_f32"],
                              out=opsmith.Out(zeros=True))
     assert "zeros" in _cshim.fits(relu, [kernels["relu_f32"]], relu._binding, None)

@@ -63,19 +63,25 @@ enum { OSM_API_COUNT = 0 OSM_API(OSM_API_ONE) };
 #undef OSM_API_ONE
 static_assert(sizeof(osm_api) == OSM_API_COUNT * sizeof(void *), "osm_init copies a table of pointers");
 
-// what a kernel parameter receives
-enum { P_INPUT = 0, P_OUTPUT = 1, P_COUNT32 = 2, P_COUNT64 = 3 };
+// what a kernel parameter receives: a tensor, the item count, or a scalar argument converted to its C type
+enum { P_INPUT = 0, P_OUTPUT = 1, P_COUNT32 = 2, P_COUNT64 = 3, P_INT32 = 4, P_INT64 = 5, P_UINT32 = 6,
+       P_F32 = 7, P_F64 = 8, P_BOOL = 9 };
+// what an op argument is on the stack (torch's StableIValue: an int as int64, a float as double, a bool in byte 0)
+enum { A_TENSOR = 0, A_INT = 1, A_FLOAT = 2, A_BOOL = 3 };
 
 struct osm_op {
     char name[160];
     int used;
     int device_type;                      // c10::DeviceType of the key it serves (1 CUDA; 0 CPU in tests)
     int n_args, n_outs;
+    int arg_kind[OSM_MAX_TENSORS];        // A_* per argument
     int like[OSM_MAX_TENSORS];            // output k is like input like[k]
+    int32_t odtype[OSM_MAX_TENSORS];      // output k's dtype (-1: like[k]'s, -2 - i: input i's)
     int n_params;
     int pkind[OSM_MAX_PARAMS], pindex[OSM_MAX_PARAMS];
     int n_kernels;
     int32_t kdtype[OSM_MAX_KERNELS][OSM_MAX_PARAMS];  // dtype each tensor parameter takes, -1 any
+    int ipt[OSM_MAX_KERNELS];                          // items per thread: grid = n / (block * ipt)
     void *fn[OSM_MAX_KERNELS][OSM_MAX_DEVICES];        // CUfunction per kernel and device
     unsigned block[OSM_MAX_KERNELS][OSM_MAX_DEVICES];
     void *ctx[OSM_MAX_DEVICES];                        // primary contexts
@@ -101,7 +107,7 @@ struct Call {
         void *ignored;
         if (pushed) api.cuCtxPopCurrent(&ignored);
         for (int i = 0; i < n_in; i++) {
-            if (in[i]) api.delete_tensor(in[i]);
+            if (in[i] && op.arg_kind[i] == A_TENSOR) api.delete_tensor(in[i]);
             if (tmp[i]) api.delete_tensor(tmp[i]);
         }
         for (int k = 0; k < n_out; k++)
@@ -132,16 +138,19 @@ void run(int slot, SIV *stack, uint64_t num_args, uint64_t num_outputs) {
     ATH t[OSM_MAX_TENSORS];
     int32_t dtype[OSM_MAX_TENSORS];
     int32_t dev = 0;
+    int first = -1;  // the first tensor argument
     for (int i = 0; i < c.n_in; i++) {
+        dtype[i] = -1;
+        if (op.arg_kind[i] != A_TENSOR) continue;
         int32_t dt, di;
         c.check(api.get_device_type(c.in[i], &dt), "get_device_type");
         c.check(api.get_device_index(c.in[i], &di), "get_device_index");
         c.check(api.get_dtype(c.in[i], &dtype[i]), "get_dtype");
         if (dt != op.device_type)
             c.fail("input " + std::to_string(i) + " is on another device type than this kernel serves");
-        if (i == 0) dev = di;
+        if (first < 0) { dev = di; first = i; }
         else if (di != dev)
-            c.fail("inputs are on different devices (input 0 on device " + std::to_string(dev) + ", input " +
+            c.fail("inputs are on different devices (input " + std::to_string(first) + " on device " + std::to_string(dev) + ", input " +
                    std::to_string(i) + " on device " + std::to_string(di) + "); move them to one device");
         bool contiguous;
         c.check(api.is_contiguous(c.in[i], &contiguous), "is_contiguous");
@@ -173,7 +182,8 @@ void run(int slot, SIV *stack, uint64_t num_args, uint64_t num_outputs) {
     }
     if (kernel < 0) {
         std::string got;
-        for (int i = 0; i < c.n_in; i++) got += std::string(i ? ", " : "") + dtype_name(dtype[i]);
+        for (int i = 0; i < c.n_in; i++)
+            if (op.arg_kind[i] == A_TENSOR) got += std::string(got.empty() ? "" : ", ") + dtype_name(dtype[i]);
         c.fail("no kernel takes inputs of dtype " + got + "; pass tensors of the dtype the kernel declares");
     }
 
@@ -186,7 +196,9 @@ void run(int slot, SIV *stack, uint64_t num_args, uint64_t num_outputs) {
         if (dim > OSM_MAX_DIM) c.fail("more than 16 dimensions");
         int64_t s = 1;
         for (int64_t d = dim - 1; d >= 0; d--) { strides[d] = s; s *= sizes[d] > 1 ? sizes[d] : 1; }
-        c.check(api.empty_strided(dim, sizes, strides, dtype[op.like[k]], op.device_type, dev, &c.out[k]),
+        const int32_t od = op.odtype[k];  // a dtype code; -1 like's dtype; -2 - i input i's
+        int32_t odt = od >= 0 ? od : (od == -1 ? dtype[op.like[k]] : dtype[-2 - od]);
+        c.check(api.empty_strided(dim, sizes, strides, odt, op.device_type, dev, &c.out[k]),
                 "empty_strided");
         c.n_out = k + 1;
     }
@@ -201,14 +213,37 @@ void run(int slot, SIV *stack, uint64_t num_args, uint64_t num_outputs) {
             if (!fn) c.fail("the kernel could not be loaded on this device");
         }
         unsigned block = op.block[kernel][dev];
-        int64_t grid = (n + block - 1) / block;
+        int64_t per_block = (int64_t)block * op.ipt[kernel];
+        int64_t grid = (n + per_block - 1) / per_block;
         if (grid > 0x7fffffffLL) c.fail("too many items for a 1-D grid");
         void *ptrs[OSM_MAX_PARAMS];
         int32_t n32 = (int32_t)n;
         int64_t n64 = n;
         void *params[OSM_MAX_PARAMS];
+        union { int32_t i32; int64_t i64; uint32_t u32; float f32; double f64; uint8_t b; } scalar[OSM_MAX_PARAMS];
         for (int p = 0; p < op.n_params; p++) {
+            const SIV v = op.pkind[p] >= P_INT32 ? stack[op.pindex[p]] : 0;
+            int64_t iv;
+            double dv;
+            memcpy(&iv, &v, sizeof iv);
+            memcpy(&dv, &v, sizeof dv);
+            const int ak = op.pkind[p] >= P_INT32 ? op.arg_kind[op.pindex[p]] : A_TENSOR;
+            if (ak == A_BOOL) iv = (v & 0xff) != 0;  // a bool is byte 0
+            if (ak == A_FLOAT && op.pkind[p] != P_F32 && op.pkind[p] != P_F64)
+                c.fail("argument " + std::to_string(op.pindex[p]) + " is a float and the kernel takes an integer");
+            if (ak != A_FLOAT) dv = (double)iv;
+            auto where = [&]() { return "argument " + std::to_string(op.pindex[p]) + " = " + std::to_string(iv); };
             switch (op.pkind[p]) {
+            case P_INT32:
+                if (iv < INT32_MIN || iv > INT32_MAX) c.fail(where() + " does not fit the kernel's 32-bit int");
+                scalar[p].i32 = (int32_t)iv; params[p] = &scalar[p]; break;
+            case P_UINT32:
+                if (iv < 0 || iv > (int64_t)UINT32_MAX) c.fail(where() + " does not fit the kernel's unsigned 32-bit int");
+                scalar[p].u32 = (uint32_t)iv; params[p] = &scalar[p]; break;
+            case P_INT64: scalar[p].i64 = iv; params[p] = &scalar[p]; break;
+            case P_F32: scalar[p].f32 = (float)dv; params[p] = &scalar[p]; break;
+            case P_F64: scalar[p].f64 = dv; params[p] = &scalar[p]; break;
+            case P_BOOL: scalar[p].b = iv != 0; params[p] = &scalar[p]; break;
             case P_INPUT: c.check(api.get_data_ptr(t[op.pindex[p]], &ptrs[p]), "get_data_ptr"); params[p] = &ptrs[p]; break;
             case P_OUTPUT: c.check(api.get_data_ptr(c.out[op.pindex[p]], &ptrs[p]), "get_data_ptr"); params[p] = &ptrs[p]; break;
             case P_COUNT32:
@@ -247,7 +282,7 @@ static const boxed_fn boxed[] = {OSM_P8(0), OSM_P8(1), OSM_P8(2), OSM_P8(3),
 static_assert(sizeof(boxed) / sizeof(boxed[0]) == OSM_MAX_OPS, "one boxed kernel per op slot");
 
 extern "C" {
-__attribute__((visibility("default"))) int osm_abi(void) { return 1; }
+__attribute__((visibility("default"))) int osm_abi(void) { return 2; }
 __attribute__((visibility("default"))) int osm_max_ops(void) { return OSM_MAX_OPS; }
 
 __attribute__((visibility("default"))) int osm_api_count(void) { return OSM_API_COUNT; }
@@ -258,10 +293,11 @@ __attribute__((visibility("default"))) void osm_init(void *const *table) {
     api_ready = 1;
 }
 
-/* Describe op `slot`. like: n_outs inputs; pkind/pindex: n_params; kdtype: n_kernels x n_params. */
+/* Describe op `slot`. arg_kind: n_args; like/odtype: n_outs; pkind/pindex: n_params (pindex: the
+   argument or output a parameter takes); kdtype: n_kernels x n_params; ipt: n_kernels. */
 __attribute__((visibility("default"))) int osm_describe(int slot, const char *name, int device_type, int n_args,
-        int n_outs, const int *like, int n_params, const int *pkind, const int *pindex, int n_kernels,
-        const int32_t *kdtype, int (*prepare)(int, int, int)) {
+        const int *arg_kind, int n_outs, const int *like, const int32_t *odtype, int n_params, const int *pkind,
+        const int *pindex, int n_kernels, const int32_t *kdtype, const int *ipt, int (*prepare)(int, int, int)) {
     if (slot < 0 || slot >= OSM_MAX_OPS || n_outs > OSM_MAX_TENSORS || n_args > OSM_MAX_TENSORS ||
         n_params > OSM_MAX_PARAMS || n_kernels > OSM_MAX_KERNELS || n_kernels < 1)
         return 1;
@@ -271,12 +307,21 @@ __attribute__((visibility("default"))) int osm_describe(int slot, const char *na
     op.device_type = device_type;
     op.n_args = n_args;
     op.n_outs = n_outs;
-    for (int k = 0; k < n_outs; k++) op.like[k] = like[k];
+    for (int i = 0; i < n_args; i++) op.arg_kind[i] = arg_kind[i];
+    for (int k = 0; k < n_outs; k++) {
+        if (like[k] < 0 || like[k] >= n_args || arg_kind[like[k]] != A_TENSOR) return 1;
+        if (odtype[k] < -1 && (-2 - odtype[k] >= n_args || arg_kind[-2 - odtype[k]] != A_TENSOR)) return 1;
+        op.like[k] = like[k];
+        op.odtype[k] = odtype[k];
+    }
     op.n_params = n_params;
     for (int p = 0; p < n_params; p++) { op.pkind[p] = pkind[p]; op.pindex[p] = pindex[p]; }
     op.n_kernels = n_kernels;
-    for (int k = 0; k < n_kernels; k++)
+    for (int k = 0; k < n_kernels; k++) {
+        if (ipt[k] < 1) return 1;
+        op.ipt[k] = ipt[k];
         for (int p = 0; p < n_params; p++) op.kdtype[k][p] = kdtype[k * n_params + p];
+    }
     op.prepare = prepare;
     op.used = 1;
     return 0;
