@@ -9,6 +9,7 @@
 #                                      (OPS_BENCH=0 skips it), the kernel benchmark, the compile
 #                                      cache (COMPILE_CACHE_BENCH=0 skips), ONNX Runtime's CPU relu
 #                                      on the host's cores (ORT_BENCH=0 skips) and the demo
+#   bash scripts/gpu_check.sh autograd the torch-op tests, opsmith.ops' tests and bench/bench_op_autograd.py
 #   bash scripts/gpu_check.sh kernels|ext   the earlier parts (scripts/gpu_check_kernels.sh, _cuda_ext.sh)
 set -uo pipefail
 PART=${1:-tests}; shift || true
@@ -35,7 +36,7 @@ case "$PART" in
     run cuda_ext python3 -m pytest -q -p no:cacheprovider -rs -m gpu tests/torch/test_cuda_ext_gpu.py tests/cli/test_doctor.py \
       tests/build/test_nvcc_split.py
     run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/torch/test_torch_ops.py tests/torch/test_torch_ops_gpu.py \
-      tests/torch/test_torch_ops_cshim.py tests/torch/test_torch_ops_cshim_gpu.py
+      tests/torch/test_torch_ops_cshim.py tests/torch/test_torch_ops_cshim_gpu.py tests/torch/test_op_autograd.py
     for f in tests/ops/test_ops_gpu.py tests/ops/test_ops_compile.py tests/export_c/test_export_c_gpu.py tests/onnx/test_onnx_ort_gpu.py; do
       [ -f "$f" ] && run "$(basename "$f" .py)" python3 -m pytest -q -p no:cacheprovider -rs "$f"
     done
@@ -53,8 +54,15 @@ case "$PART" in
     [ "${ORT_BENCH:-1}" != 0 ] && run bench_ort_cpu python3 bench/bench_ort.py --device cpu --sizes 4096,67108864 --json "$L/bench_ort_cpu.json"
     OPSMITH_CACHE_DIR=$(mktemp -d) run demo opsmith demo
     ;;
+  autograd)  # issue 20: native Autograd kernels, scalars on the C path, opsmith.ops on both; its benchmark
+    run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/torch/test_torch_ops.py tests/torch/test_torch_ops_gpu.py \
+      tests/torch/test_torch_ops_cshim.py tests/torch/test_torch_ops_cshim_gpu.py tests/torch/test_op_autograd.py
+    run ops python3 -m pytest -q -p no:cacheprovider -rs -x tests/ops/test_ops_gpu.py tests/ops/test_ops_compile.py
+    run bench_op_autograd python3 bench/bench_op_autograd.py --json "$L/bench_op_autograd.json"
+    run bench_op_overhead python3 bench/bench_op_overhead.py --json "$L/bench_op_overhead.json"
+    ;;
   kernels|ext) exec bash "scripts/gpu_check_${PART/ext/cuda_ext}.sh" "$@" ;;
-  *) echo "usage: gpu_check.sh tests|bench|kernels|ext"; exit 2 ;;
+  *) echo "usage: gpu_check.sh tests|bench|autograd|kernels|ext"; exit 2 ;;
 esac
 tar -czf "$OUT/$PART.tgz" -C "$W" "$PART"
 for f in "$L"/*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done 2>/dev/null

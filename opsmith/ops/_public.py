@@ -26,6 +26,16 @@ def _ops():
     return ops()
 
 
+_OV: dict = {}  # op name -> OpOverload, once registered: the call skips the lookups
+
+
+def _op(name: str):
+    ov = _OV.get(name)
+    if ov is None:
+        ov = _OV[name] = getattr(_ops(), name).default
+    return ov
+
+
 def relu(x):
     """ReLU: ``max(x, 0)``, NaN kept (as ``torch.relu``); ``torch.ops.opsmith.relu``.
 
@@ -33,7 +43,7 @@ def relu(x):
     --------
     >>> y = opsmith.ops.relu(torch.randn(1024, device="cuda"))  # doctest: +SKIP
     """
-    return _ops().relu.default(x)
+    return _op("relu")(x)
 
 
 def gelu(x, approximate: str = "none"):
@@ -41,12 +51,12 @@ def gelu(x, approximate: str = "none"):
     (``approximate="tanh"``), as ``torch.nn.functional.gelu``; ``torch.ops.opsmith.gelu``."""
     if approximate not in GELU_KERNELS:
         raise SpecError(f"opsmith.ops.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _ops().gelu.default(x, approximate)
+    return _op("gelu")(x, approximate)
 
 
 def silu(x):
     """SiLU (swish): ``x * sigmoid(x)``, as ``torch.nn.functional.silu``; ``torch.ops.opsmith.silu``."""
-    return _ops().silu.default(x)
+    return _op("silu")(x)
 
 
 def softmax(x, dim: int = -1):
@@ -54,7 +64,7 @@ def softmax(x, dim: int = -1):
     ``torch.ops.opsmith.softmax``. The last dim is the fast path; another dim is moved last
     (a copy) and back."""
     _dim(x, dim)
-    return _ops().softmax.default(x, dim)
+    return _op("softmax")(x, dim)
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
@@ -63,7 +73,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     ``torch.ops.opsmith.layer_norm(...)[0]``."""
     shape = _shape(normalized_shape)
     _rows_cols(x, shape, "layer_norm")
-    return _ops().layer_norm.default(x, list(shape), _same_dtype(weight, x), _same_dtype(bias, x), float(eps))[0]
+    return _op("layer_norm")(x, list(shape), _same_dtype(weight, x), _same_dtype(bias, x), float(eps))[0]
 
 
 def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
@@ -71,4 +81,4 @@ def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
     dtype's machine epsilon, as torch); ``torch.ops.opsmith.rms_norm(...)[0]``."""
     shape = _shape(normalized_shape)
     _rows_cols(x, shape, "rms_norm")
-    return _ops().rms_norm.default(x, list(shape), _same_dtype(weight, x), None if eps is None else float(eps))[0]
+    return _op("rms_norm")(x, list(shape), _same_dtype(weight, x), None if eps is None else float(eps))[0]

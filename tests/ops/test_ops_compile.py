@@ -364,3 +364,22 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     fn.layer_norm_fwd(torch.empty(0, 8, dtype=dt), [8])
     fn.softmax_cuda(torch.empty(4, 0, dtype=dt))
     assert len(calls) == before
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_elementwise_ops_fit_the_c_shim_path_in_every_dtype(op):
+    """On a GPU machine relu/silu are kernel ops served by the C-shim boxed kernel: their kernels
+    (NVRTC compiles here without a GPU) and launch rule fit it, forward and backward."""
+    import torch
+    from opsmith import custom_op
+    from opsmith._torch import _cshim
+    from opsmith.ops import _register, _sources
+    launch = _register._ew_launch()
+    for d, args in (("fwd", None), ("bwd", _register._BWD_ARGS)):
+        kernels = _sources.kernel_list("elementwise.cu", f"{op}_{d}<{{T}}>", arch="sm_90")
+        assert [k.params[0].dtypes[0] for k in kernels] == ["float32", "float16", "bfloat16", "float64"]
+        schema = "(Tensor x) -> Tensor" if d == "fwd" else "(Tensor grad, Tensor x) -> Tensor"
+        o = custom_op(f"opsmith_ewtest{os.getpid()}::{op}_{d}", schema, kernel=kernels, launch=launch, args=args)
+        assert _cshim.fits(o, kernels, o._binding, launch) is None
+        assert [launch.items_for(k) for k in kernels] == [16, 32, 32, 8]  # 64 bytes a thread
+        assert o._binding == (["x", "_o0", "_n"] if d == "fwd" else ["grad", "x", "_o0", "_n"])

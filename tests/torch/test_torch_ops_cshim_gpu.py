@@ -118,3 +118,44 @@ def test_compile_fullgraph(ops):
     compiled = torch.compile(f, fullgraph=True)
     assert torch.equal(compiled(x), f(x))
     assert torch._dynamo.explain(f)(x).graph_break_count == 0
+
+
+SCALAR_SRC = r"""
+extern "C" __global__ void axpb(const float* x, float a, long long b, bool neg, float* y, long long n) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = (neg ? -a : a) * x[i] + (float)b;
+}
+extern "C" __global__ void relu_bwd(const float* grad, const float* x, float* dx, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) dx[i] = x[i] > 0.f ? grad[i] : 0.f;
+}
+"""
+
+
+def test_scalars_the_elementwise_rule_and_native_autograd_on_the_c_path(ops):
+    """float/int/bool arguments, a grid-stride kernel with 16 items a thread, and the native
+    Autograd kernel over C-shim kernels: gradients, opcheck, a fullgraph compile."""
+    relu, _ = ops
+    mod = opsmith.CudaModule(SCALAR_SRC)
+    ns = f"opsmith_cshim_gpu{os.getpid()}"
+    axpb = opsmith.custom_op(f"{ns}::axpb_{next(_ids)}", kernel=mod.get_kernel("axpb"),
+                             launch=opsmith.Elementwise(items_per_thread=16))
+    assert axpb.cshim and axpb.schema.text == "(Tensor x, float a, int b, bool neg) -> Tensor"
+    x = torch.randn(100_003, device="cuda")
+    assert torch.allclose(axpb(x, 1.5, 3, False), 1.5 * x + 3)
+    assert torch.allclose(axpb(x, 1.5, -(2 ** 40), True), -1.5 * x - 2 ** 40)
+    bwd = opsmith.custom_op(f"{ns}::relu_bwd_{next(_ids)}", "(Tensor grad, Tensor x) -> Tensor",
+                            kernel=mod.get_kernel("relu_bwd"))
+    r = opsmith.custom_op(f"{ns}::relu_ag_{next(_ids)}", "(Tensor x) -> Tensor", kernel=relu._kernels)
+    r.register_autograd(bwd, save=("x",))
+    assert r.cshim and bwd.cshim and r.autograd == "native"
+    xg = torch.randn(4097, device="cuda", requires_grad=True)
+    (g,) = torch.autograd.grad(r(xg).sum(), xg)
+    assert torch.equal(g, (xg > 0).float())
+    assert torch.library.opcheck(r.default, (torch.randn(5, 3, device="cuda", requires_grad=True),),
+                                 test_utils=ALL_UTILS) == {u: "SUCCESS" for u in ALL_UTILS}
+    torch._dynamo.reset()
+    f = torch.compile(lambda v: r(v).square().sum(), fullgraph=True)
+    f(xg).backward()
+    assert torch.allclose(xg.grad, 2 * torch.relu(xg.detach()))
