@@ -142,12 +142,14 @@ def main() -> None:
     g = torch.ones(1, device="cuda")
     grad = torch.autograd.grad
     want = grad(torch.relu(xg), xg, g)[0]
-    for name, fn in styles.items():  # the same result and gradient from every row
-        if not torch.equal(fn(x), torch.relu(x)) or not torch.equal(grad(fn(xg), xg, g)[0], want):
+    differentiable = {n: f for n, f in styles.items() if n not in ("Library.define+impl", "@custom_op")}
+    for name, fn in styles.items():  # the same result (and gradient) from every row
+        if not torch.equal(fn(x), torch.relu(x)) or (
+                name in differentiable and not torch.equal(grad(fn(xg), xg, g)[0], want)):
             raise SystemExit(f"{name}: wrong result or gradient")
     plain = measure({n: (lambda f=f: f(x)) for n, f in styles.items()}, a.calls, a.rounds)
-    rg = measure({n: (lambda f=f: f(xg)) for n, f in styles.items()}, a.calls, a.rounds)
-    fb = measure({n: (lambda f=f: grad(f(xg), xg, g)) for n, f in styles.items()}, a.calls // 2, a.rounds)
+    rg = measure({n: (lambda f=f: f(xg)) for n, f in differentiable.items()}, a.calls, a.rounds)
+    fb = measure({n: (lambda f=f: grad(f(xg), xg, g)) for n, f in differentiable.items()}, a.calls // 2, a.rounds)
     if not torch.equal(add_op(x, 1.5), torch.add(x, 1.5)):
         raise SystemExit("add_scalar: wrong result")
     scalar = measure({"torch.add(x, 1.5)": lambda: torch.add(x, 1.5), "ours: op(x, 1.5), C shim": lambda: add_op(x, 1.5)},

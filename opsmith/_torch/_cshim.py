@@ -187,6 +187,9 @@ def fits(op, kernels, binding: list[str], launch) -> str | None:
         if o.dtype is not None and _out_dtype(o, s) is None:
             return "an output's dtype is a function"
     types = dict(zip(s.arg_names, s.arg_types))
+    kinds = {tuple(_scalar_kind(p) if p.kind != "tensor" else None for p in k.params) for k in kernels}
+    if len(kinds) > 1:  # one description per op: every kernel takes each number in one C type
+        return "the kernels take a number in different C types (float and double)"
     for k in kernels:
         if len(k.params) > src.max_params:
             return "too many kernel parameters"

@@ -138,6 +138,13 @@ def install_autograd(op, backward, setup_context, save, args=None, grads_for=Non
         return
     plan = plan_of(op, save, args, grads_for)
     name = backward_name(backward)
+    if name is not None:  # an op: its schema says what it returns, checked now rather than at backward time
+        overload = backward if hasattr(backward, "_overloadname") else backward.default
+        rets = [str(r.type) for r in overload._schema.returns]
+        if len(rets) > len(plan.grads_for) or any(r != "Tensor" for r in rets):
+            raise SpecError(f"{op.name}: its backward {name} returns ({', '.join(rets)}): the backward returns "
+                            f"{len(rets)} gradients for {len(plan.grads_for)} inputs; return one Tensor per input "
+                            f"({', '.join(op.schema.arg_names[i] for i in plan.grads_for)})")
     if name is not None and _native(op, dataclasses.replace(plan, backward=name)):
         op.autograd = "native"
         return

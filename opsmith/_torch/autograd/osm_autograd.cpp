@@ -133,17 +133,13 @@ struct OsmBackward : Node {
             stack.assign(elems.begin(), elems.end());
             n = stack.size();
         }
-        TORCH_CHECK(n <= s.grads_of.size(), s.name, ": the backward returned ", n, " gradients for ",
-                    s.grads_of.size(), " inputs; return one per input (None where there is none)");
-        for (size_t j = 0; j < n; j++) {
+        // registration checked that the backward op returns at most one Tensor per gradient slot
+        for (size_t j = 0; j < n && j < s.grads_of.size(); j++) {
             int arg = s.grads_of[j];
             if (arg < 0) continue;
             int e = s.edge_of[arg];
             if (e < 0 || !task_should_compute_output(e)) continue;
             if (stack[j].isTensor()) out[e] = stack[j].toTensor();
-            else if (!stack[j].isNone())
-                TORCH_CHECK(false, s.name, ": its backward returned a ", stack[j].tagKind(),
-                            " as the gradient of argument ", arg, "; return a Tensor or None");
         }
         return out;
     }
@@ -249,6 +245,18 @@ __attribute__((visibility("default"))) int osm_ag_register(
                 return 1;
             }
             bw_handle = *bw;
+            const auto &rets = bw_handle.schema().returns();
+            if (rets.size() > (size_t)n_results) {
+                put_error(err, err_len, std::string("its backward ") + backward + " returns " + std::to_string(rets.size()) +
+                          " gradients for " + std::to_string(n_results) + " inputs; return one per input");
+                return 1;
+            }
+            for (const auto &r : rets)
+                if (r.type()->kind() != c10::TypeKind::TensorType) {
+                    put_error(err, err_len, std::string("its backward ") + backward + " returns a " + r.type()->str() +
+                              "; gradients are Tensors");
+                    return 1;
+                }
         }
         auto spec = std::make_shared<Spec>(bw_handle);
         spec->name = qual;
