@@ -237,3 +237,18 @@ def test_ops_that_do_not_fit_keep_python(kernels):
     assert "zeros" in _cshim.fits(relu, [kernels["relu_f32"]], relu._binding, None)
     assert "launch rule" in _cshim.fits(relu, [kernels["relu_f32"]], relu._binding, lambda x, o: None)
     assert relu.cshim is False  # a CPU-only torch has no CUDA shim: the Python CUDA implementation
+
+
+def test_every_slot_runs_its_own_op(kernels, cpu_lib):
+    """Slots past the first eight (a boxed table built wrongly sent slot 8 to slot 10's kernel)."""
+    n_ops = min(20, cpu_lib.osm_max_ops())
+    ops = [_op(kernels, cpu_lib, ["relu_f32"] if i % 2 else ["add_i32"]) for i in range(n_ops)]
+    assert len(cpu_lib._opsmith_slots) == n_ops
+    a, b = torch.randn(6), torch.randn(6)
+    for i, op in enumerate(ops):
+        launches.clear()
+        if i % 2:
+            assert torch.equal(op(a), torch.relu(a)), i
+        else:
+            assert torch.allclose(op(a, b), a + b), i
+        assert launches[0][0] == (FN_RELU32 if i % 2 else FN_ADD)

@@ -143,7 +143,8 @@ def test_scalars_the_elementwise_rule_and_native_autograd_on_the_c_path(ops):
                              launch=opsmith.Elementwise(items_per_thread=16))
     assert axpb.cshim and axpb.schema.text == "(Tensor x, float a, int b, bool neg) -> Tensor"
     x = torch.randn(100_003, device="cuda")
-    assert torch.allclose(axpb(x, 1.5, 3, False), 1.5 * x + 3)
+    # atol: the kernel's a * x + b contracts to one fma; near zero that differs from torch's two roundings
+    assert torch.allclose(axpb(x, 1.5, 3, False), 1.5 * x + 3, atol=1e-6)
     assert torch.allclose(axpb(x, 1.5, -(2 ** 40), True), -1.5 * x - 2 ** 40)
     bwd = opsmith.custom_op(f"{ns}::relu_bwd_{next(_ids)}", "(Tensor grad, Tensor x) -> Tensor",
                             kernel=mod.get_kernel("relu_bwd"))

@@ -2,7 +2,7 @@
 
    One library serves every op of a process: OSM_MAX_OPS op slots, each with its own boxed
    kernel (torch's boxed-kernel signature passes no user data, so slot i has its own function
-   osm_boxed_i). It includes no torch and no CUDA header and links against neither: the torch
+   osm_boxed<i>). It includes no torch and no CUDA header and links against neither: the torch
    shim functions (aoti_torch_*) and the driver entry points arrive as addresses in osm_init,
    resolved by Python (opsmith/_torch/_cshim.py) from the libraries torch loaded and from
    opsmith/_runtime/_driver.py. C++ only for std::runtime_error: torch's stable ABI reports a
@@ -13,10 +13,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <array>
 #include <stdexcept>
+#include <utility>
 #include <string>
 
-#define OSM_MAX_OPS 64       /* op slots per process; the boxed table below has exactly this many */
+#define OSM_MAX_OPS 64       /* op slots per process: one boxed kernel each */
 #define OSM_MAX_KERNELS 8    /* kernels per op (one per dtype combination) */
 #define OSM_MAX_PARAMS 24    /* parameters per kernel */
 #define OSM_MAX_DEVICES 16   /* device ordinals a kernel is loaded on */
@@ -272,14 +274,13 @@ void run(int slot, SIV *stack, uint64_t num_args, uint64_t num_outputs) {
 
 }  // namespace
 
-#define OSM_B(i) static void osm_boxed_##i(SIV *s, uint64_t a, uint64_t o) { run(i, s, a, o); }
-#define OSM_B8(i) OSM_B(i##0) OSM_B(i##1) OSM_B(i##2) OSM_B(i##3) OSM_B(i##4) OSM_B(i##5) OSM_B(i##6) OSM_B(i##7)
-OSM_B8(0) OSM_B8(1) OSM_B8(2) OSM_B8(3) OSM_B8(4) OSM_B8(5) OSM_B8(6) OSM_B8(7)
-#define OSM_P8(i) osm_boxed_##i##0, osm_boxed_##i##1, osm_boxed_##i##2, osm_boxed_##i##3, \
-    osm_boxed_##i##4, osm_boxed_##i##5, osm_boxed_##i##6, osm_boxed_##i##7
-static const boxed_fn boxed[] = {OSM_P8(0), OSM_P8(1), OSM_P8(2), OSM_P8(3),
-                                OSM_P8(4), OSM_P8(5), OSM_P8(6), OSM_P8(7)};
-static_assert(sizeof(boxed) / sizeof(boxed[0]) == OSM_MAX_OPS, "one boxed kernel per op slot");
+/* One boxed kernel per slot: osm_boxed<I> serves slot I (a template parameter, so that the
+   table and the slot numbers cannot disagree). */
+template <int I> void osm_boxed(SIV *s, uint64_t a, uint64_t o) { run(I, s, a, o); }
+template <int... I> constexpr std::array<boxed_fn, sizeof...(I)> boxed_table(std::integer_sequence<int, I...>) {
+    return {{&osm_boxed<I>...}};
+}
+static const std::array<boxed_fn, OSM_MAX_OPS> boxed = boxed_table(std::make_integer_sequence<int, OSM_MAX_OPS>{});
 
 extern "C" {
 __attribute__((visibility("default"))) int osm_abi(void) { return 2; }
