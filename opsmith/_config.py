@@ -146,6 +146,10 @@ _SETTINGS: tuple[Setting, ...] = (
             "(`register_autograd(backward_op, save=... or args=...)`, `not_differentiable`) in C++: a "
             "small torch C++ library built once per torch version and cached; `0` keeps the generated "
             "Python Autograd kernel. Read when an op is made differentiable."),
+    Setting("ops_native", ("OPSMITH_OPS_NATIVE",), _to_bool, lambda: True,
+            "Run the CUDA implementations of `opsmith.ops` (`torch.ops.opsmith.*`) in C++: a small torch "
+            "C++ library built once per torch version and cached, no Python on the call; `0` keeps the "
+            "Python implementations. Read when the ops are registered (their first use)."),
     Setting("store_backend", ("OPSMITH_STORE_BACKEND",), str, lambda: "local",
             "The artifact-store backend: `local` (entries as directories under the cache "
             "directory) or `module:Class`, a `opsmith._cache._store.Store` subclass constructed "

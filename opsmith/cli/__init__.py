@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the extra_cflags your builds use (the headers are keyed by them)")
     p.add_argument("-v", "--verbose", action="store_true", help="log the compiler command")
     p.add_argument("--ops", action="store_true",
-                   help="instead: compile the opsmith.ops kernels (every op, dtype and direction, all at once)")
+                   help="instead: compile the opsmith.ops kernels (every op, dtype and direction, all at once) and "
+                   "build the torch C++ libraries they run on")
     p.add_argument("--arch", action="append", metavar="ARCH",
                    help="with --ops: target arch, e.g. sm_90 (repeatable; default OPSMITH_CUDA_ARCH, else this GPU's)")
     p.set_defaults(func=_command("_cmd_build", "_warm"))

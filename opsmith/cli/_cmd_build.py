@@ -48,7 +48,8 @@ def _warm(args) -> int:
 
 
 def _warm_ops(args) -> int:
-    """``opsmith warm --ops``: every opsmith.ops program for the archs, compiled concurrently."""
+    """``opsmith warm --ops``: every opsmith.ops program for the archs, compiled concurrently, and the
+    torch C++ libraries the ops run on."""
     import time
 
     from opsmith._config import settings
@@ -66,5 +67,24 @@ def _warm_ops(args) -> int:
         kernels = sum(len(b.lowered_names) for b in binaries)
         print(f"opsmith.ops for {arch}: {len(binaries)} programs ({kernels} kernels), {compiled} compiled, "
               f"{len(binaries) - compiled} from the cache, in {time.perf_counter() - start:.1f} s")
+    _warm_native(settings)
     return 0
+
+
+def _warm_native(settings) -> None:
+    """The torch C++ libraries opsmith.ops runs on (its CUDA kernels, the native Autograd kernels):
+    built for this torch now rather than at the ops' first use."""
+    import time
+
+    from opsmith._torch import _autograd_native
+    from opsmith.ops import _native
+    for name, on, build in (("native CUDA kernels (opsmith/ops/native/osm_ops.cpp)", settings.ops_native,
+                             _native.build),
+                            ("native Autograd kernels (opsmith/_torch/autograd/osm_autograd.cpp)",
+                             settings.torch_op_native_autograd, _autograd_native.build)):
+        if not on:
+            continue
+        start = time.perf_counter()
+        build()
+        print(f"opsmith.ops {name}: ready for this torch in {time.perf_counter() - start:.1f} s")
 

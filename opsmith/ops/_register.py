@@ -18,7 +18,9 @@ ops without a graph break) and an autograd formula that calls the backward opera
 =====================  =====================================================================
 
 ``mean`` and ``rstd`` hold one value per row (float32; float64 for float64 inputs).
-Registration happens once, on the first call of an opsmith.ops function.
+Registration happens once, on the first call of an opsmith.ops function. On a machine with a
+CUDA device the CUDA kernels are C++ (:mod:`opsmith.ops._native`: no Python on the call);
+where that library cannot be built, the Python implementations of ``_functional``.
 """
 from __future__ import annotations
 
@@ -27,7 +29,6 @@ import threading
 
 from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
-from opsmith.ops import _sources
 
 __all__ = ["ops", "OP_NAMES"]
 
@@ -140,24 +141,12 @@ def _rms_norm_backward_fake(grad, x, normalized_shape, rstd, want_w, weight=None
 
 
 # -- registration -------------------------------------------------------------------------------------------
-# relu and silu on CUDA: kernel ops through the C shim (one kernel per dtype, the elementwise
-# plan's 64 bytes per thread: elementwise_plan's EW_UNROLL 16-byte vectors)
-_BWD_ARGS = ("grad", "x", "out", "n")
-
-
-def _ew_launch():
-    from opsmith._torch._elementwise import Elementwise
-    from opsmith.ops._launch import EW_UNROLL
-    return Elementwise(bytes_per_thread=16 * EW_UNROLL)
-
-
-def _c_path() -> bool:
-    """Do relu/silu take the C-shim path here (a CUDA device, a torch with the CUDA shim)?"""
+def _use_native() -> bool:
+    """Do the CUDA implementations come from the C++ library here (a CUDA device, the library built)?"""
     import torch
 
-    from opsmith._config import settings
-    from opsmith._torch import _cshim
-    return bool(settings.torch_op_cshim and torch.cuda.is_available() and _cshim.available(cuda=True))
+    from opsmith.ops import _native
+    return bool(torch.cuda.is_available() and _native.usable())
 
 
 def _register_all() -> None:
@@ -166,36 +155,27 @@ def _register_all() -> None:
 
     from opsmith._torch._ops import custom_op
     aten = torch.ops.aten
-    ew_launch = _ew_launch()
+    native = _use_native()
+    python_cuda = {}  # op -> its Python CUDA implementation, registered where the C++ one is not
 
-    def define(name, schema, cuda, cpu, fake, kernel=None, args=None):
-        if kernel is not None:  # the C-shim path: no Python on the CUDA call
-            op = custom_op(f"opsmith::{name}", schema, kernel=kernel, cpu=cpu, launch=ew_launch, args=args)
-        else:
-            op = custom_op(f"opsmith::{name}", schema, cuda=cuda, cpu=cpu)
+    def define(name, schema, cuda, cpu, fake):
+        op = custom_op(f"opsmith::{name}", schema, cpu=cpu)
+        python_cuda[op] = cuda
         op.register_fake(fake)
         if name.endswith("_backward"):
             op.not_differentiable(f"opsmith.ops: double backward (a gradient of {name}) is not implemented; "
                                   f"use torch's op where a second derivative is needed")
         return op
 
-    c_path = _c_path()
-
-    def ew(template):
-        return _sources.kernel_list("elementwise.cu", template) if c_path else None
-
     # elementwise: (x) -> y and (grad, x) -> grad_x
-    relu = define("relu", "(Tensor x) -> Tensor", lambda x: fn.ew_fwd("relu", x), torch.relu, _like,
-                  ew("relu_fwd<{T}>"))
+    relu = define("relu", "(Tensor x) -> Tensor", lambda x: fn.ew_fwd("relu", x), torch.relu, _like)
     relu_b = define("relu_backward", "(Tensor grad, Tensor x) -> Tensor", lambda g, x: fn.ew_bwd("relu", g, x),
-                    lambda g, x: aten.threshold_backward(g, x, 0), lambda g, x: _like(x),
-                    ew("relu_bwd<{T}>"), _BWD_ARGS)
+                    lambda g, x: aten.threshold_backward(g, x, 0), lambda g, x: _like(x))
     relu.register_autograd(relu_b.default, save=("x",))
 
-    silu = define("silu", "(Tensor x) -> Tensor", lambda x: fn.ew_fwd("silu", x), F.silu, _like,
-                  ew("silu_fwd<{T}>"))
+    silu = define("silu", "(Tensor x) -> Tensor", lambda x: fn.ew_fwd("silu", x), F.silu, _like)
     silu_b = define("silu_backward", "(Tensor grad, Tensor x) -> Tensor", lambda g, x: fn.ew_bwd("silu", g, x),
-                    aten.silu_backward, lambda g, x: _like(x), ew("silu_bwd<{T}>"), _BWD_ARGS)
+                    aten.silu_backward, lambda g, x: _like(x))
     silu.register_autograd(silu_b.default, save=("x",))
 
     gelu = define("gelu", '(Tensor x, str approximate="none") -> Tensor',
@@ -236,3 +216,15 @@ def _register_all() -> None:
 
     rms.register_autograd(rms_b, args=("grad0", "x", "normalized_shape", "out1", "needs_grad(weight)", "weight"),
                           grads_for=("x", "weight"))
+
+    if native:
+        try:
+            from opsmith.ops import _native
+            _native.register()
+            return
+        except Exception as exc:  # noqa: BLE001  (the Python implementations serve; say why once)
+            import logging
+            logging.getLogger(__name__).warning("opsmith.ops: the native CUDA kernels could not be registered (%s); "
+                                                "using the Python implementations", exc)
+    for op, cuda in python_cuda.items():
+        op.register_kernel("cuda", cuda)

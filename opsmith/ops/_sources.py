@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DTYPES", "FILES", "KERNEL_DIR", "jobs", "kernel", "kernel_list", "kernel_names", "warm"]
+__all__ = ["DTYPES", "FILES", "KERNEL_DIR", "jobs", "kernel", "kernel_names", "warm"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 
@@ -73,33 +73,3 @@ def kernel(file: str, name: str, dtype: str, device: int):
                 mod = _modules[(file, dtype, device)]
     t, a = DTYPES[dtype]
     return mod.get_kernel(name.format(T=t, A=a))
-
-
-_lists: dict[tuple[str, str, str | None], list] = {}
-_arch_free: dict[tuple[str, str, str | None], Any] = {}  # (file, dtype, arch) -> module of kernel_list
-
-
-def kernel_list(file: str, template: str, arch: str | None = None) -> list:
-    """One kernel per dtype (float32, float16, bfloat16, float64) of ``template`` in ``file``, for
-    a kernel op (``custom_op(kernel=[...])``: the dtype of the first input picks). ``arch``
-    None: the modules compile for each device's own arch on first use there (this device's
-    now, all dtypes at once)."""
-    key = (file, template, arch)
-    got = _lists.get(key)
-    if got is not None:
-        return got
-    with _lock:
-        from opsmith._build._many import compile_many
-        from opsmith._runtime import _driver
-        from opsmith._torch._cuda_module import CudaModule
-        if arch is None:
-            import torch
-            compile_many(jobs(_driver.device_arch(torch.cuda.current_device()), files=(file,)),
-                         title="compiling opsmith.ops kernels")
-        mods = [_arch_free.get((file, d, arch)) or CudaModule(KERNEL_DIR / file, name_expressions=kernel_names(file, d),
-                                                          arch=arch, name=f"opsmith/ops/kernels/{file}")
-                for d in DTYPES]
-        for d, m in zip(DTYPES, mods):
-            _arch_free[(file, d, arch)] = m  # the module of (file, dtype), shared by the ops of the file
-        got = _lists[key] = [m.get_kernel(template.format(T=t, A=a)) for m, (t, a) in zip(mods, DTYPES.values())]
-    return got

@@ -58,7 +58,7 @@ def test_every_source_compiles_for_every_arch_and_dtype():
 
 def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     text = (ROOT / "pyproject.toml").read_text()
-    assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh"]' in text
+    assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
     assert names == ["common.cuh", "elementwise.cu", "norm.cu", "softmax.cu"]
     # the only includes are our own header and CUDA's fp16/bf16 headers, behind __has_include
@@ -215,6 +215,9 @@ def test_cli_warm_ops_compiles_then_hits(fresh_cache):
         outs.append(out.stdout)
     assert "opsmith.ops for sm_90: 12 programs (84 kernels), 12 compiled, 0 from the cache" in outs[0]
     assert "opsmith.ops for sm_90: 12 programs (84 kernels), 0 compiled, 12 from the cache" in outs[1]
+    for out in outs:  # and the torch C++ libraries the ops run on, built once for this torch
+        assert "opsmith.ops native CUDA kernels (opsmith/ops/native/osm_ops.cpp): ready for this torch" in out
+        assert "opsmith.ops native Autograd kernels" in out
 
 
 # -- the torch operators (CPU: torch's code or the formula; the schemas, fakes and autograd are the CUDA ones') --
@@ -364,22 +367,3 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     fn.layer_norm_fwd(torch.empty(0, 8, dtype=dt), [8])
     fn.softmax_cuda(torch.empty(4, 0, dtype=dt))
     assert len(calls) == before
-
-
-@pytest.mark.parametrize("op", ["relu", "silu"])
-def test_elementwise_ops_fit_the_c_shim_path_in_every_dtype(op):
-    """On a GPU machine relu/silu are kernel ops served by the C-shim boxed kernel: their kernels
-    (NVRTC compiles here without a GPU) and launch rule fit it, forward and backward."""
-    import torch
-    from opsmith import custom_op
-    from opsmith._torch import _cshim
-    from opsmith.ops import _register, _sources
-    launch = _register._ew_launch()
-    for d, args in (("fwd", None), ("bwd", _register._BWD_ARGS)):
-        kernels = _sources.kernel_list("elementwise.cu", f"{op}_{d}<{{T}}>", arch="sm_90")
-        assert [k.params[0].dtypes[0] for k in kernels] == ["float32", "float16", "bfloat16", "float64"]
-        schema = "(Tensor x) -> Tensor" if d == "fwd" else "(Tensor grad, Tensor x) -> Tensor"
-        o = custom_op(f"opsmith_ewtest{os.getpid()}::{op}_{d}", schema, kernel=kernels, launch=launch, args=args)
-        assert _cshim.fits(o, kernels, o._binding, launch) is None
-        assert [launch.items_for(k) for k in kernels] == [16, 32, 32, 8]  # 64 bytes a thread
-        assert o._binding == (["x", "_o0", "_n"] if d == "fwd" else ["grad", "x", "_o0", "_n"])

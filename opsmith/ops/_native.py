@@ -1,0 +1,190 @@
+"""opsmith.ops' CUDA implementations in C++ (``opsmith/ops/native/osm_ops.cpp``, package data).
+
+A small torch C++ library, built once per torch version through the torch-extension profile
+and cached like any extension (seconds once per machine, a cache hit after), registers the
+CUDA kernels of the twelve ``torch.ops.opsmith`` operators: a call runs the argument checks,
+the output allocation, the launch plan and ``cuLaunchKernel`` in C++, with no Python. The NVRTC
+kernels themselves are compiled by Python (:mod:`opsmith.ops._sources`) the first time a
+(kernel, dtype, device) is used: the C++ code calls back :func:`_prepare`, which loads the
+kernel and hands back its ``CUfunction`` and the device's properties.
+
+Where the library cannot be built (no C++ compiler, a torch without headers) a warning says so
+once and the operators keep the Python implementations (:mod:`opsmith.ops._functional`);
+``OPSMITH_OPS_NATIVE=0`` keeps them too.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from typing import Any
+
+from opsmith._errors import OpsmithError
+
+__all__ = ["build", "consts", "kernel_table", "library", "plan", "register", "usable"]
+
+log = logging.getLogger(__name__)
+
+PACKAGE, RESOURCE = "opsmith.ops", "native/osm_ops.cpp"
+_lock = threading.RLock()
+_state: dict[str, Any] = {}
+_PREPARE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
+_I64P = ctypes.POINTER(ctypes.c_int64)
+
+
+def consts() -> list[int]:
+    """The plans' numbers in osm_ops.cpp's order (ROW_CHUNKS, ROW_THREADS, LONG_THREADS,
+    EW_THREADS, EW_UNROLL, STATIC_SMEM): :mod:`opsmith.ops._launch` is their one source."""
+    from opsmith.ops import _launch
+    return [_launch.ROW_CHUNKS, _launch.ROW_THREADS, _launch.LONG_THREADS, _launch.EW_THREADS,
+            _launch.EW_UNROLL, _launch._STATIC_SMEM]
+
+
+def build() -> str:
+    """Build (or find in the cache) the library for this torch; returns its path."""
+    from importlib import resources
+
+    from opsmith._torch._extension import build as build_extension
+    folder = resources.files(PACKAGE).joinpath(RESOURCE.split("/")[0])
+    if not folder.joinpath(RESOURCE.split("/")[1]).is_file():
+        raise OpsmithError(f"opsmith's package data {RESOURCE} is missing from {PACKAGE}; reinstall opsmith")
+    with resources.as_file(folder) as path:  # the folder itself (its headers too); a copy only from a zip
+        art = build_extension("opsmith_ops_native", [str(path / RESOURCE.split("/")[1])], is_python_module=False,
+                              extra_cflags=["-O2"])
+    return str(art.path)
+
+
+def _open(path: str):
+    import torch  # noqa: F401  (the library links against the torch libraries torch loaded)
+    lib = ctypes.CDLL(path)
+    if lib.osm_ops_abi() != 1:
+        raise OpsmithError(f"the native opsmith.ops library at {path} is of another version; clear the cache "
+                           "(opsmith cache clear)")
+    lib.osm_ops_kernel_file.restype = ctypes.c_char_p
+    lib.osm_ops_kernel_template.restype = ctypes.c_char_p
+    lib.osm_ops_plan.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                 _I64P, _I64P]
+    lib.osm_ops_init.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64P, ctypes.c_int, _PREPARE]
+    lib.osm_ops_set_device.argtypes = [ctypes.c_int, _I64P, ctypes.c_void_p]
+    lib.osm_ops_set_function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.osm_ops_set_error.argtypes = [ctypes.c_char_p]
+    lib.osm_ops_register.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    return lib
+
+
+def library():
+    """The loaded library (ctypes), built on first use; raises when it cannot be built."""
+    with _lock:
+        lib = _state.get("lib")
+        if lib is None:
+            lib = _state["lib"] = _open(build())
+        return lib
+
+
+def kernel_table(lib=None) -> list[tuple[str, str]]:
+    """(file, template) of each kernel id of the library, in its order."""
+    lib = library() if lib is None else lib
+    return [(lib.osm_ops_kernel_file(k).decode(), lib.osm_ops_kernel_template(k).decode())
+            for k in range(lib.osm_ops_kernel_count())]
+
+
+def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
+    """The C++ plan (``"elementwise"`` with ``rows`` = n, ``"row"``, ``"weight"``) for ``props``
+    (a :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid, block, smem, cache,
+    per_chunk); before :func:`register` it uses the numbers of :func:`consts`."""
+    lib = library() if lib is None else lib
+    _init(lib, cuda=False)
+    out = (ctypes.c_int64 * 8)()
+    p = (ctypes.c_int64 * 5)(props.sm_count, props.max_threads_per_block, props.max_threads_per_sm,
+                             props.smem_per_block_optin, props.smem_per_sm)
+    if lib.osm_ops_plan({"elementwise": 0, "row": 1, "weight": 2}[which], rows, cols, itemsize, arrays, p, out):
+        raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
+    names = {0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns"}
+    return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7]
+
+
+def _init(lib, cuda: bool) -> None:
+    """Hand the library the plans' numbers and, with ``cuda``, the driver's and torch's functions."""
+    if getattr(lib, "_opsmith_init", None) == "cuda" or (getattr(lib, "_opsmith_init", None) and not cuda):
+        return
+    fns = [None] * 5
+    if cuda:
+        from opsmith._runtime import _driver
+        from opsmith._torch import _cshim
+        drv = _driver.driver()
+        fns = [ctypes.cast(getattr(drv, n), ctypes.c_void_p).value
+               for n in ("cuLaunchKernel", "cuCtxGetDevice", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2")]
+        cuda_lib = _cshim._torch_lib("libtorch_cuda.so")
+        if cuda_lib is None or not hasattr(cuda_lib, "aoti_torch_get_current_cuda_stream"):
+            raise OpsmithError("this torch has no aoti_torch_get_current_cuda_stream (torch >= 2.4 with CUDA does)")
+        fns.append(ctypes.cast(cuda_lib.aoti_torch_get_current_cuda_stream, ctypes.c_void_p).value)
+    numbers = consts()
+    cb = _PREPARE(_prepare)
+    if lib.osm_ops_init((ctypes.c_void_p * 5)(*fns), (ctypes.c_int64 * len(numbers))(*numbers), len(numbers), cb):
+        raise OpsmithError("the native opsmith.ops library refused its constants (another version?); clear "
+                           "the cache (opsmith cache clear)")
+    lib._opsmith_keep = cb
+    lib._opsmith_init = "cuda" if cuda else "plans"
+
+
+def _prepare(kernel: int, dtype: int, device: int) -> int:
+    """Called from C++ the first time (kernel, dtype, device) runs: compile (a cache hit after the
+    first machine-wide use) and load it, hand its function and the device back. 0 on success."""
+    lib = _state["lib"]
+    try:
+        from opsmith._runtime import _driver
+        from opsmith.ops import _launch, _sources
+        file, template = _state["table"][kernel]
+        dtype_name = list(_sources.DTYPES)[dtype]
+        k = _sources.kernel(file, template, dtype_name, device)
+        st = k._state(device)
+        if "_long" in template:  # the row cache may need more than the default 48 KiB
+            room = st.smem_limit - st.attrs.static_shared_bytes
+            if st.smem_set < room:
+                _driver.func_set_attribute(st.fn, "MAX_DYNAMIC_SHARED_SIZE_BYTES", room)
+                st.smem_set = room
+        p = _launch.device_props(device)
+        props = (ctypes.c_int64 * 5)(p.sm_count, p.max_threads_per_block, p.max_threads_per_sm,
+                                     p.smem_per_block_optin, p.smem_per_sm)
+        if lib.osm_ops_set_device(device, props, _driver.primary_context(device)):
+            raise OpsmithError(f"cuda:{device} is beyond the native library's {lib.osm_ops_max_devices()} devices")
+        if lib.osm_ops_set_function(kernel, dtype, device, st.fn):
+            raise OpsmithError("osm_ops_set_function refused the kernel")
+        return 0
+    except BaseException as exc:  # noqa: BLE001  (reported by the C++ kernel as the op's error)
+        lib.osm_ops_set_error(f"{type(exc).__name__}: {exc}".encode()[:500])
+        return 1
+
+
+def usable() -> bool:
+    """True when the native path is on and its library builds; a failure is logged once."""
+    from opsmith._config import settings
+    if not settings.ops_native:
+        return False
+    if "failed" in _state:
+        return False
+    try:
+        library()
+        return True
+    except Exception as exc:  # noqa: BLE001  (no compiler, no torch headers: the Python implementations serve)
+        _state["failed"] = exc
+        log.warning("opsmith.ops: native CUDA implementations unavailable (%s); the ops use their Python "
+                    "implementations (set OPSMITH_OPS_NATIVE=0 to silence this)", str(exc).splitlines()[0])
+        return False
+
+
+def register() -> None:
+    """Register the C++ CUDA kernels of ``torch.ops.opsmith.*`` (their schemas defined first)."""
+    from opsmith.ops import _sources
+    with _lock:
+        lib = library()
+        table = kernel_table(lib)
+        for file, template in table:  # the C++ table names only kernels the sources have
+            if template not in _sources.FILES.get(file, ()):
+                raise OpsmithError(f"the native opsmith.ops library names kernel {template} of {file}, which "
+                                   f"opsmith/ops/_sources.py does not have; reinstall opsmith")
+        _state["table"] = table
+        _init(lib, cuda=True)
+        err = ctypes.create_string_buffer(1024)
+        if lib.osm_ops_register(err, len(err)):
+            raise OpsmithError(f"registering opsmith.ops' native CUDA kernels failed: {err.value.decode(errors='replace')}")

@@ -1,0 +1,367 @@
+/* opsmith.ops' CUDA implementations in C++: the operators torch.ops.opsmith.* with no Python on
+   the call path.
+
+   One small torch C++ library per torch version (built once through the torch-extension
+   profile and cached; see opsmith/ops/_native.py). It registers, for the CUDA key, the twelve
+   operators whose schemas opsmith/ops/_register.py defines; each checks its arguments, makes
+   its inputs contiguous, allocates its outputs with torch's allocator, picks the launch from
+   the shape and the device (the plans of opsmith/ops/_launch.py, ported: a CPU test compares
+   both on synthetic devices) and launches the NVRTC kernel of opsmith/ops/kernels on the
+   current stream. No CUDA header: the driver's cuLaunchKernel and context functions and
+   torch's current-stream function arrive as addresses in osm_ops_init, and Python compiles and
+   loads each kernel the first time a (kernel, dtype, device) is used (the prepare callback),
+   handing back its CUfunction and the device's properties.
+
+   The kernel table (OSM_OPS_KERNELS) names each kernel by its file and template in
+   opsmith/ops/_sources.py's FILES; the dtype order is _sources.DTYPES'. */
+#include <torch/extension.h>
+
+#include <torch/library.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "osm_ops_launch.h"
+#include "osm_ops_plan.h"
+
+namespace {
+
+// -- elementwise -----------------------------------------------------------------------------------------
+at::Tensor ew_fwd(Kernel k, const at::Tensor &x_, const char *op) {
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    at::Tensor x = x_.contiguous();
+    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    long long n = x.numel();
+    if (n) {
+        function(k, dt, dev);  // the device's properties come with its first kernel
+        const Plan p = elementwise_plan(n, x.element_size(), props[dev]);
+        void *xp = x.data_ptr(), *yp = y.data_ptr();
+        void *params[] = {&xp, &yp, &n};
+        launch(k, dt, dev, p, params);
+    }
+    return y;
+}
+
+at::Tensor ew_bwd(Kernel k, const at::Tensor &grad, const at::Tensor &x_, const char *op) {
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    same_device(grad, x_, op, "grad");
+    TORCH_CHECK(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
+                x_.sizes(), "; they must match");
+    at::Tensor x = x_.contiguous();
+    at::Tensor g = grad.contiguous().to(x.scalar_type());
+    at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+    long long n = x.numel();
+    if (n) {
+        function(k, dt, dev);
+        const Plan p = elementwise_plan(n, x.element_size(), props[dev]);
+        void *gp = g.data_ptr(), *xp = x.data_ptr(), *dp = dx.data_ptr();
+        void *params[] = {&gp, &xp, &dp, &n};
+        launch(k, dt, dev, p, params);
+    }
+    return dx;
+}
+
+at::Tensor relu(const at::Tensor &x) { return ew_fwd(RELU_FWD, x, "relu"); }
+at::Tensor relu_backward(const at::Tensor &g, const at::Tensor &x) { return ew_bwd(RELU_BWD, g, x, "relu_backward"); }
+at::Tensor silu(const at::Tensor &x) { return ew_fwd(SILU_FWD, x, "silu"); }
+at::Tensor silu_backward(const at::Tensor &g, const at::Tensor &x) { return ew_bwd(SILU_BWD, g, x, "silu_backward"); }
+
+bool gelu_tanh(c10::string_view approximate) {
+    if (approximate == "none") return false;
+    if (approximate == "tanh") return true;
+    TORCH_CHECK(false, "opsmith.ops.gelu: approximate must be 'none' or 'tanh', got '", std::string(approximate), "'");
+    return false;
+}
+at::Tensor gelu(const at::Tensor &x, c10::string_view approximate) {
+    return ew_fwd(gelu_tanh(approximate) ? GELU_TANH_FWD : GELU_ERF_FWD, x, "gelu");
+}
+at::Tensor gelu_backward(const at::Tensor &g, const at::Tensor &x, c10::string_view approximate) {
+    return ew_bwd(gelu_tanh(approximate) ? GELU_TANH_BWD : GELU_ERF_BWD, g, x, "gelu_backward");
+}
+
+// -- softmax ---------------------------------------------------------------------------------------------
+at::Tensor softmax_last(const at::Tensor &x_) {
+    const int dt = dtype_index(x_, "softmax"), dev = device_of(x_, "softmax");
+    at::Tensor x = x_.contiguous();
+    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    if (x.numel()) {
+        const int64_t c = x.dim() ? x.size(-1) : 1;
+        long long rows = x.numel() / c;
+        int cols = cols32(c, "softmax");
+        function(SOFTMAX_FWD, dt, dev);
+        const Plan p = row_plan(rows, c, x.element_size(), 1, props[dev]);
+        void *xp = x.data_ptr(), *yp = y.data_ptr();
+        int cache = p.cache;
+        void *params[] = {&xp, &yp, &rows, &cols, &cache};
+        launch(p.strategy == S_LONG ? SOFTMAX_FWD_LONG : SOFTMAX_FWD, dt, dev, p, params);
+    }
+    return y;
+}
+
+at::Tensor softmax_backward_last(const at::Tensor &grad, const at::Tensor &y_) {
+    const int dt = dtype_index(y_, "softmax_backward"), dev = device_of(y_, "softmax_backward");
+    same_device(grad, y_, "softmax_backward", "grad");
+    TORCH_CHECK(grad.sizes() == y_.sizes(), "opsmith.ops.softmax_backward: grad has shape ", grad.sizes(), " and y ",
+                y_.sizes(), "; they must match");
+    at::Tensor y = y_.contiguous();
+    at::Tensor g = grad.contiguous().to(y.scalar_type());
+    at::Tensor dx = at::empty_like(y, at::MemoryFormat::Contiguous);
+    if (y.numel()) {
+        const int64_t c = y.dim() ? y.size(-1) : 1;
+        long long rows = y.numel() / c;
+        int cols = cols32(c, "softmax_backward");
+        function(SOFTMAX_BWD, dt, dev);
+        const Plan p = row_plan(rows, c, y.element_size(), 2, props[dev]);
+        void *gp = g.data_ptr(), *yp = y.data_ptr(), *dp = dx.data_ptr();
+        int cache = p.cache;
+        void *params[] = {&gp, &yp, &dp, &rows, &cols, &cache};
+        launch(p.strategy == S_LONG ? SOFTMAX_BWD_LONG : SOFTMAX_BWD, dt, dev, p, params);
+    }
+    return dx;
+}
+
+int64_t softmax_dim(const at::Tensor &x, int64_t dim) {
+    const int64_t nd = std::max<int64_t>(x.dim(), 1);
+    TORCH_CHECK(-nd <= dim && dim < nd, "opsmith.ops.softmax: dim ", dim, " is out of range for a ", x.dim(),
+                "-d tensor");
+    return ((dim % nd) + nd) % nd;
+}
+
+at::Tensor softmax(const at::Tensor &x, int64_t dim) {
+    const int64_t d = softmax_dim(x, dim);
+    if (x.dim() == 0 || d == x.dim() - 1) return softmax_last(x);
+    return softmax_last(x.movedim(d, -1)).movedim(-1, d).contiguous();
+}
+
+at::Tensor softmax_backward(const at::Tensor &grad, const at::Tensor &y, int64_t dim) {
+    const int64_t d = softmax_dim(y, dim);
+    if (y.dim() == 0 || d == y.dim() - 1) return softmax_backward_last(grad, y);
+    return softmax_backward_last(grad.movedim(d, -1), y.movedim(d, -1)).movedim(-1, d).contiguous();
+}
+
+// -- layer_norm and rms_norm -----------------------------------------------------------------------------
+std::pair<at::Tensor, at::Tensor> weight_grads(const at::Tensor &g, const at::Tensor &x, const at::Tensor *mean,
+                                               const at::Tensor &rstd, long long rows, int cols, int dt, int dev) {
+    function(NORM_BWD_WEIGHT, dt, dev);
+    const Plan p = weight_grad_plan(rows, cols, props[dev]);
+    at::Tensor dw = at::empty({p.gy, (int64_t)cols}, rstd.options());
+    at::Tensor db = at::empty_like(dw);
+    void *gp = g.data_ptr(), *xp = x.data_ptr(), *mp = (mean ? *mean : rstd).data_ptr(), *rp = rstd.data_ptr();
+    void *wp = dw.data_ptr(), *bp = db.data_ptr();
+    int per_chunk = (int)p.per_chunk, has_mean = mean != nullptr;
+    void *params[] = {&gp, &xp, &mp, &rp, &wp, &bp, &rows, &cols, &per_chunk, &has_mean};
+    launch(NORM_BWD_WEIGHT, dt, dev, p, params);
+    return {dw.sum(0), db};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, at::IntArrayRef shape,
+                                                          const std::optional<at::Tensor> &weight,
+                                                          const std::optional<at::Tensor> &bias, double eps) {
+    const char *op = "layer_norm";
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    at::Tensor x = x_.contiguous();
+    auto [r, c] = rows_cols(x, shape, op);
+    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor mean = at::empty({r}, x.options().dtype(stats_dtype(x)));
+    at::Tensor rstd = at::empty_like(mean);
+    if (r && c) {
+        at::Tensor w = param(weight, x, c, op, "weight"), b = param(bias, x, c, op, "bias");
+        long long rows = r;
+        int cols = cols32(c, op), has_w = given(weight), has_b = given(bias), cache;
+        function(LN_FWD, dt, dev);
+        const Plan p = row_plan(r, c, x.element_size(), 1, props[dev]);
+        cache = p.cache;
+        Eps e = eps_for(dt, eps);
+        void *xp = x.data_ptr(), *wp = w.data_ptr(), *bp = b.data_ptr(), *yp = y.data_ptr();
+        void *mp = mean.data_ptr(), *rp = rstd.data_ptr();
+        void *params[] = {&xp, &wp, &bp, &yp, &mp, &rp, &rows, &cols, &e, &has_w, &has_b, &cache};
+        launch(p.strategy == S_LONG ? LN_FWD_LONG : LN_FWD, dt, dev, p, params);
+    }
+    return {y, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+        const at::Tensor &grad, const at::Tensor &x_, at::IntArrayRef shape, const at::Tensor &mean,
+        const at::Tensor &rstd, bool want_w, bool want_b, const std::optional<at::Tensor> &weight) {
+    const char *op = "layer_norm_backward";
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    same_device(grad, x_, op, "grad");
+    TORCH_CHECK(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
+                x_.sizes(), "; they must match");
+    at::Tensor x = x_.contiguous();
+    at::Tensor g = grad.contiguous().to(x.scalar_type());
+    auto [r, c] = rows_cols(x, shape, op);
+    check_stats(mean, x, r, op, "mean");
+    check_stats(rstd, x, r, op, "rstd");
+    at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor none = x.new_empty({0});
+    if (!(r && c)) {
+        at::Tensor z = at::zeros(shape, x.options());
+        return {dx, want_w ? z : none, want_b ? z.clone() : none.clone()};
+    }
+    at::Tensor w = param(weight, x, c, op, "weight");
+    at::Tensor m = mean.contiguous(), s = rstd.contiguous();
+    long long rows = r;
+    int cols = cols32(c, op), has_w = given(weight), cache;
+    function(LN_BWD, dt, dev);
+    const Plan p = row_plan(r, c, x.element_size(), 2, props[dev]);
+    cache = p.cache;
+    void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *mp = m.data_ptr(), *rp = s.data_ptr();
+    void *dp = dx.data_ptr();
+    void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
+    launch(p.strategy == S_LONG ? LN_BWD_LONG : LN_BWD, dt, dev, p, params);
+    at::Tensor dw = none, db = none.clone();
+    if (want_w || want_b) {
+        auto [sw, parts_b] = weight_grads(g, x, &m, s, rows, cols, dt, dev);
+        if (want_w) dw = sw.to(x.scalar_type()).reshape(shape);
+        if (want_b) db = parts_b.sum(0).to(x.scalar_type()).reshape(shape);
+    }
+    return {dx, dw, db};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRef shape,
+                                            const std::optional<at::Tensor> &weight, std::optional<double> eps) {
+    const char *op = "rms_norm";
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    at::Tensor x = x_.contiguous();
+    auto [r, c] = rows_cols(x, shape, op);
+    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor rstd = at::empty({r}, x.options().dtype(stats_dtype(x)));
+    if (r && c) {
+        at::Tensor w = param(weight, x, c, op, "weight");
+        long long rows = r;
+        int cols = cols32(c, op), has_w = given(weight), cache;
+        function(RMS_FWD, dt, dev);
+        const Plan p = row_plan(r, c, x.element_size(), 1, props[dev]);
+        cache = p.cache;
+        Eps e = eps_for(dt, eps.has_value() ? *eps : machine_eps(dt));
+        void *xp = x.data_ptr(), *wp = w.data_ptr(), *yp = y.data_ptr(), *rp = rstd.data_ptr();
+        void *params[] = {&xp, &wp, &yp, &rp, &rows, &cols, &e, &has_w, &cache};
+        launch(p.strategy == S_LONG ? RMS_FWD_LONG : RMS_FWD, dt, dev, p, params);
+    }
+    return {y, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, const at::Tensor &x_,
+                                                     at::IntArrayRef shape, const at::Tensor &rstd, bool want_w,
+                                                     const std::optional<at::Tensor> &weight) {
+    const char *op = "rms_norm_backward";
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    same_device(grad, x_, op, "grad");
+    TORCH_CHECK(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
+                x_.sizes(), "; they must match");
+    at::Tensor x = x_.contiguous();
+    at::Tensor g = grad.contiguous().to(x.scalar_type());
+    auto [r, c] = rows_cols(x, shape, op);
+    check_stats(rstd, x, r, op, "rstd");
+    at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+    if (!(r && c)) return {dx, want_w ? at::zeros(shape, x.options()) : x.new_empty({0})};
+    at::Tensor w = param(weight, x, c, op, "weight");
+    at::Tensor s = rstd.contiguous();
+    long long rows = r;
+    int cols = cols32(c, op), has_w = given(weight), cache;
+    function(RMS_BWD, dt, dev);
+    const Plan p = row_plan(r, c, x.element_size(), 2, props[dev]);
+    cache = p.cache;
+    void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *rp = s.data_ptr(), *dp = dx.data_ptr();
+    void *params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &cache};
+    launch(p.strategy == S_LONG ? RMS_BWD_LONG : RMS_BWD, dt, dev, p, params);
+    at::Tensor dw = x.new_empty({0});
+    if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, dt, dev).first.to(x.scalar_type()).reshape(shape);
+    return {dx, dw};
+}
+
+std::unique_ptr<torch::Library> registration;  // the CUDA kernels, for the process's life
+
+}  // namespace
+
+extern "C" {
+__attribute__((visibility("default"))) int osm_ops_abi(void) { return 1; }
+__attribute__((visibility("default"))) int osm_ops_kernel_count(void) { return N_KERNELS; }
+__attribute__((visibility("default"))) const char *osm_ops_kernel_file(int k) {
+    return k >= 0 && k < N_KERNELS ? kernel_file[k] : nullptr;
+}
+__attribute__((visibility("default"))) const char *osm_ops_kernel_template(int k) {
+    return k >= 0 && k < N_KERNELS ? kernel_template[k] : nullptr;
+}
+__attribute__((visibility("default"))) int osm_ops_max_devices(void) { return MAX_DEVICES; }
+
+/* fns: cuLaunchKernel, cuCtxGetDevice, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2,
+   aoti_torch_get_current_cuda_stream; consts: N_CONSTS numbers (see the enum); prep: Python's loader. */
+__attribute__((visibility("default"))) int osm_ops_init(void *const *f, const int64_t *consts, int n_consts,
+                                                       int (*prep)(int, int, int)) {
+    if (n_consts != N_CONSTS) return 1;
+    for (int i = 0; i < N_CONSTS; i++) {
+        if (consts[i] < 1) return 1;
+        K[i] = consts[i];
+    }
+    api.launch = (decltype(api.launch))f[0];
+    api.ctx_get_device = (decltype(api.ctx_get_device))f[1];
+    api.ctx_push = (decltype(api.ctx_push))f[2];
+    api.ctx_pop = (decltype(api.ctx_pop))f[3];
+    api.current_stream = (decltype(api.current_stream))f[4];
+    prepare = prep;
+    ready = true;
+    return 0;
+}
+
+/* A device's properties and primary context (prepare calls this before its first function). */
+__attribute__((visibility("default"))) int osm_ops_set_device(int dev, const int64_t *p, void *context) {
+    if (dev < 0 || dev >= MAX_DEVICES) return 1;
+    props[dev] = {p[0], p[1], p[2], p[3], p[4]};
+    ctx[dev] = context;
+    return 0;
+}
+
+__attribute__((visibility("default"))) int osm_ops_set_function(int k, int dt, int dev, void *fn) {
+    if (k < 0 || k >= N_KERNELS || dt < 0 || dt >= N_DTYPES || dev < 0 || dev >= MAX_DEVICES || !fn) return 1;
+    fns[k][dt][dev].store(fn, std::memory_order_release);
+    return 0;
+}
+
+__attribute__((visibility("default"))) void osm_ops_set_error(const char *message) {
+    snprintf(prepare_error, sizeof(prepare_error), "%s", message);
+}
+
+/* A plan, for tests: which 0 elementwise (rows = n), 1 row, 2 weight gradients. props: the five
+   numbers of osm_ops_set_device. out: strategy, gx, gy, bx, by, smem, cache, per_chunk. */
+__attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows, int64_t cols, int64_t itemsize,
+                                                       int64_t arrays, const int64_t *p, int64_t *out) {
+    const Props d{p[0], p[1], p[2], p[3], p[4]};
+    if (itemsize < 1 || itemsize > 16) return 1;
+    const Plan q = which == 0 ? elementwise_plan(rows, itemsize, d)
+                 : which == 1 ? row_plan(rows, cols, itemsize, arrays, d) : weight_grad_plan(rows, cols, d);
+    const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk};
+    for (int i = 0; i < 8; i++) out[i] = v[i];
+    return 0;
+}
+
+/* Register the CUDA kernels of the opsmith namespace's twelve operators (defined by Python
+   first); errors go to `err`. Once per process. */
+__attribute__((visibility("default"))) int osm_ops_register(char *err, int err_len) {
+    try {
+        if (registration) return 0;
+        auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "opsmith",
+                                                    std::make_optional(c10::DispatchKey::CUDA), __FILE__, __LINE__);
+        lib->impl("relu", TORCH_FN(relu));
+        lib->impl("relu_backward", TORCH_FN(relu_backward));
+        lib->impl("silu", TORCH_FN(silu));
+        lib->impl("silu_backward", TORCH_FN(silu_backward));
+        lib->impl("gelu", TORCH_FN(gelu));
+        lib->impl("gelu_backward", TORCH_FN(gelu_backward));
+        lib->impl("softmax", TORCH_FN(softmax));
+        lib->impl("softmax_backward", TORCH_FN(softmax_backward));
+        lib->impl("layer_norm", TORCH_FN(layer_norm));
+        lib->impl("layer_norm_backward", TORCH_FN(layer_norm_backward));
+        lib->impl("rms_norm", TORCH_FN(rms_norm));
+        lib->impl("rms_norm_backward", TORCH_FN(rms_norm_backward));
+        registration = std::move(lib);
+        return 0;
+    } catch (const std::exception &e) {
+        snprintf(err, err_len, "%s", e.what());
+        return 1;
+    }
+}
+}

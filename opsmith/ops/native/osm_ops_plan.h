@@ -1,0 +1,68 @@
+/* opsmith.ops' launch plans in C++: the functions of opsmith/ops/_launch.py, ported line for line
+   (tests/ops/test_ops_native.py compares both on synthetic A100/H100/B200/T4 devices and random
+   shapes). Part of osm_ops.cpp's one translation unit. */
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace {
+
+// the launch plans' numbers, from opsmith/ops/_launch.py (osm_ops_init), in this order
+enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, N_CONSTS };
+int64_t K[N_CONSTS];
+
+struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
+    int64_t sm_count, max_threads_per_block, max_threads_per_sm, smem_optin, smem_per_sm;
+};
+
+// -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
+enum { S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4 };
+struct Plan {
+    int strategy;
+    int64_t gx, gy;
+    int64_t bx, by;
+    int64_t smem;
+    int cache;
+    int64_t per_chunk;  // the weight-gradient plan's rows per chunk
+};
+
+int64_t cdiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+int64_t pow2_at_least(int64_t n) { return n <= 1 ? 1 : int64_t(1) << (64 - __builtin_clzll((uint64_t)(n - 1))); }
+
+Plan elementwise_plan(int64_t n, int64_t itemsize, const Props &p) {
+    const int64_t vec = 16 / itemsize;
+    const int64_t threads = std::min<int64_t>(K[C_EW_THREADS], p.max_threads_per_block);
+    const int64_t grid = std::min<int64_t>(std::max<int64_t>(1, cdiv(n, vec * threads * K[C_EW_UNROLL])), 0x7fffffff);
+    return {S_ELEMENTWISE, grid, 1, threads, 1, 0, 0, 0};
+}
+
+Plan row_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, const Props &p) {
+    const int64_t vec = 16 / itemsize;
+    const int64_t tpr = pow2_at_least(cdiv(std::max<int64_t>(cols, 1), K[C_ROW_CHUNKS] * vec));
+    if (tpr <= 32) {
+        int64_t per_block = std::max<int64_t>(1, 128 / tpr);  // four warps a block
+        while (per_block > 1 && per_block * tpr > 32 && cdiv(rows, per_block) < 2 * p.sm_count) per_block /= 2;
+        return {S_WARP, std::max<int64_t>(1, cdiv(rows, per_block)), 1, tpr, per_block, 0, 0, 0};
+    }
+    if (tpr <= std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block))
+        return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
+    const int64_t threads = std::min({K[C_LONG_THREADS], pow2_at_least(p.max_threads_per_block + 1) / 2,
+                                      pow2_at_least(cdiv(cols, vec))});
+    const int64_t row_bytes = arrays * cdiv(cols * itemsize, 16) * 16;
+    const bool cache = row_bytes + K[C_STATIC_SMEM] <= p.smem_optin;
+    int64_t per_sm = std::max<int64_t>(1, p.max_threads_per_sm / threads);
+    if (cache) per_sm = std::max<int64_t>(1, std::min(per_sm, p.smem_per_sm / (row_bytes + K[C_STATIC_SMEM])));
+    const int64_t grid = std::max<int64_t>(1, std::min(rows, per_sm * p.sm_count));
+    return {S_LONG, grid, 1, threads, 1, cache ? row_bytes : 0, cache ? 1 : 0, 0};
+}
+
+Plan weight_grad_plan(int64_t rows, int64_t cols, const Props &p) {
+    const int64_t col_blocks = cdiv(cols, 32);
+    int64_t chunks = std::max<int64_t>(1, std::min({cdiv(rows, 8), cdiv(4 * p.sm_count, col_blocks), int64_t(65535)}));
+    const int64_t per_chunk = cdiv(rows, chunks);
+    chunks = cdiv(rows, per_chunk);
+    return {S_COLUMNS, col_blocks, chunks, 32, 8, 0, 0, per_chunk};
+}
+
+}  // namespace

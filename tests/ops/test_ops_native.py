@@ -1,0 +1,127 @@
+"""opsmith.ops' C++ CUDA implementations without a GPU: the library builds with the real
+compiler against this torch, names only kernels the sources have, computes the same launch
+plans as opsmith/ops/_launch.py on synthetic devices, and its twelve C++ signatures match the
+schemas Python defines (torch checks them when the kernels are registered)."""
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from opsmith.ops import _launch, _native, _sources  # noqa: E402
+from opsmith.ops._launch import DeviceProps  # noqa: E402
+
+# sm_count, max threads a block, max threads an SM, shared memory a block (opt-in), an SM
+DEVICES = {
+    "A100": DeviceProps(108, 1024, 2048, 166912, 167936),
+    "H100": DeviceProps(132, 1024, 2048, 232448, 233472),
+    "B200": DeviceProps(148, 1024, 2048, 232448, 233472),
+    "T4": DeviceProps(40, 1024, 1024, 65536, 65536),
+    "small": DeviceProps(2, 512, 1024, 49152, 65536),
+}
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    old = os.environ.get("OPSMITH_CACHE_DIR")
+    os.environ["OPSMITH_CACHE_DIR"] = str(tmp_path_factory.mktemp("native-cache"))
+    from opsmith._cache import _open
+    _open.reset()
+    try:
+        return _native._open(_native.build())
+    finally:
+        if old is None:
+            os.environ.pop("OPSMITH_CACHE_DIR", None)
+        else:
+            os.environ["OPSMITH_CACHE_DIR"] = old
+        _open.reset()
+
+
+def test_kernel_table_is_the_sources_kernels(lib):
+    table = _native.kernel_table(lib)
+    assert len(table) == len(set(table)) == sum(len(v) for v in _sources.FILES.values())
+    assert set(table) == {(f, t) for f, ts in _sources.FILES.items() for t in ts}
+
+
+def _py(which, rows, cols, itemsize, arrays, props):
+    if which == "elementwise":
+        p = _launch.elementwise_plan(rows, itemsize, props)
+        return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0
+    if which == "row":
+        p = _launch.row_plan(rows, cols, itemsize, arrays, props)
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0
+    p, per_chunk = _launch.weight_grad_plan(rows, cols, props)
+    return p.strategy, tuple(p.grid), tuple(p.block), 0, 0, per_chunk
+
+
+ROWS = (1, 2, 7, 64, 131, 1000, 4096, 65536, 10**6)
+COLS = (1, 3, 8, 31, 64, 100, 255, 1024, 4096, 5000, 8192, 16384, 32768, 65537, 262144)
+
+
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_plans_match_python_on_synthetic_devices(lib, device):
+    props = DEVICES[device]
+    strategies = set()
+    for rows, cols, itemsize, arrays in itertools.product(ROWS, COLS, (2, 4, 8), (1, 2)):
+        for which in ("row", "weight"):
+            got = _native.plan(which, rows, cols, itemsize, arrays, props, lib=lib)
+            assert got == _py(which, rows, cols, itemsize, arrays, props), (which, rows, cols, itemsize, arrays)
+            strategies.add(got[0])
+    for n, itemsize in itertools.product((1, 5, 1000, 2**20 + 3, 3 * 10**9, 2**40), (2, 4, 8)):
+        assert _native.plan("elementwise", n, 0, itemsize, 1, props, lib=lib) == \
+            _py("elementwise", n, 0, itemsize, 1, props)
+    assert {"warp", "block", "long", "columns"} <= strategies
+
+
+def test_plans_match_python_on_random_shapes(lib):
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=300, deadline=None)
+    @hypothesis.given(rows=st.integers(1, 2**31), cols=st.integers(1, 2**20), itemsize=st.sampled_from([2, 4, 8]),
+                      arrays=st.integers(1, 3), device=st.sampled_from(sorted(DEVICES)))
+    def check(rows, cols, itemsize, arrays, device):
+        props = DEVICES[device]
+        for which in ("row", "weight"):
+            assert _native.plan(which, rows, cols, itemsize, arrays, props, lib=lib) == \
+                _py(which, rows, cols, itemsize, arrays, props)
+    check()
+
+
+def test_signatures_match_the_schemas(lib, tmp_path):
+    """In a fresh process: the schemas defined as opsmith.ops does, then the C++ kernels registered
+    for CUDA (torch refuses a C++ signature that does not match the schema)."""
+    script = textwrap.dedent(f"""
+        import ctypes, torch
+        from opsmith.ops import _native, _register
+        _native._state["lib"] = _native._open({str(lib._name)!r})
+        _native._init = lambda lib, cuda: None          # no driver on this machine; nothing launches
+        _register._use_native = lambda: True
+        ops = _register.ops()
+        for name in _register.OP_NAMES:  # the CUDA kernel is the C++ one (not the Python fallback)
+            cuda = [l for l in torch._C._dispatch_dump(f"opsmith::{{name}}").splitlines() if l.startswith("CUDA")]
+            assert len(cuda) == 1 and "osm_ops.cpp" in cuda[0], (name, cuda)
+        err = ctypes.create_string_buffer(256)
+        assert _native.library().osm_ops_register(err, 256) == 0  # once per process: a second call is a no-op
+        x = torch.randn(3, 8)
+        assert torch.equal(ops.layer_norm(x, [8])[0], torch.nn.functional.layer_norm(x, [8]))  # CPU still Python's
+        print("ok")
+    """)
+    env = dict(os.environ, OPSMITH_CACHE_DIR=str(tmp_path / "cache"), OPSMITH_TORCH_OP_NATIVE_AUTOGRAD="0")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_off_switch_and_cpu_machines_keep_python(monkeypatch):
+    from opsmith._config import settings
+    from opsmith.ops import _register
+    with settings.override(ops_native=False):
+        assert not _native.usable()
+    if not torch.cuda.is_available():
+        assert not _register._use_native()  # no CUDA device: nothing to build
