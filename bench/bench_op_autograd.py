@@ -11,7 +11,8 @@ hits every row alike), median of --rounds x --calls:
    input requiring grad (forward only), forward + backward (``torch.autograd.grad``).
 2. an op with a float scalar argument (``y = x + alpha``, C shim) against ``torch.add(x, 1.5)``.
 3. every ``opsmith.ops`` operator on a (1, 64) float32 tensor against its torch equivalent,
-   without and with grad required (forward only).
+   without and with grad required (forward only): the C++ CUDA kernels of
+   ``opsmith/ops/native`` and the native Autograd kernels (``paths.ops_native_cuda``).
 
 Prints the tables with ratios and the issue's targets; writes everything to --json.
 
@@ -169,6 +170,7 @@ def main() -> None:
     for name, (ours, theirs) in pairs.items():
         if not torch.allclose(ours(t), theirs(t), atol=1e-5, rtol=1e-5):
             raise SystemExit(f"opsmith.ops.{name}: wrong result")
+    info["ops_native_cuda"] = "osm_ops.cpp" in torch._C._dispatch_dump("opsmith::layer_norm")
     ops_rows = {}
     for label, v in (("no grad", t), ("requires grad", tg)):
         calls = {}
