@@ -71,6 +71,11 @@ class SharedLibrary(Profile):
         flags += list(spec.extra_ldflags)
         if spec.with_cuda:
             flags += tc.nvcc.link_flags()
+        if spec.kind != "executable" and any(s.lang != "c" for s in spec.sources):
+            # C++ in a shared object: the process's C++ runtime, never a second copy of it
+            from opsmith._toolchain import _libstdcxx
+            runtime = _libstdcxx.shared_runtime(tc.cxx, tc.state)
+            flags += [runtime] if runtime else []
         return flags
 
 

@@ -12,7 +12,7 @@ from opsmith._build._profile import Profile
 from opsmith._config import settings
 from opsmith._errors import ToolchainError
 from opsmith._spec import MODULE_NAME
-from opsmith._toolchain import _archs
+from opsmith._toolchain import _archs, _libstdcxx
 from opsmith._toolchain._cxx import python_abi
 from opsmith._toolchain._nvcc import COMMON_NVCC_FLAGS, has_ccbin, torch_nvcc_std
 
@@ -150,7 +150,9 @@ def _ldflags(spec, tc) -> list[str]:
         flags += ["-ltorch_python"]
     else:
         flags += [f"-Wl,-rpath,{tc.torch.lib_dir}"]
-    return flags
+    # one C++ runtime per process: a compiler that would link libstdc++.a links the shared one
+    runtime = _libstdcxx.shared_runtime(tc.cxx, tc.state)
+    return flags + ([runtime] if runtime else [])
 
 
 def _require_cuda_torch(spec, tc) -> None:
