@@ -17,10 +17,6 @@ def _shape(normalized_shape) -> tuple[int, ...]:
     return tuple(int(s) for s in normalized_shape)
 
 
-def _same_dtype(t, x):
-    return t if t is None or t.dtype == x.dtype else t.to(x.dtype)
-
-
 def _ops():
     from opsmith.ops._register import ops
     return ops()
@@ -63,22 +59,38 @@ def softmax(x, dim: int = -1):
     """Softmax along ``dim`` (numerically stable), as ``torch.softmax(x, dim)``;
     ``torch.ops.opsmith.softmax``. The last dim is the fast path; another dim is moved last
     (a copy) and back."""
-    _dim(x, dim)
+    nd = x.dim() or 1
+    if not -nd <= dim < nd:
+        _dim(x, dim)  # raises the SpecError that says so
     return _op("softmax")(x, dim)
+
+
+def _last_dims(x, normalized_shape, op: str) -> list:
+    """``normalized_shape`` as the op's ``int[]``, checked against ``x``'s last dims (cheaply:
+    this runs on every call)."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    n = len(shape)
+    if n > x.dim() or x.shape[x.dim() - n:] != shape:
+        _rows_cols(x, _shape(shape), op)  # raises the SpecError that says what is wrong
+    return list(shape)
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """Layer norm over the last dims, as ``torch.nn.functional.layer_norm`` (weight and bias
     optional; biased variance; statistics in float32, float64 for float64 inputs);
     ``torch.ops.opsmith.layer_norm(...)[0]``."""
-    shape = _shape(normalized_shape)
-    _rows_cols(x, shape, "layer_norm")
-    return _op("layer_norm")(x, list(shape), _same_dtype(weight, x), _same_dtype(bias, x), float(eps))[0]
+    shape = _last_dims(x, normalized_shape, "layer_norm")
+    if weight is not None and weight.dtype != x.dtype:
+        weight = weight.to(x.dtype)
+    if bias is not None and bias.dtype != x.dtype:
+        bias = bias.to(x.dtype)
+    return _op("layer_norm")(x, shape, weight, bias, float(eps))[0]
 
 
 def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
     """RMS norm over the last dims, as ``torch.nn.functional.rms_norm`` (``eps=None``: the
     dtype's machine epsilon, as torch); ``torch.ops.opsmith.rms_norm(...)[0]``."""
-    shape = _shape(normalized_shape)
-    _rows_cols(x, shape, "rms_norm")
-    return _op("rms_norm")(x, list(shape), _same_dtype(weight, x), None if eps is None else float(eps))[0]
+    shape = _last_dims(x, normalized_shape, "rms_norm")
+    if weight is not None and weight.dtype != x.dtype:
+        weight = weight.to(x.dtype)
+    return _op("rms_norm")(x, shape, weight, None if eps is None else float(eps))[0]

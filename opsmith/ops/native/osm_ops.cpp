@@ -32,7 +32,7 @@ namespace {
 at::Tensor ew_fwd(Kernel k, const at::Tensor &x_, const char *op) {
     const int dt = dtype_index(x_, op), dev = device_of(x_, op);
     at::Tensor x = x_.contiguous();
-    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor y = at::empty(x.sizes(), x.options());
     long long n = x.numel();
     if (n) {
         function(k, dt, dev);  // the device's properties come with its first kernel
@@ -51,7 +51,7 @@ at::Tensor ew_bwd(Kernel k, const at::Tensor &grad, const at::Tensor &x_, const 
                 x_.sizes(), "; they must match");
     at::Tensor x = x_.contiguous();
     at::Tensor g = grad.contiguous().to(x.scalar_type());
-    at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor dx = at::empty(x.sizes(), x.options());
     long long n = x.numel();
     if (n) {
         function(k, dt, dev);
@@ -85,7 +85,7 @@ at::Tensor gelu_backward(const at::Tensor &g, const at::Tensor &x, c10::string_v
 at::Tensor softmax_last(const at::Tensor &x_) {
     const int dt = dtype_index(x_, "softmax"), dev = device_of(x_, "softmax");
     at::Tensor x = x_.contiguous();
-    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor y = at::empty(x.sizes(), x.options());
     if (x.numel()) {
         const int64_t c = x.dim() ? x.size(-1) : 1;
         long long rows = x.numel() / c;
@@ -107,7 +107,7 @@ at::Tensor softmax_backward_last(const at::Tensor &grad, const at::Tensor &y_) {
                 y_.sizes(), "; they must match");
     at::Tensor y = y_.contiguous();
     at::Tensor g = grad.contiguous().to(y.scalar_type());
-    at::Tensor dx = at::empty_like(y, at::MemoryFormat::Contiguous);
+    at::Tensor dx = at::empty(y.sizes(), y.options());
     if (y.numel()) {
         const int64_t c = y.dim() ? y.size(-1) : 1;
         long long rows = y.numel() / c;
@@ -163,9 +163,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
     const int dt = dtype_index(x_, op), dev = device_of(x_, op);
     at::Tensor x = x_.contiguous();
     auto [r, c] = rows_cols(x, shape, op);
-    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor y = at::empty(x.sizes(), x.options());
     at::Tensor mean = at::empty({r}, x.options().dtype(stats_dtype(x)));
-    at::Tensor rstd = at::empty_like(mean);
+    at::Tensor rstd = at::empty({r}, mean.options());
     if (r && c) {
         at::Tensor w = param(weight, x, c, op, "weight"), b = param(bias, x, c, op, "bias");
         long long rows = r;
@@ -195,7 +195,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     auto [r, c] = rows_cols(x, shape, op);
     check_stats(mean, x, r, op, "mean");
     check_stats(rstd, x, r, op, "rstd");
-    at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor dx = at::empty(x.sizes(), x.options());
     at::Tensor none = x.new_empty({0});
     if (!(r && c)) {
         at::Tensor z = at::zeros(shape, x.options());
@@ -227,7 +227,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
     const int dt = dtype_index(x_, op), dev = device_of(x_, op);
     at::Tensor x = x_.contiguous();
     auto [r, c] = rows_cols(x, shape, op);
-    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor y = at::empty(x.sizes(), x.options());
     at::Tensor rstd = at::empty({r}, x.options().dtype(stats_dtype(x)));
     if (r && c) {
         at::Tensor w = param(weight, x, c, op, "weight");
@@ -256,7 +256,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     at::Tensor g = grad.contiguous().to(x.scalar_type());
     auto [r, c] = rows_cols(x, shape, op);
     check_stats(rstd, x, r, op, "rstd");
-    at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor dx = at::empty(x.sizes(), x.options());
     if (!(r && c)) return {dx, want_w ? at::zeros(shape, x.options()) : x.new_empty({0})};
     at::Tensor w = param(weight, x, c, op, "weight");
     at::Tensor s = rstd.contiguous();
