@@ -160,8 +160,13 @@ def _python_plan(op, plan: Plan, backward):
     single = op.schema.single
     n_in = len(plan.arg_kind)
 
+    used = {i for k, i in plan.bargs if k == B_GRAD}
+
     def setup_context(ctx, inputs, output):
         outs = (output,) if single else output
+        unused = [o for k, o in enumerate(outs) if k not in used and isinstance(o, torch.Tensor)]
+        if unused:  # as the native kernel: an output whose gradient the backward does not take
+            ctx.mark_non_differentiable(*unused)
         values = [inputs[i] if k == B_INPUT else outs[i] for k, i in kept]
         is_t = [isinstance(v, torch.Tensor) for v in values]
         ctx.save_for_backward(*[v for v, t in zip(values, is_t) if t])

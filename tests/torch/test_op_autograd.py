@@ -135,6 +135,24 @@ def test_an_integer_output_gets_no_gradient_and_the_float_one_does(path):
     assert torch.equal(x.grad, torch.full_like(x, 2))
 
 
+def test_an_output_whose_gradient_the_backward_does_not_take_is_not_differentiable(path):
+    """As torch's native_layer_norm (mean, rstd): a loss on such an output raises instead of
+    dropping its gradient silently; the op's other outputs train as before."""
+    def fwd(x):
+        return x * 2, x.sum(-1)
+
+    op = opsmith.custom_op(fresh("stat"), "(Tensor x) -> (Tensor, Tensor)", cpu=fwd)
+    back = opsmith.custom_op(fresh("stat_bwd"), "(Tensor g) -> Tensor", cpu=lambda g: g * 2)
+    op.register_autograd(back, args=("grad0",))
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    y, total = op(x)
+    assert y.requires_grad and not total.requires_grad
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        total.sum().backward()
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.full_like(x, 2))
+
+
 def test_a_backward_function_keeps_the_python_kernel_and_returns_the_same_gradients():
     relu, _ = _relu_pair()
     relu.register_autograd(lambda g, x: g * (x > 0), save=("x",))

@@ -194,7 +194,11 @@ struct OsmAutograd : c10::OperatorKernel {
         const size_t out_base = stack->size() - s.n_outs;
         for (int k = 0; k < s.n_outs; k++) {
             const c10::IValue &v = (*stack)[out_base + k];
-            bool attach = v.isTensor() && v.toTensor().defined() && differentiable(v.toTensor());
+            // an output whose gradient the backward does not take gets no history (torch's
+            // output_differentiability: native_layer_norm's mean and rstd): a loss on it would
+            // otherwise have its gradient dropped without a word
+            bool attach = v.isTensor() && v.toTensor().defined() && differentiable(v.toTensor()) &&
+                          (!bw || s.grad_used[k]);
             if (attach)
                 torch::autograd::set_history(v.toTensor(), node);
             else
