@@ -68,10 +68,16 @@ def softmax(x, dim: int = -1):
 def _last_dims(x, normalized_shape, op: str) -> list:
     """``normalized_shape`` as the op's ``int[]``, checked against ``x``'s last dims (cheaply:
     this runs on every call)."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    n = len(shape)
-    if n > x.dim() or x.shape[x.dim() - n:] != shape:
-        _rows_cols(x, _shape(shape), op)  # raises the SpecError that says what is wrong
+    if isinstance(normalized_shape, int):
+        if x.dim() and x.shape[-1] == normalized_shape:
+            return [normalized_shape]
+        shape: tuple = (normalized_shape,)
+    else:
+        shape = tuple(normalized_shape)
+        n = len(shape)
+        if n <= x.dim() and x.shape[x.dim() - n:] == shape:
+            return list(shape)
+    _rows_cols(x, _shape(shape), op)  # raises the SpecError that says what is wrong
     return list(shape)
 
 
