@@ -32,6 +32,26 @@ def _op(name: str):
     return ov
 
 
+_FIRST: dict = {}  # "layer_norm" -> a callable returning the op's first output
+
+
+def _first(name: str):
+    """``name``'s first output: the C++ composite ``<name>_y`` where the native kernels serve,
+    else the full op and ``[0]``."""
+    f = _FIRST.get(name)
+    if f is None:
+        from opsmith.ops import _register
+        if _register.native_registered():
+            f = getattr(_ops(), name + "_y").default
+        else:
+            full = _op(name)
+
+            def f(*args):
+                return full(*args)[0]
+        _FIRST[name] = f
+    return f
+
+
 def relu(x):
     """ReLU: ``max(x, 0)``, NaN kept (as ``torch.relu``); ``torch.ops.opsmith.relu``.
 
@@ -84,19 +104,20 @@ def _last_dims(x, normalized_shape, op: str) -> list:
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """Layer norm over the last dims, as ``torch.nn.functional.layer_norm`` (weight and bias
     optional; biased variance; statistics in float32, float64 for float64 inputs);
-    ``torch.ops.opsmith.layer_norm(...)[0]``."""
+    ``torch.ops.opsmith.layer_norm(...)[0]`` (``layer_norm_y`` where the C++ kernels serve)."""
     shape = _last_dims(x, normalized_shape, "layer_norm")
     if weight is not None and weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
     if bias is not None and bias.dtype != x.dtype:
         bias = bias.to(x.dtype)
-    return _op("layer_norm")(x, shape, weight, bias, float(eps))[0]
+    return _first("layer_norm")(x, shape, weight, bias, float(eps))
 
 
 def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
     """RMS norm over the last dims, as ``torch.nn.functional.rms_norm`` (``eps=None``: the
-    dtype's machine epsilon, as torch); ``torch.ops.opsmith.rms_norm(...)[0]``."""
+    dtype's machine epsilon, as torch); ``torch.ops.opsmith.rms_norm(...)[0]`` (``rms_norm_y`` where the
+    C++ kernels serve)."""
     shape = _last_dims(x, normalized_shape, "rms_norm")
     if weight is not None and weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
-    return _op("rms_norm")(x, shape, weight, None if eps is None else float(eps))[0]
+    return _first("rms_norm")(x, shape, weight, None if eps is None else float(eps))

@@ -15,6 +15,9 @@ ops without a graph break) and an autograd formula that calls the backward opera
                        (optional tensors come last in the backward schemas)
 ``rms_norm``           ``(Tensor x, int[] normalized_shape, Tensor? weight, float? eps)
                        -> (Tensor y, Tensor rstd)``; ``rms_norm_backward``
+``layer_norm_y``       ``layer_norm``'s first output alone; ``rms_norm_y`` likewise (C++ composites
+                       over the full ops, defined where the C++ kernels serve; the public
+                       functions call them)
 =====================  =====================================================================
 
 ``mean`` and ``rstd`` hold one value per row (float32; float64 for float64 inputs).
@@ -37,6 +40,8 @@ OP_NAMES = ("relu", "relu_backward", "gelu", "gelu_backward", "silu", "silu_back
 
 _lock = threading.Lock()
 _done = False
+_native_registered = False  # the C++ CUDA kernels (and layer_norm_y / rms_norm_y) serve the ops
+_first_lib: list = []       # the Library that defines layer_norm_y / rms_norm_y, kept alive
 
 
 def ops():
@@ -49,6 +54,24 @@ def ops():
                 _register_all()
                 _done = True
     return torch.ops.opsmith
+
+
+def native_registered() -> bool:
+    """True once the ops run their C++ CUDA kernels, with ``layer_norm_y``/``rms_norm_y`` defined."""
+    ops()
+    return _native_registered
+
+
+def _define_first_outputs() -> None:
+    """``layer_norm_y``/``rms_norm_y``: the first output of layer_norm/rms_norm alone (C++,
+    CompositeImplicitAutograd over the full op): the public functions return one tensor without
+    making Python objects of the statistics."""
+    import torch
+    lib = torch.library.Library("opsmith", "FRAGMENT")
+    lib.define("layer_norm_y(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+               "float eps=1e-05) -> Tensor")
+    lib.define("rms_norm_y(Tensor x, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor")
+    _first_lib.append(lib)
 
 
 def _stats(x):
@@ -220,7 +243,10 @@ def _register_all() -> None:
     if native:
         try:
             from opsmith.ops import _native
+            _define_first_outputs()
             _native.register()
+            global _native_registered
+            _native_registered = True
             return
         except Exception as exc:  # noqa: BLE001  (the Python implementations serve; say why once)
             import logging

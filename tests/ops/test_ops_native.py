@@ -107,6 +107,17 @@ def test_signatures_match_the_schemas(lib, tmp_path):
         for name in _register.OP_NAMES:  # the CUDA kernel is the C++ one (not the Python fallback)
             cuda = [l for l in torch._C._dispatch_dump(f"opsmith::{{name}}").splitlines() if l.startswith("CUDA")]
             assert len(cuda) == 1 and "osm_ops.cpp" in cuda[0], (name, cuda)
+        for name in ("layer_norm_y", "rms_norm_y"):  # the first outputs alone: C++ composites over the ops
+            dump = torch._C._dispatch_dump(f"opsmith::{{name}}")
+            assert "CompositeImplicitAutograd" in dump and "osm_ops.cpp" in dump, dump
+        x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(8, dtype=torch.float64)
+        y = ops.layer_norm_y(x, [8], w, None, 1e-5)
+        assert torch.allclose(y, torch.nn.functional.layer_norm(x, [8], w, None, 1e-5))
+        (g,) = torch.autograd.grad(ops.rms_norm_y(x, [8], w, None).sum(), x)  # through the full op's autograd
+        xr = x.detach().requires_grad_()
+        (want,) = torch.autograd.grad(torch.nn.functional.rms_norm(xr, [8], w).sum(), xr)
+        assert torch.allclose(g, want)
         err = ctypes.create_string_buffer(256)
         assert _native.library().osm_ops_register(err, 256) == 0  # once per process: a second call is a no-op
         x = torch.randn(3, 8)

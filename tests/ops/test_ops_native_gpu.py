@@ -83,6 +83,9 @@ def test_views_other_dims_and_multi_dim_shapes(T):
           fn.layer_norm_fwd(xt, [33], None, None, 1e-5)[0], "layer_norm view")
     _same(T.rms_norm(x, [33, 40], None, None), fn.rms_norm_fwd(x, [33, 40], None, None), "rms_norm 2-d")
     _same(T.relu(xt), torch.relu(xt), "relu view")
+    w = _rand(40, torch.float32, 8)  # the public functions: the composite first-output ops
+    _same(ops.layer_norm(x, 40, w), T.layer_norm(x, [40], w, None, 1e-5)[0], "layer_norm_y")
+    _same(ops.rms_norm(x, (33, 40)), T.rms_norm(x, [33, 40], None, None)[0], "rms_norm_y")
     assert T.relu(torch.empty(0, 3, device="cuda")).shape == (0, 3)
 
 

@@ -273,7 +273,27 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     return {dx, dw};
 }
 
-std::unique_ptr<torch::Library> registration;  // the CUDA kernels, for the process's life
+// -- the first output alone: what opsmith.ops.layer_norm / rms_norm return -----------------------------------
+// CompositeImplicitAutograd: the op above runs (with its autograd and its CUDA or CPU kernel) and
+// Python gets one tensor back instead of three (or two) to drop
+at::Tensor layer_norm_y(const at::Tensor &x, at::IntArrayRef shape, const std::optional<at::Tensor> &weight,
+                        const std::optional<at::Tensor> &bias, double eps) {
+    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("opsmith::layer_norm", "").typed<
+        std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor &, at::IntArrayRef,
+                                                       const std::optional<at::Tensor> &,
+                                                       const std::optional<at::Tensor> &, double)>();
+    return std::get<0>(op.call(x, shape, weight, bias, eps));
+}
+
+at::Tensor rms_norm_y(const at::Tensor &x, at::IntArrayRef shape, const std::optional<at::Tensor> &weight,
+                      std::optional<double> eps) {
+    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("opsmith::rms_norm", "").typed<
+        std::tuple<at::Tensor, at::Tensor>(const at::Tensor &, at::IntArrayRef, const std::optional<at::Tensor> &,
+                                           std::optional<double>)>();
+    return std::get<0>(op.call(x, shape, weight, eps));
+}
+
+std::unique_ptr<torch::Library> registration, composite;  // the kernels, for the process's life
 
 }  // namespace
 
@@ -338,8 +358,8 @@ __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows,
     return 0;
 }
 
-/* Register the CUDA kernels of the opsmith namespace's twelve operators (defined by Python
-   first); errors go to `err`. Once per process. */
+/* Register the CUDA kernels of the opsmith namespace's twelve operators and the composite
+   layer_norm_y / rms_norm_y (all defined by Python first); errors go to `err`. Once per process. */
 __attribute__((visibility("default"))) int osm_ops_register(char *err, int err_len) {
     try {
         if (registration) return 0;
@@ -357,7 +377,13 @@ __attribute__((visibility("default"))) int osm_ops_register(char *err, int err_l
         lib->impl("layer_norm_backward", TORCH_FN(layer_norm_backward));
         lib->impl("rms_norm", TORCH_FN(rms_norm));
         lib->impl("rms_norm_backward", TORCH_FN(rms_norm_backward));
+        auto first = std::make_unique<torch::Library>(
+            torch::Library::IMPL, "opsmith", std::make_optional(c10::DispatchKey::CompositeImplicitAutograd), __FILE__,
+            __LINE__);
+        first->impl("layer_norm_y", TORCH_FN(layer_norm_y));
+        first->impl("rms_norm_y", TORCH_FN(rms_norm_y));
         registration = std::move(lib);
+        composite = std::move(first);
         return 0;
     } catch (const std::exception &e) {
         snprintf(err, err_len, "%s", e.what());
