@@ -90,22 +90,23 @@ def test_views_other_dims_and_multi_dim_shapes(T):
 
 
 def test_errors_name_the_problem_and_the_fix(T):
+    """Bad arguments are ValueErrors (as the Python path's SpecError, a ValueError) that say what to do."""
     x = torch.randn(4, 8, device="cuda")
-    with pytest.raises(RuntimeError, match=r"opsmith.ops.relu: CUDA tensors of dtype torch.int32 are not supported"):
+    with pytest.raises(ValueError, match=r"opsmith.ops.relu: CUDA tensors of dtype torch.int32 are not supported"):
         T.relu(torch.ones(3, device="cuda", dtype=torch.int32))
-    with pytest.raises(RuntimeError, match=r"approximate must be 'none' or 'tanh', got 'fast'"):
+    with pytest.raises(ValueError, match=r"approximate must be 'none' or 'tanh', got 'fast'"):
         T.gelu(x, "fast")
-    with pytest.raises(RuntimeError, match=r"dim 2 is out of range for a 2-d tensor"):
+    with pytest.raises(ValueError, match=r"dim 2 is out of range for a 2-d tensor"):
         T.softmax(x, 2)
-    with pytest.raises(RuntimeError, match=r"normalized_shape \[4\] must be the last dims"):
+    with pytest.raises(ValueError, match=r"normalized_shape \[4\] must be the last dims"):
         T.layer_norm(x, [4], None, None, 1e-5)
-    with pytest.raises(RuntimeError, match=r"weight has dtype torch.float16 and x torch.float32; convert it"):
+    with pytest.raises(ValueError, match=r"weight has dtype torch.float16 and x torch.float32; convert it"):
         T.rms_norm(x, [8], torch.ones(8, device="cuda", dtype=torch.float16), None)
-    with pytest.raises(RuntimeError, match=r"bias has 4 elements; normalized_shape has 8"):
+    with pytest.raises(ValueError, match=r"bias has 4 elements; normalized_shape has 8"):
         T.layer_norm(x, [8], None, torch.ones(4, device="cuda"), 1e-5)
-    with pytest.raises(RuntimeError, match=r"grad has shape \[3\] and x \[4, 8\]"):
+    with pytest.raises(ValueError, match=r"grad has shape \[3\] and x \[4, 8\]"):
         T.relu_backward(torch.ones(3, device="cuda"), x)
-    with pytest.raises(RuntimeError, match=r"rstd must hold 4 values of torch.float32"):
+    with pytest.raises(ValueError, match=r"rstd must hold 4 values of torch.float32"):
         T.rms_norm_backward(x, x, [8], torch.ones(3, device="cuda"), False, None)
     assert torch.equal(T.relu(x), torch.relu(x))  # still fine after the errors
 

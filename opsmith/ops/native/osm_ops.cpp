@@ -47,7 +47,7 @@ at::Tensor ew_fwd(Kernel k, const at::Tensor &x_, const char *op) {
 at::Tensor ew_bwd(Kernel k, const at::Tensor &grad, const at::Tensor &x_, const char *op) {
     const int dt = dtype_index(x_, op), dev = device_of(x_, op);
     same_device(grad, x_, op, "grad");
-    TORCH_CHECK(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
+    TORCH_CHECK_VALUE(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
                 x_.sizes(), "; they must match");
     at::Tensor x = x_.contiguous();
     at::Tensor g = grad.contiguous().to(x.scalar_type());
@@ -71,7 +71,7 @@ at::Tensor silu_backward(const at::Tensor &g, const at::Tensor &x) { return ew_b
 bool gelu_tanh(c10::string_view approximate) {
     if (approximate == "none") return false;
     if (approximate == "tanh") return true;
-    TORCH_CHECK(false, "opsmith.ops.gelu: approximate must be 'none' or 'tanh', got '", std::string(approximate), "'");
+    TORCH_CHECK_VALUE(false, "opsmith.ops.gelu: approximate must be 'none' or 'tanh', got '", std::string(approximate), "'");
     return false;
 }
 at::Tensor gelu(const at::Tensor &x, c10::string_view approximate) {
@@ -103,7 +103,7 @@ at::Tensor softmax_last(const at::Tensor &x_) {
 at::Tensor softmax_backward_last(const at::Tensor &grad, const at::Tensor &y_) {
     const int dt = dtype_index(y_, "softmax_backward"), dev = device_of(y_, "softmax_backward");
     same_device(grad, y_, "softmax_backward", "grad");
-    TORCH_CHECK(grad.sizes() == y_.sizes(), "opsmith.ops.softmax_backward: grad has shape ", grad.sizes(), " and y ",
+    TORCH_CHECK_VALUE(grad.sizes() == y_.sizes(), "opsmith.ops.softmax_backward: grad has shape ", grad.sizes(), " and y ",
                 y_.sizes(), "; they must match");
     at::Tensor y = y_.contiguous();
     at::Tensor g = grad.contiguous().to(y.scalar_type());
@@ -124,7 +124,7 @@ at::Tensor softmax_backward_last(const at::Tensor &grad, const at::Tensor &y_) {
 
 int64_t softmax_dim(const at::Tensor &x, int64_t dim) {
     const int64_t nd = std::max<int64_t>(x.dim(), 1);
-    TORCH_CHECK(-nd <= dim && dim < nd, "opsmith.ops.softmax: dim ", dim, " is out of range for a ", x.dim(),
+    TORCH_CHECK_VALUE(-nd <= dim && dim < nd, "opsmith.ops.softmax: dim ", dim, " is out of range for a ", x.dim(),
                 "-d tensor");
     return ((dim % nd) + nd) % nd;
 }
@@ -188,7 +188,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     const char *op = "layer_norm_backward";
     const int dt = dtype_index(x_, op), dev = device_of(x_, op);
     same_device(grad, x_, op, "grad");
-    TORCH_CHECK(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
+    TORCH_CHECK_VALUE(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
                 x_.sizes(), "; they must match");
     at::Tensor x = x_.contiguous();
     at::Tensor g = grad.contiguous().to(x.scalar_type());
@@ -250,7 +250,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     const char *op = "rms_norm_backward";
     const int dt = dtype_index(x_, op), dev = device_of(x_, op);
     same_device(grad, x_, op, "grad");
-    TORCH_CHECK(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
+    TORCH_CHECK_VALUE(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
                 x_.sizes(), "; they must match");
     at::Tensor x = x_.contiguous();
     at::Tensor g = grad.contiguous().to(x.scalar_type());

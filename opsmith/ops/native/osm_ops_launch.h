@@ -91,22 +91,22 @@ int dtype_index(const at::Tensor &x, const char *op) {
     case at::kBFloat16: return 2;
     case at::kDouble: return 3;
     default:
-        TORCH_CHECK(false, "opsmith.ops.", op, ": CUDA tensors of dtype ", dtype_text(x.scalar_type()),
+        TORCH_CHECK_VALUE(false, "opsmith.ops.", op, ": CUDA tensors of dtype ", dtype_text(x.scalar_type()),
                     " are not supported; use float32, float16, bfloat16 or float64 (x.float() converts)");
     }
     return -1;
 }
 
 int device_of(const at::Tensor &x, const char *op) {
-    TORCH_CHECK(x.is_cuda(), "opsmith.ops.", op, ": expected a CUDA tensor, got one on ", x.device());
+    TORCH_CHECK_VALUE(x.is_cuda(), "opsmith.ops.", op, ": expected a CUDA tensor, got one on ", x.device());
     const int dev = x.get_device();
-    TORCH_CHECK(dev >= 0 && dev < MAX_DEVICES, "opsmith.ops.", op, ": cuda:", dev, " is beyond the ", MAX_DEVICES,
+    TORCH_CHECK_VALUE(dev >= 0 && dev < MAX_DEVICES, "opsmith.ops.", op, ": cuda:", dev, " is beyond the ", MAX_DEVICES,
                 " devices of opsmith's native ops; set OPSMITH_OPS_NATIVE=0 to use the Python implementations");
     return dev;
 }
 
 void same_device(const at::Tensor &t, const at::Tensor &x, const char *op, const char *what) {
-    TORCH_CHECK(t.device() == x.device(), "opsmith.ops.", op, ": ", what, " is on ", t.device(), " and x on ",
+    TORCH_CHECK_VALUE(t.device() == x.device(), "opsmith.ops.", op, ": ", what, " is on ", t.device(), " and x on ",
                 x.device(), "; move them to one device");
 }
 
@@ -155,7 +155,7 @@ void launch(int k, int dt, int dev, const Plan &p, void **params) {
 
 // a kernel's `int cols` and the stats' dtype
 int32_t cols32(int64_t cols, const char *op) {
-    TORCH_CHECK(cols <= std::numeric_limits<int32_t>::max(), "opsmith.ops.", op, ": rows of ", cols,
+    TORCH_CHECK_VALUE(cols <= std::numeric_limits<int32_t>::max(), "opsmith.ops.", op, ": rows of ", cols,
                 " elements are longer than the kernels take (2**31 - 1)");
     return (int32_t)cols;
 }
@@ -167,7 +167,7 @@ std::pair<int64_t, int64_t> rows_cols(const at::Tensor &x, at::IntArrayRef shape
     const int64_t nd = (int64_t)shape.size();
     bool ok = nd <= x.dim();
     for (int64_t i = 0; ok && i < nd; i++) ok = x.size(x.dim() - nd + i) == shape[i];
-    TORCH_CHECK(ok, "opsmith.ops.", op, ": normalized_shape ", shape, " must be the last dims of the input, whose "
+    TORCH_CHECK_VALUE(ok, "opsmith.ops.", op, ": normalized_shape ", shape, " must be the last dims of the input, whose "
                 "shape is ", x.sizes());
     int64_t cols = 1;
     for (int64_t s : shape) cols *= s;
@@ -179,9 +179,9 @@ at::Tensor param(const std::optional<at::Tensor> &t, const at::Tensor &x, int64_
                  const char *what) {
     if (!t.has_value() || !t->defined()) return x;
     same_device(*t, x, op, what);
-    TORCH_CHECK(t->scalar_type() == x.scalar_type(), "opsmith.ops.", op, ": ", what, " has dtype ",
+    TORCH_CHECK_VALUE(t->scalar_type() == x.scalar_type(), "opsmith.ops.", op, ": ", what, " has dtype ",
                 dtype_text(t->scalar_type()), " and x ", dtype_text(x.scalar_type()), "; convert it with .to(x.dtype)");
-    TORCH_CHECK(t->numel() == cols, "opsmith.ops.", op, ": ", what, " has ", t->numel(), " elements; normalized_shape "
+    TORCH_CHECK_VALUE(t->numel() == cols, "opsmith.ops.", op, ": ", what, " has ", t->numel(), " elements; normalized_shape "
                 "has ", cols);
     return t->contiguous();
 }
@@ -200,7 +200,7 @@ Eps eps_for(int dt, double eps) {
 
 void check_stats(const at::Tensor &s, const at::Tensor &x, int64_t rows, const char *op, const char *what) {
     same_device(s, x, op, what);
-    TORCH_CHECK(s.scalar_type() == stats_dtype(x) && s.numel() == rows, "opsmith.ops.", op, ": ", what, " must hold ",
+    TORCH_CHECK_VALUE(s.scalar_type() == stats_dtype(x) && s.numel() == rows, "opsmith.ops.", op, ": ", what, " must hold ",
                 rows, " values of ", dtype_text(stats_dtype(x)), " (the forward's); got ", s.numel(), " of ",
                 dtype_text(s.scalar_type()));
 }
