@@ -76,6 +76,7 @@ def check_compilers(ctx: _Context) -> list[Check]:
             others.append(f"{cand}: does not run")
     if others:
         rows.append(Check("other compilers", OK, "; ".join(others)))
+    rows.append(_cxx_runtime(cxx))
     # An optimisation flag the compiler rejects fails every build: try it on an empty file.
     try:
         opt = settings.opt_level
@@ -89,6 +90,21 @@ def check_compilers(ctx: _Context) -> list[Check]:
                               "Set OPSMITH_OPT_LEVEL to a flag the compiler accepts (-O0, -O1, -O2, -O3) "
                               "or unset it."))
     return rows
+
+
+def _cxx_runtime(cxx) -> Check:
+    """Which libstdc++ a C++ module links: the process's shared one, never a second copy."""
+    from opsmith._toolchain import _libstdcxx
+    try:
+        runtime = _libstdcxx.shared_runtime(cxx)
+    except ToolchainError as exc:
+        return Check("C++ runtime", PROBLEM, "the compiler would put its own libstdc++ in every module", _fix_of(exc))
+    if runtime is None:
+        return Check("C++ runtime", OK, "the compiler links the shared libstdc++")
+    return Check("C++ runtime", WARNING, f"the compiler has only libstdc++.a; opsmith links {runtime} instead "
+                 "(a second C++ runtime in the process breaks iostreams)",
+                 "Nothing to do for opsmith; torch.utils.cpp_extension builds with this compiler carry their own "
+                 "libstdc++: point CXX at a compiler with a shared libstdc++ for those")
 
 
 def check_ninja(ctx: _Context) -> list[Check]:

@@ -90,3 +90,11 @@ def test_no_shared_runtime_anywhere_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(_libstdcxx, "_loaded_runtime", lambda: None)
     with pytest.raises(ToolchainError, match=r"links libstdc\+\+ statically into shared objects.*Point CXX at"):
         _libstdcxx.shared_runtime(comp)
+
+
+def test_doctor_says_which_runtime_modules_link(tmp_path):
+    from opsmith.cli._doctor import _cxx_runtime
+    normal = _cxx_runtime(probe_compiler(shutil.which("g++")))
+    assert normal.status == "ok" and "shared libstdc++" in normal.found
+    static = _cxx_runtime(probe_compiler(_static_gxx(tmp_path)))
+    assert static.status == "warning" and "only libstdc++.a; opsmith links" in static.found
