@@ -1,6 +1,7 @@
 """Shared fixtures: a fresh cache directory for every test, and the `gpu` marker's skip hook."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -43,3 +44,21 @@ def fresh_cache(tmp_path, monkeypatch):
 
 def have_tool(name: str) -> bool:
     return shutil.which(name) is not None
+
+
+@contextlib.contextmanager
+def cache_dir(path):
+    """OPSMITH_CACHE_DIR set to ``path`` inside the block (a module-scoped fixture's own cache,
+    which outlives the per-test one), restored after."""
+    from opsmith._cache import _open
+    old = os.environ.get("OPSMITH_CACHE_DIR")
+    os.environ["OPSMITH_CACHE_DIR"] = str(path)
+    _open.reset()
+    try:
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop("OPSMITH_CACHE_DIR", None)
+        else:
+            os.environ["OPSMITH_CACHE_DIR"] = old
+        _open.reset()

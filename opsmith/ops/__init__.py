@@ -29,6 +29,7 @@ _LAZY = {
     "benchmark": "opsmith.ops._bench", "copy_bandwidth": "opsmith.ops._bench",
     "BenchResult": "opsmith.ops._bench",
     "warm": "opsmith.ops._sources", "KERNEL_DIR": "opsmith.ops._sources",
+    "patch": "opsmith.ops._patch", "Replaced": "opsmith.ops._patch",
 }
 
 __all__ = sorted(_LAZY)

@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import cache_dir  # noqa: E402
 from opsmith.ops import _launch, _native, _sources  # noqa: E402
 from opsmith.ops._launch import DeviceProps  # noqa: E402
 
@@ -29,18 +30,8 @@ DEVICES = {
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    old = os.environ.get("OPSMITH_CACHE_DIR")
-    os.environ["OPSMITH_CACHE_DIR"] = str(tmp_path_factory.mktemp("native-cache"))
-    from opsmith._cache import _open
-    _open.reset()
-    try:
+    with cache_dir(tmp_path_factory.mktemp("native-cache")):
         return _native._open(_native.build())
-    finally:
-        if old is None:
-            os.environ.pop("OPSMITH_CACHE_DIR", None)
-        else:
-            os.environ["OPSMITH_CACHE_DIR"] = old
-        _open.reset()
 
 
 def test_kernel_table_is_the_sources_kernels(lib):

@@ -18,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import opsmith  # noqa: E402
+from conftest import cache_dir  # noqa: E402
 from opsmith._torch import _cshim  # noqa: E402
 
 SRC = r"""
@@ -90,19 +91,9 @@ _launch_cb = _LAUNCH(_fake_launch)
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     pytest.importorskip("cuda.bindings")
-    from opsmith._cache import _open
-    old = os.environ.get("OPSMITH_CACHE_DIR")
-    os.environ["OPSMITH_CACHE_DIR"] = str(tmp_path_factory.mktemp("nvrtc-cache"))
-    _open.reset()
-    try:
+    with cache_dir(tmp_path_factory.mktemp("nvrtc-cache")):
         mod = opsmith.CudaModule(SRC, arch="sm_90")
         return {n: mod.get_kernel(n) for n in ("relu_f32", "relu_f64", "add_i32", "scale", "shift", "widen")}
-    finally:
-        if old is None:
-            os.environ.pop("OPSMITH_CACHE_DIR", None)
-        else:
-            os.environ["OPSMITH_CACHE_DIR"] = old
-        _open.reset()
 
 
 @pytest.fixture
