@@ -13,7 +13,6 @@ Autograd kernel; ``OPSMITH_TORCH_OP_NATIVE_AUTOGRAD=0`` keeps it too.
 from __future__ import annotations
 
 import ctypes
-import logging
 import threading
 from typing import Any
 
@@ -21,7 +20,6 @@ from opsmith._errors import OpsmithError
 
 __all__ = ["library", "register", "build", "usable"]
 
-log = logging.getLogger(__name__)
 
 PACKAGE, RESOURCE = "opsmith._torch", "autograd/osm_autograd.cpp"
 _lock = threading.Lock()
@@ -62,18 +60,9 @@ def library():
 def usable() -> bool:
     """True when the native path is on and its library builds; a failure is logged once."""
     from opsmith._config import settings
-    if not settings.torch_op_native_autograd:
-        return False
-    if "failed" in _state:
-        return False
-    try:
-        library()
-        return True
-    except Exception as exc:  # no compiler, a torch without headers: the Python kernel serves
-        _state["failed"] = exc
-        log.warning("opsmith: native Autograd kernels unavailable (%s); ops use the Python Autograd "
-                    "kernel (set OPSMITH_TORCH_OP_NATIVE_AUTOGRAD=0 to silence this)", str(exc).splitlines()[0])
-        return False
+    from opsmith._torch._native_lib import usable as _usable
+    return _usable(_state, settings.torch_op_native_autograd, library, "native Autograd kernels",
+                   "ops use the Python Autograd kernel", "OPSMITH_TORCH_OP_NATIVE_AUTOGRAD")
 
 
 def register(op_name: str, plan) -> None:

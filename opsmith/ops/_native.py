@@ -15,7 +15,6 @@ once and the operators keep the Python implementations (:mod:`opsmith.ops._funct
 from __future__ import annotations
 
 import ctypes
-import logging
 import threading
 from typing import Any
 
@@ -23,7 +22,6 @@ from opsmith._errors import OpsmithError
 
 __all__ = ["build", "consts", "kernel_table", "library", "plan", "register", "usable"]
 
-log = logging.getLogger(__name__)
 
 PACKAGE, RESOURCE = "opsmith.ops", "native/osm_ops.cpp"
 _lock = threading.RLock()
@@ -159,18 +157,9 @@ def _prepare(kernel: int, dtype: int, device: int) -> int:
 def usable() -> bool:
     """True when the native path is on and its library builds; a failure is logged once."""
     from opsmith._config import settings
-    if not settings.ops_native:
-        return False
-    if "failed" in _state:
-        return False
-    try:
-        library()
-        return True
-    except Exception as exc:  # noqa: BLE001  (no compiler, no torch headers: the Python implementations serve)
-        _state["failed"] = exc
-        log.warning("opsmith.ops: native CUDA implementations unavailable (%s); the ops use their Python "
-                    "implementations (set OPSMITH_OPS_NATIVE=0 to silence this)", str(exc).splitlines()[0])
-        return False
+    from opsmith._torch._native_lib import usable as _usable
+    return _usable(_state, settings.ops_native, library, "opsmith.ops' native CUDA implementations",
+                   "the ops use their Python implementations", "OPSMITH_OPS_NATIVE")
 
 
 def register() -> None:

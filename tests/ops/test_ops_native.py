@@ -127,3 +127,15 @@ def test_off_switch_and_cpu_machines_keep_python(monkeypatch):
         assert not _native.usable()
     if not torch.cuda.is_available():
         assert not _register._use_native()  # no CUDA device: nothing to build
+
+
+def test_a_library_that_cannot_be_built_leaves_python_with_one_warning(monkeypatch, caplog):
+    def fail():
+        raise _native.OpsmithError("no C++ compiler found")
+
+    monkeypatch.setattr(_native, "_state", {})
+    monkeypatch.setattr(_native, "build", fail)
+    with caplog.at_level("WARNING"):
+        assert not _native.usable() and not _native.usable()
+    assert caplog.text.count("opsmith.ops' native CUDA implementations unavailable (no C++ compiler found); "
+                             "the ops use their Python implementations (set OPSMITH_OPS_NATIVE=0") == 1

@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import opsmith  # noqa: E402
+from conftest import cache_dir  # noqa: E402
 from opsmith._torch import _cshim  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -34,23 +35,13 @@ _ids = itertools.count()
 def ops(tmp_path_factory):
     if not _cshim.available(cuda=True):
         pytest.skip(f"torch {torch.__version__} exports no C shim for CUDA ops")
-    from opsmith._cache import _open
-    old = os.environ.get("OPSMITH_CACHE_DIR")
-    os.environ["OPSMITH_CACHE_DIR"] = str(tmp_path_factory.mktemp("cshim-cache"))
-    _open.reset()
-    try:
+    with cache_dir(tmp_path_factory.mktemp("cshim-cache")):
         mod = opsmith.CudaModule(SRC, name_expressions=["relu<float>", "relu<double>"])
         ns = f"opsmith_cshim_gpu{os.getpid()}"
         relu = opsmith.custom_op(f"{ns}::relu", kernel=[mod.get_kernel("relu<float>"),
                                                         mod.get_kernel("relu<double>")])
         add = opsmith.custom_op(f"{ns}::add", kernel=mod.get_kernel("add"))
         return relu, add
-    finally:
-        if old is None:
-            os.environ.pop("OPSMITH_CACHE_DIR", None)
-        else:
-            os.environ["OPSMITH_CACHE_DIR"] = old
-        _open.reset()
 
 
 def test_registered_through_the_shim(ops):
