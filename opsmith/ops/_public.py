@@ -22,7 +22,9 @@ def _ops():
     return ops()
 
 
-_OV: dict = {}  # op name -> OpOverload, once registered: the call skips the lookups
+_OV: dict = {}     # op name -> OpOverload, once registered: the call skips the lookups
+_EAGER: dict = {}  # op name -> what an eager call runs (the OpOverload's builtin: no Python frame)
+_compiling = None  # torch.compiler.is_compiling, bound on first use
 
 
 def _op(name: str):
@@ -32,24 +34,55 @@ def _op(name: str):
     return ov
 
 
-_FIRST: dict = {}  # "layer_norm" -> a callable returning the op's first output
+def _call(name: str):
+    """The callable for op ``name``: ``OpOverload._op`` (the C++ function that
+    ``OpOverload.__call__`` calls, without its Python frame) in eager mode; the OpOverload
+    itself while ``torch.compile`` traces (dynamo traces OpOverloads, not their builtins).
+    ``"layer_norm[0]"`` is layer_norm's first output alone (see :func:`_first`)."""
+    global _compiling
+    if _compiling is None:
+        import torch
+        _compiling = torch.compiler.is_compiling
+    if _compiling():
+        _register_untraced()
+        if name.endswith("[0]"):  # traced: the graph drops the statistics anyway
+            full = _op(name[:-3])
+            return lambda *args: full(*args)[0]
+        return _op(name)
+    f = _EAGER.get(name)
+    if f is None:
+        if name.endswith("[0]"):
+            f = _EAGER[name] = _first(name[:-3])
+        else:
+            ov = _op(name)
+            f = _EAGER[name] = getattr(ov, "_op", ov)
+    return f
+
+
+def _register_untraced() -> None:
+    """Register the ops. Dynamo runs this function itself rather than tracing it (it is marked
+    constant below): on a first call that is compiled, the registration (it takes a lock) must
+    not be traced, or a fullgraph compile fails."""
+    _ops()
+
+
+_register_untraced._dynamo_marked_constant = True  # what torch._dynamo.assume_constant_result sets
 
 
 def _first(name: str):
-    """``name``'s first output: the C++ composite ``<name>_y`` where the native kernels serve,
-    else the full op and ``[0]``."""
-    f = _FIRST.get(name)
-    if f is None:
-        from opsmith.ops import _register
-        if _register.native_registered():
-            f = getattr(_ops(), name + "_y").default
-        else:
-            full = _op(name)
+    """An eager callable returning ``name``'s first output: the C++ composite ``<name>_y``
+    where the native kernels serve (no Python objects made for the statistics), else the full
+    op and ``[0]``."""
+    from opsmith.ops import _register
+    if _register.native_registered():
+        ov = getattr(_ops(), name + "_y").default
+        return getattr(ov, "_op", ov)
+    full = _op(name)
+    fast = getattr(full, "_op", full)
 
-            def f(*args):
-                return full(*args)[0]
-        _FIRST[name] = f
-    return f
+    def first(*args):
+        return fast(*args)[0]
+    return first
 
 
 def relu(x):
@@ -59,7 +92,7 @@ def relu(x):
     --------
     >>> y = opsmith.ops.relu(torch.randn(1024, device="cuda"))  # doctest: +SKIP
     """
-    return _op("relu")(x)
+    return _call("relu")(x)
 
 
 def gelu(x, approximate: str = "none"):
@@ -67,12 +100,12 @@ def gelu(x, approximate: str = "none"):
     (``approximate="tanh"``), as ``torch.nn.functional.gelu``; ``torch.ops.opsmith.gelu``."""
     if approximate not in GELU_KERNELS:
         raise SpecError(f"opsmith.ops.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _op("gelu")(x, approximate)
+    return _call("gelu")(x, approximate)
 
 
 def silu(x):
     """SiLU (swish): ``x * sigmoid(x)``, as ``torch.nn.functional.silu``; ``torch.ops.opsmith.silu``."""
-    return _op("silu")(x)
+    return _call("silu")(x)
 
 
 def softmax(x, dim: int = -1):
@@ -82,7 +115,7 @@ def softmax(x, dim: int = -1):
     nd = x.dim() or 1
     if not -nd <= dim < nd:
         _dim(x, dim)  # raises the SpecError that says so
-    return _op("softmax")(x, dim)
+    return _call("softmax")(x, dim)
 
 
 def _last_dims(x, normalized_shape, op: str) -> list:
@@ -110,7 +143,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
         weight = weight.to(x.dtype)
     if bias is not None and bias.dtype != x.dtype:
         bias = bias.to(x.dtype)
-    return _first("layer_norm")(x, shape, weight, bias, float(eps))
+    return _call("layer_norm[0]")(x, shape, weight, bias, float(eps))
 
 
 def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
@@ -120,4 +153,4 @@ def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
     shape = _last_dims(x, normalized_shape, "rms_norm")
     if weight is not None and weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
-    return _first("rms_norm")(x, shape, weight, None if eps is None else float(eps))
+    return _call("rms_norm[0]")(x, shape, weight, None if eps is None else float(eps))

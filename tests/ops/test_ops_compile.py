@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -367,3 +368,23 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     fn.layer_norm_fwd(torch.empty(0, 8, dtype=dt), [8])
     fn.softmax_cuda(torch.empty(4, 0, dtype=dt))
     assert len(calls) == before
+
+
+def test_a_first_call_that_is_compiled_registers_the_ops_outside_the_trace(tmp_path):
+    """A fresh process whose first use of opsmith.ops is inside torch.compile(fullgraph=True):
+    the registration (it takes a lock) must not be traced (it was, and the compile failed)."""
+    code = textwrap.dedent("""
+        import torch
+        from opsmith import ops
+        def f(x, w):
+            return (ops.softmax(ops.layer_norm(ops.gelu(x), 8, w), -1) + ops.rms_norm(ops.silu(x), (8,), w)
+                    + ops.relu(x))
+        x, w = torch.randn(4, 8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+        compiled = torch.compile(f, fullgraph=True, backend="eager")
+        assert torch.allclose(compiled(x, w), f(x, w))
+        print("ok")
+    """)
+    env = {**os.environ, "OPSMITH_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
