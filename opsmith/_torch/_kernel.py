@@ -47,6 +47,15 @@ class _DeviceState:
         self.smem_set = attrs.max_dynamic_shared_bytes
         self.block_for: dict[int, int] = {}
 
+    def opt_in_shared(self) -> None:
+        """Let the kernel take all the dynamic shared memory a block can have on its device
+        (above 48 KiB needs an explicit opt-in: ``cuFuncSetAttribute``)."""
+        room = self.smem_limit - self.attrs.static_shared_bytes
+        if self.smem_set < room:
+            from opsmith._runtime import _driver
+            _driver.func_set_attribute(self.fn, "MAX_DYNAMIC_SHARED_SIZE_BYTES", room)
+            self.smem_set = room
+
 
 class Kernel(ArgChecks):
     """One kernel of a :class:`CudaModule`, with its signature, ready to launch.
@@ -239,10 +248,7 @@ class Kernel(ArgChecks):
                 f"{a.static_shared_bytes} static exceed the {st.smem_limit} bytes a block can have "
                 f"on cuda:{dev}")
         if config.shared_mem > st.smem_set:  # above 48 KiB needs an explicit opt-in
-            from opsmith._runtime import _driver
-            _driver.func_set_attribute(st.fn, "MAX_DYNAMIC_SHARED_SIZE_BYTES",
-                                       st.smem_limit - a.static_shared_bytes)
-            st.smem_set = st.smem_limit - a.static_shared_bytes
+            st.opt_in_shared()
         full = len(st.ok) >= _ACCEPTED_SHARED_CONFIGS
         if full:
             st.ok.clear()

@@ -103,7 +103,8 @@ def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, li
 
 def _init(lib, cuda: bool) -> None:
     """Hand the library the plans' numbers and, with ``cuda``, the driver's and torch's functions."""
-    if getattr(lib, "_opsmith_init", None) == "cuda" or (getattr(lib, "_opsmith_init", None) and not cuda):
+    done = getattr(lib, "_opsmith_init", None)  # None, "plans" (the numbers) or "cuda" (all of it)
+    if done == "cuda" or (done == "plans" and not cuda):
         return
     fns = [None] * 5
     if cuda:
@@ -137,10 +138,7 @@ def _prepare(kernel: int, dtype: int, device: int) -> int:
         k = _sources.kernel(file, template, dtype_name, device)
         st = k._state(device)
         if "_long" in template:  # the row cache may need more than the default 48 KiB
-            room = st.smem_limit - st.attrs.static_shared_bytes
-            if st.smem_set < room:
-                _driver.func_set_attribute(st.fn, "MAX_DYNAMIC_SHARED_SIZE_BYTES", room)
-                st.smem_set = room
+            st.opt_in_shared()
         p = _launch.device_props(device)
         props = (ctypes.c_int64 * 5)(p.sm_count, p.max_threads_per_block, p.max_threads_per_sm,
                                      p.smem_per_block_optin, p.smem_per_sm)
