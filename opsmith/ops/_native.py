@@ -20,7 +20,7 @@ from typing import Any
 
 from opsmith._errors import OpsmithError
 
-__all__ = ["build", "consts", "kernel_table", "library", "plan", "register", "usable"]
+__all__ = ["build", "consts", "eager_calls", "kernel_table", "library", "plan", "register", "usable"]
 
 
 PACKAGE, RESOURCE = "opsmith.ops", "native/osm_ops.cpp"
@@ -55,7 +55,7 @@ def build() -> str:
 def _open(path: str):
     import torch  # noqa: F401  (the library links against the torch libraries torch loaded)
     lib = ctypes.CDLL(path)
-    if lib.osm_ops_abi() != 1:
+    if lib.osm_ops_abi() != 2:
         raise OpsmithError(f"the native opsmith.ops library at {path} is of another version; clear the cache "
                            "(opsmith cache clear)")
     lib.osm_ops_kernel_file.restype = ctypes.c_char_p
@@ -67,6 +67,7 @@ def _open(path: str):
     lib.osm_ops_set_function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     lib.osm_ops_set_error.argtypes = [ctypes.c_char_p]
     lib.osm_ops_register.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib._opsmith_path = path
     return lib
 
 
@@ -175,3 +176,18 @@ def register() -> None:
         err = ctypes.create_string_buffer(1024)
         if lib.osm_ops_register(err, len(err)):
             raise OpsmithError(f"registering opsmith.ops' native CUDA kernels failed: {err.value.decode(errors='replace')}")
+
+
+def eager_calls(fallbacks: dict):
+    """The library's module of eager calls (``osm_ops_python.h``): a function per name of
+    ``fallbacks`` (relu, silu, gelu, softmax, layer_norm_y, rms_norm_y) that makes the typed
+    dispatcher call of that operator from the public function's arguments, handing anything it
+    does not take (a tensor subclass, a torch-function mode, another argument type, an error) to
+    ``fallbacks[name]``, the OpOverload builtin. Made once, after :func:`register`."""
+    with _lock:
+        mod = _state.get("eager")
+        if mod is None:
+            make = ctypes.PyDLL(library()._opsmith_path).osm_ops_python  # the same handle: already loaded
+            make.restype, make.argtypes = ctypes.py_object, [ctypes.py_object]
+            mod = _state["eager"] = make(dict(fallbacks))
+        return mod

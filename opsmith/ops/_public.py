@@ -25,6 +25,7 @@ def _ops():
 _OV: dict = {}     # op name -> OpOverload, once registered: the call skips the lookups
 _EAGER: dict = {}  # op name -> what an eager call runs (the OpOverload's builtin: no Python frame)
 _compiling = None  # torch.compiler.is_compiling, bound on first use
+_warned: list = []  # the eager calls' unavailability, said once
 
 
 def _op(name: str):
@@ -51,12 +52,39 @@ def _call(name: str):
         return _op(name)
     f = _EAGER.get(name)
     if f is None:
-        if name.endswith("[0]"):
-            f = _EAGER[name] = _first(name[:-3])
-        else:
-            ov = _op(name)
-            f = _EAGER[name] = getattr(ov, "_op", ov)
+        f = _EAGER[name] = _eager(name)
     return f
+
+
+_FAST = {"relu": "relu", "silu": "silu", "gelu": "gelu", "softmax": "softmax", "layer_norm[0]": "layer_norm_y",
+         "rms_norm[0]": "rms_norm_y"}  # public call -> the operator its eager call runs
+
+
+def _eager(name: str):
+    """What an eager call of ``name`` runs: where the C++ kernels serve, the library's function
+    that calls the operator with typed arguments (no schema conversion; see
+    ``native/osm_ops_python.h``), else the OpOverload's builtin."""
+    from opsmith.ops import _register
+    if _register.native_registered():
+        from opsmith.ops import _native
+        builtins = {op: getattr(ov, "_op", ov) for op, ov in
+                    ((op, getattr(_ops(), op).default) for op in _FAST.values())}
+        try:
+            return getattr(_native.eager_calls(builtins), _FAST[name])
+        except Exception as exc:  # noqa: BLE001  (an older library: the builtins serve, said once)
+            _warn_once(exc)
+    if name.endswith("[0]"):
+        return _first(name[:-3])
+    ov = _op(name)
+    return getattr(ov, "_op", ov)
+
+
+def _warn_once(exc: Exception) -> None:
+    if not _warned:
+        import logging
+        _warned.append(exc)
+        logging.getLogger("opsmith").warning("opsmith.ops: the native library's eager calls are unavailable (%s); "
+                                             "calls take torch's generic operator call", exc)
 
 
 def _register_untraced() -> None:

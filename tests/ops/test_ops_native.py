@@ -139,3 +139,65 @@ def test_a_library_that_cannot_be_built_leaves_python_with_one_warning(monkeypat
         assert not _native.usable() and not _native.usable()
     assert caplog.text.count("opsmith.ops' native CUDA implementations unavailable (no C++ compiler found); "
                              "the ops use their Python implementations (set OPSMITH_OPS_NATIVE=0") == 1
+
+
+def test_eager_calls_run_the_ops_and_hand_the_rest_to_torch(lib, tmp_path):
+    """In a fresh process with the C++ kernels registered (CPU tensors reach the CPU kernels
+    through the same dispatcher call): the public functions' eager calls are the library's typed
+    calls (osm_ops_python.h), equal to torch's functions with their gradients; a tensor subclass,
+    a torch-function mode, an argument of another type or an error go to the fallback."""
+    script = textwrap.dedent(f"""
+        import torch, torch.nn.functional as F
+        import opsmith.ops as O
+        from opsmith.ops import _native, _register, _public
+        _native._state["lib"] = _native._open({str(lib._name)!r})
+        _native._init = lambda lib, cuda: None          # no driver on this machine; nothing launches
+        _register._use_native = lambda: True
+        assert _register.native_registered()
+        x = torch.randn(4, 8, dtype=torch.float64)
+        w, b = torch.nn.Parameter(torch.randn(8, dtype=torch.float64)), torch.randn(8, dtype=torch.float64)
+        for name in _public._FAST:
+            assert type(_public._call(name)).__name__ == "builtin_function_or_method", name
+            assert _public._call(name).__module__ == "opsmith_ops_fast", name
+        cases = [(O.relu(x), torch.relu(x)), (O.silu(x), F.silu(x)), (O.gelu(x), F.gelu(x)),
+                 (O.gelu(x, "tanh"), F.gelu(x, approximate="tanh")), (O.softmax(x, 0), torch.softmax(x, 0)),
+                 (O.layer_norm(x, 8, w, b), F.layer_norm(x, [8], w, b)), (O.layer_norm(x, [8]), F.layer_norm(x, [8])),
+                 (O.rms_norm(x, [8], w, 1e-3), F.rms_norm(x, [8], w, 1e-3)), (O.rms_norm(x, 8), F.rms_norm(x, [8]))]
+        for i, (got, want) in enumerate(cases):
+            assert torch.allclose(got, want), i
+        xg = x.clone().requires_grad_()
+        (g,) = torch.autograd.grad(O.layer_norm(xg, [8], w, b).square().sum(), xg)
+        xt = x.clone().requires_grad_()
+        (want,) = torch.autograd.grad(F.layer_norm(xt, [8], w, b).square().sum(), xt)
+        assert torch.allclose(g, want)
+        with torch.no_grad():
+            assert not O.rms_norm(xg, [8], w).requires_grad
+        try:  # an error inside the op: raised by the fallback, as torch raises it
+            O.layer_norm(x, [8], torch.randn(7, dtype=torch.float64))
+        except Exception as exc:
+            err = exc
+        try:
+            _register.ops().layer_norm_y.default(x, [8], torch.randn(7, dtype=torch.float64), None, 1e-5)
+        except Exception as exc:
+            assert type(exc) is type(err) and str(exc) == str(err), (exc, err)
+
+        make = __import__("ctypes").PyDLL(_native.library()._opsmith_path).osm_ops_python
+        make.restype, make.argtypes = __import__("ctypes").py_object, [__import__("ctypes").py_object]
+        m = make({{n: (lambda n: lambda *a: ("fallback", n))(n) for n in _public._FAST.values()}})
+        class Sub(torch.Tensor):
+            pass
+        class Mode(torch.overrides.TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {{}}))
+        assert isinstance(m.relu(x), torch.Tensor) and isinstance(m.rms_norm_y(x, [8], None, None), torch.Tensor)
+        with Mode():
+            assert m.relu(x) == ("fallback", "relu")
+        refused = [m.relu(x.as_subclass(Sub)), m.relu(x, x), m.silu(1.0), m.gelu(x, 5), m.gelu(x, "bad"),
+                   m.softmax(x, 1.0), m.softmax(x, True), m.softmax(x, 2 ** 70), m.layer_norm_y(x, (8,), None, None, 1e-5),
+                   m.layer_norm_y(x, [8], 1, None, 1e-5), m.rms_norm_y(x, [8], None, "1")]
+        assert all(r[0] == "fallback" for r in refused), refused
+        print("ok")
+    """)
+    env = dict(os.environ, OPSMITH_CACHE_DIR=str(tmp_path / "cache"), OPSMITH_TORCH_OP_NATIVE_AUTOGRAD="0")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

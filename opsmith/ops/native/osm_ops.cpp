@@ -25,6 +25,7 @@
 
 #include "osm_ops_launch.h"
 #include "osm_ops_plan.h"
+#include "osm_ops_python.h"
 
 namespace {
 
@@ -298,7 +299,7 @@ std::unique_ptr<torch::Library> registration, composite;  // the kernels, for th
 }  // namespace
 
 extern "C" {
-__attribute__((visibility("default"))) int osm_ops_abi(void) { return 1; }
+__attribute__((visibility("default"))) int osm_ops_abi(void) { return 2; }
 __attribute__((visibility("default"))) int osm_ops_kernel_count(void) { return N_KERNELS; }
 __attribute__((visibility("default"))) const char *osm_ops_kernel_file(int k) {
     return k >= 0 && k < N_KERNELS ? kernel_file[k] : nullptr;
