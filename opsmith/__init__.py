@@ -46,6 +46,9 @@ _LAZY = {
     "CustomOp": "opsmith._torch._ops",
     "Out": "opsmith._torch._outspec",
     "Elementwise": "opsmith._torch._elementwise",
+    # ops shipped as wheels (issue 21)
+    "build_package": "opsmith.package",
+    "load_package": "opsmith.package",
 }
 
 __all__ = sorted([

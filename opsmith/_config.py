@@ -190,6 +190,10 @@ _SETTINGS: tuple[Setting, ...] = (
             "(the process builds locally), as any malformed reply does; a larger build is not "
             "published (a warning says so). It bounds the memory a wrong port, a proxy or a hostile "
             "server can make a process spend. Set the same value on every node."),
+    Setting("package_key_file", ("OPSMITH_PACKAGE_KEY_FILE",), str, lambda: None,
+            "A file holding the key (at least 16 bytes) that installed opsmith packages must be signed "
+            "with (`opsmith package --sign`): a package whose manifest's HMAC-SHA256 does not check is "
+            "refused (`CacheError`) instead of loaded. Unset: packages are used unsigned."),
     Setting("must_hit", ("OPSMITH_MUST_HIT",), _to_bool, lambda: False,
             "Production and CI: any compile is an error (`CacheError`) naming the cache key and "
             "why it missed, instead of a build."),

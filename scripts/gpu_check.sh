@@ -64,6 +64,7 @@ case "$PART" in
     run bench_op_overhead python3 bench/bench_op_overhead.py --json "$L/bench_op_overhead.json"
     ;;
   kernels|ext) exec bash "scripts/gpu_check_${PART/ext/cuda_ext}.sh" "$@" ;;
+  package) exec bash scripts/gpu_check_package.sh "$@" ;;
   *) echo "usage: gpu_check.sh tests|bench|autograd|kernels|ext"; exit 2 ;;
 esac
 tar -czf "$OUT/$PART.tgz" -C "$W" "$PART"

@@ -26,7 +26,8 @@ RULES = [
      "the runtime never compiles, and the core knows no target"),
     ("opsmith._toolchain", ("opsmith._build", "opsmith._torch", "opsmith._runtime", "opsmith.ops"),
      "the toolchain knows neither build, torch integration nor runtime"),
-    ("opsmith._build", ("opsmith._torch", "opsmith.ops", "opsmith.setuptools", "opsmith.export_c", "opsmith.onnx"),
+    ("opsmith._build", ("opsmith._torch", "opsmith.ops", "opsmith.setuptools", "opsmith.export_c", "opsmith.onnx",
+                        "opsmith.package"),
      "the build engine and its profiles know no torch integration and no target"),
     ("opsmith._spec", ("opsmith._build", "opsmith._torch", "opsmith._runtime", "opsmith._cache"),
      "a spec is a value: it builds and loads nothing"),
@@ -39,6 +40,10 @@ RULES = [
     ("opsmith.export_c", ("opsmith._torch", "opsmith.ops", "opsmith.onnx", "opsmith._onnx", "opsmith.compile_cache",
                           "opsmith.setuptools", "opsmith.cli"),
      "the export-c target uses the core (launch unit, launch core, engine), never another target"),
+    ("opsmith.package", ("opsmith._torch", "opsmith.ops", "opsmith.onnx", "opsmith.export_c", "opsmith.compile_cache",
+                         "opsmith.setuptools", "opsmith.cli"),
+     "the package target uses the core (NVRTC, prebuilt binaries, signing); what a module compiles comes from "
+     "the torch target through a process (python -m opsmith._torch._package_record), never an import"),
 ]
 
 
@@ -146,6 +151,7 @@ TARGETS = {
     "onnxruntime": ("opsmith.onnx",),
     "export-c": ("opsmith.export_c",),
     "compile-cache": ("opsmith.compile_cache",),
+    "package": ("opsmith.package",),
 }
 MAX_LINES = 400
 

@@ -29,7 +29,7 @@ from opsmith._config import on_reset
 from opsmith._errors import CompileError, ToolchainError
 from opsmith._record import Record
 
-__all__ = ["CompileRequest", "CudaBinary", "compile_cuda", "normalize_arch", "nvrtc_version",
+__all__ = ["CompileRequest", "CudaBinary", "compile_cuda", "normalize_arch", "nvrtc_version", "prebuilt",
            "nvrtc_stats", "INSTALL_HINT"]
 
 log = logging.getLogger("opsmith.nvrtc")
@@ -140,6 +140,9 @@ def compile_cuda(source: str | os.PathLike, *, arch: str, **kwargs: Any) -> Cuda
 
 
 def compile_request(req: CompileRequest) -> CudaBinary:
+    pre = prebuilt(req)  # an installed opsmith package's binary: no NVRTC, no cache
+    if pre is not None:
+        return pre
     from opsmith._cache._open import open_cache
     cache = open_cache()
     store = cache.store
@@ -165,6 +168,16 @@ def compile_request(req: CompileRequest) -> CudaBinary:
                     _publish(cache, binary, req)
         _memo[key] = binary
     return binary
+
+
+def prebuilt(req: CompileRequest, any_arch: bool = False) -> CudaBinary | None:
+    """``req``'s binary from an installed opsmith package (:mod:`opsmith._build._prebuilt`), or
+    None; ``any_arch``: whatever arch it has (a machine with no GPU reads the names from it)."""
+    from opsmith._build import _prebuilt
+    found = _prebuilt.any_binary(req) if any_arch else _prebuilt.lookup(req)
+    if found is None:
+        return None
+    return CudaBinary(**found, log="", source=req.source, name=req.name, from_cache=True)
 
 
 def _binary_arch(req: CompileRequest) -> str:

@@ -127,6 +127,24 @@ class CompileRequest(Record):
         return kb.hexdigest()
 
 
+    def portable_key(self) -> str:
+        """What decides the code apart from the target and NVRTC: the source, the options, the
+        names and the bytes of every reachable header (not where they lie). Installed packages
+        (:mod:`opsmith._build._prebuilt`) key their binaries by it, so a request made on
+        another machine, from the package's own files, finds them."""
+        import hashlib
+        kb = KeyBuilder("opsmith.portable").str("source", self.source).str("std", self.std)
+        kb.strs("defines", [f"{n}={v}" for n, v in self.defines]).strs("options", self.options)
+        kb.strs("names", self.name_expressions).mapping("headers", dict(self.headers))
+        digests = []
+        for label, path in self.header_files():
+            try:
+                digests.append(hashlib.sha256(path.read_bytes()).hexdigest() if path else label)
+            except OSError:
+                digests.append("unreadable")
+        return kb.strs("header.bytes", sorted(digests)).hexdigest()
+
+
 def make_request(source: str | os.PathLike, *, arch: str, output: str = "cubin",
                  std: str | None = "c++17", options: Iterable[str] = (),
                  include_paths: Iterable[str | os.PathLike] = (),

@@ -33,7 +33,7 @@ from typing import Any
 
 from opsmith._errors import LaunchError, OpsmithError
 
-__all__ = ["available", "fits", "register", "library", "build", "load"]
+__all__ = ["LIBRARY", "available", "build", "fits", "library", "load", "register", "source_sha256"]
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +98,35 @@ def library():
         return lib
 
 
+LIBRARY = "opsmith_cshim"
+
+
+def source_sha256() -> str:
+    """The sha256 of the library's source (packages name their prebuilt copy by it)."""
+    import hashlib
+    from importlib import resources
+
+    from opsmith._torch import _cshim_source
+    return hashlib.sha256(resources.files(_cshim_source.PACKAGE).joinpath(_cshim_source.RESOURCE)
+                          .read_bytes()).hexdigest()
+
+
 def build() -> str:
-    """Build (or find in the cache) the library; returns its path."""
+    """Build (or find in the cache, or in an installed opsmith package) the library; returns its path."""
     from importlib import resources
 
     from opsmith._build._profile_shared import build_shared_library
     from opsmith._torch import _cshim_source
     _cshim_source.read()  # a clear error when the packaged source is missing
     source = resources.files(_cshim_source.PACKAGE).joinpath(_cshim_source.RESOURCE)
+    from opsmith._build import _prebuilt
+    pre = _prebuilt.library(LIBRARY, source_sha256())  # an installed opsmith package's copy: no compiler
+    if pre is not None:
+        return pre
     with resources.as_file(source) as path:  # the file itself; a temporary copy only from a zip
-        art = build_shared_library("opsmith_cshim", [str(path)], with_cuda=False,
+        art = build_shared_library(LIBRARY, [str(path)], with_cuda=False,
                                    extra_cflags=["-std=c++17", "-fvisibility=hidden"])
+    _prebuilt.built_library(LIBRARY, source_sha256(), str(art.path))  # a package records it
     return str(art.path)
 
 

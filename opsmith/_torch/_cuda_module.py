@@ -80,7 +80,22 @@ class CudaModule:
             self._request = probe._replace(
                 name_expressions=tuple(dict.fromkeys([*probe.name_expressions, *auto])))
             self._name = probe.name
-            self.binary_for(self._fixed_arch or _current_arch())  # compile now: errors come early
+            self._first_binary()  # compile now: errors come early
+
+    def _first_binary(self) -> None:
+        if self._fixed_arch:
+            self.binary_for(self._fixed_arch)
+            return
+        try:
+            arch = _current_arch()
+        except ToolchainError:  # no device: an installed package's binary of any arch gives the names
+            from opsmith._build._nvrtc import prebuilt
+            pre = prebuilt(self._request, any_arch=True)
+            if pre is None:
+                raise
+            self._binaries[pre.arch] = pre
+            return
+        self.binary_for(arch)
 
     # -- build ----------------------------------------------------------------------------
     def binary_for(self, arch: str) -> CudaBinary:

@@ -15,14 +15,31 @@ def usable(state: dict[str, Any], enabled: bool, load: Callable[[], Any], what: 
            variable: str) -> bool:
     """True when the library is ``enabled`` and ``load()`` builds and opens it. A failure (no
     compiler, a torch without headers) is logged once, naming ``fallback`` and the ``variable``
-    that turns the library off, and remembered in ``state``: the fallback serves from then on."""
+    that turns the library off, and remembered in ``state``: the fallback serves from then on.
+
+    In a process that uses an installed opsmith package (:mod:`opsmith._build._prebuilt`) the
+    library is only taken from the cache, never built: a package runs with no compile, and the
+    fallback serves where the library is not there (``opsmith warm --ops`` puts it there)."""
     if not enabled or "failed" in state:
         return False
+    from opsmith._build import _prebuilt
+    from opsmith._config import settings
+    packaged = bool(_prebuilt.packages())  # an installed opsmith package promises no compile
     try:
-        load()
+        with settings.override(must_hit=True) if packaged else _nothing():
+            load()
         return True
     except Exception as exc:  # noqa: BLE001  (any failure: the fallback serves, said once)
         state["failed"] = exc
-        log.warning("opsmith: %s unavailable (%s); %s (set %s=0 to silence this)", what,
-                    str(exc).splitlines()[0], fallback, variable)
+        if packaged:  # not in the cache: not built, as promised (opsmith warm --ops builds it)
+            log.info("opsmith: %s not in the cache and not built (an opsmith package is installed: no compiles); "
+                     "%s", what, fallback)
+        else:
+            log.warning("opsmith: %s unavailable (%s); %s (set %s=0 to silence this)", what,
+                        str(exc).splitlines()[0], fallback, variable)
         return False
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()

@@ -145,6 +145,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the files, kernels and times as JSON")
     p.set_defaults(func=_command("opsmith.export_c._cli", "run"))
 
+    p = sub.add_parser("package", help="build a wheel of a module's ops that runs with no compile",
+                       description="Import MODULE (a package that defines ops) in a fresh process, compile every "
+                       "kernel it compiles for each arch (cubins, PTX of the newest), take the C-shim op library, "
+                       "and write one reproducible wheel: pip install it on a machine with no compiler and no "
+                       "NVRTC and the ops load with zero compiles. See docs/packaging.md.")
+    p.add_argument("module", nargs="?", metavar="MODULE", help="a top-level package that defines ops on import")
+    p.add_argument("--ops", action="store_true", help="instead: a wheel of opsmith.ops' kernels (opsmith-ops-kernels)")
+    p.add_argument("-o", "--out", default="dist", metavar="DIR", help="output directory (default: dist)")
+    p.add_argument("--arch", action="append", metavar="ARCH",
+                   help="sm_80, sm_90, ...; repeat or comma-separate (default: sm_75 ... sm_120, those NVRTC supports)")
+    p.add_argument("--ptx", action=argparse.BooleanOptionalAction, default=True,
+                   help="also ship PTX of the newest arch for newer GPUs (default: on)")
+    p.add_argument("--version", dest="pkg_version", metavar="VERSION",
+                   help="the wheel's version (default: the package's __version__, else 0.0.0)")
+    p.add_argument("--sign", metavar="KEYFILE", help="sign the manifest with this key (HMAC-SHA256)")
+    p.add_argument("--json", action="store_true", help="print the wheel, archs, ops and sizes as JSON")
+    p.set_defaults(func=_command("opsmith.package._cli", "run"))
+
     p = sub.add_parser("settings", help="every setting: its value, and the variable it comes from")
     p.add_argument("--markdown", action="store_true", help="print docs/settings.md")
     p.set_defaults(func=_command("_cmd_settings", "_settings"))

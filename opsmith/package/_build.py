@@ -1,0 +1,158 @@
+"""``opsmith package``: a module of ops (or opsmith.ops) to one wheel that runs with no compile.
+
+Data flow::
+
+    MODULE ──(fresh process: python -m opsmith._torch._package_record MODULE)──► what its import
+        compiles (NVRTC requests) and builds (the C-shim op library), and the ops it defines
+    requests × archs ──(_build._archs_compile.compile_all: the store, NVRTC in parallel)──► cubins
+        for each arch, PTX of the newest
+    the package's files + _opsmith/{manifest.json, manifest.sig, kernels/*, lib/*}
+        ──(_wheel.write_wheel: sorted, fixed times)──► <dist>-<version>-py3-none-manylinux_2_28_x86_64.whl
+
+On the machine that installs it, :mod:`opsmith._build._prebuilt` finds the package through its
+``opsmith.packages`` entry point and serves every compile of those kernels, and the C-shim
+library, from the wheel's files.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from opsmith._errors import OpsmithError, SpecError
+from opsmith._record import Record
+
+__all__ = ["PackageResult", "build_package", "OPS_PACKAGE"]
+
+OPS_PACKAGE = "opsmith_ops_kernels"  # the Python package of ``opsmith package --ops``' wheel
+TAG = "py3-none-manylinux_2_28_x86_64"
+_SKIP_DIRS = {"__pycache__", "_opsmith", ".git", "build", "dist"}
+
+
+class PackageResult(Record):
+    """What :func:`build_package` made: the wheel, its kernels per arch, its ops and sizes."""
+
+    __slots__ = ("wheel", "package", "version", "archs", "kernels", "ops", "sizes", "signed", "seconds")
+
+
+def _package_dir(module: str) -> Path:
+    """The folder of the top-level package ``module`` (found, not imported)."""
+    from importlib import util
+    if "." in module or not module.isidentifier():
+        raise SpecError(f"opsmith package takes a top-level package name, got {module!r}")
+    spec = util.find_spec(module)
+    if spec is None:
+        raise SpecError(f"no module {module!r} on sys.path (run opsmith package from the folder that holds "
+                        f"it, or pip install -e it first)")
+    locations = list(spec.submodule_search_locations or ())
+    if not locations:
+        raise SpecError(f"{module} is a single file ({spec.origin}); opsmith package ships a package: move it "
+                        f"to {module}/__init__.py")
+    return Path(locations[0])
+
+
+def _record(module: str, arch: str, ops: bool) -> dict:
+    """Run the module's import in a fresh process with its compiles recorded (see the module doc)."""
+    runner = "opsmith.ops._package_record" if ops else "opsmith._torch._package_record"
+    cmd = [sys.executable, "-m", runner, module, "--arch", arch]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *filter(None, [env.get("PYTHONPATH")])])
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-15:])
+        raise OpsmithError(f"opsmith package: importing {module} failed (exit {r.returncode}); fix the error "
+                           f"below and run again.\n{tail}")
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    doc["requests"] = [pickle.loads(base64.b64decode(x)) for x in doc["requests"]]
+    return doc
+
+
+def _python_files(folder: Path, pkg: str) -> dict[str, bytes]:
+    files = {}
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+        for n in sorted(names):
+            if n.endswith((".pyc", ".pyo", ".so")):
+                continue
+            path = Path(root) / n
+            files[f"{pkg}/{path.relative_to(folder).as_posix()}"] = path.read_bytes()
+    return files
+
+
+def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=None, ptx: bool = True,
+                  version: str | None = None, sign: str | os.PathLike | None = None,
+                  ops: bool = False) -> PackageResult:
+    """Build the wheel of ``module``'s ops (or, with ``ops=True``, of opsmith.ops' kernels).
+
+    Parameters
+    ----------
+    module : str
+        A top-level package that defines ops when imported (``opsmith.custom_op`` over
+        ``CudaModule`` kernels); its files go into the wheel as they are.
+    archs : list of str or str, optional
+        Cubins to ship (default: the common GPUs the installed NVRTC supports, sm_75 … sm_120).
+    ptx : bool
+        Also ship the PTX of the newest arch (newer GPUs JIT it once).
+    version : str, optional
+        The wheel's version (default: the package's ``__version__`` if it sets one, else 0.0.0).
+    sign : path, optional
+        A key file (at least 16 bytes): the manifest is signed with HMAC-SHA256.
+    """
+    from opsmith._build._archs_compile import compile_all, resolve_archs
+    from opsmith._version import __version__
+    from opsmith.package import _manifest, _wheel
+    t0 = time.perf_counter()
+    targets = resolve_archs(archs, ptx)
+    if ops:
+        pkg, files = OPS_PACKAGE, {f"{OPS_PACKAGE}/__init__.py": b'"""opsmith.ops\' kernels, prebuilt."""\n'}
+        recorded = _record("opsmith.ops", targets[0][0], ops=True)
+    else:
+        folder = _package_dir(module)
+        pkg, files = module, _python_files(folder, module)
+        recorded = _record(module, targets[0][0], ops=False)
+    requests = recorded["requests"]
+    if not requests:
+        raise SpecError(f"importing {module} compiled no CUDA kernel: a package ships the kernels its import "
+                        f"compiles (CudaModule / opsmith.cuda_kernel at module level)")
+    jobs = [r._replace(arch=a, output=kind) for r in requests for a, kind in targets]
+    binaries = compile_all(jobs)
+    payload, kernels = _manifest.kernel_entries(requests, targets, binaries)
+    libraries = {}
+    for name, lib in sorted(recorded["libraries"].items()):
+        data = Path(lib["path"]).read_bytes()
+        rel = f"lib/{name}.so"
+        payload[rel] = data
+        libraries[name] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(),
+                           "source_sha256": lib["source_sha256"]}
+    version = version or _package_version(files.get(f"{pkg}/__init__.py", b"")) or "0.0.0"
+    shipped = [a if kind == "cubin" else a.replace("sm_", "compute_", 1) for a, kind in targets]
+    manifest = _manifest.manifest(pkg, version, kernels, libraries, recorded["ops"],
+                                  nvrtc_version=binaries[0].nvrtc_version, archs=shipped)
+    text = _manifest.dumps(manifest)
+    files[f"{pkg}/_opsmith/manifest.json"] = text
+    if sign is not None:
+        files[f"{pkg}/_opsmith/manifest.sig"] = _manifest.signature(text, sign)
+    for rel, data in payload.items():
+        files[f"{pkg}/_opsmith/{rel}"] = data
+    dist = "opsmith-ops-kernels" if ops else module
+    wheel = _wheel.write_wheel(out_dir, name=dist, version=version, files=files, tag=TAG,
+                               requires=[f"opsmith>={__version__}"],
+                               entry_points={"opsmith.packages": {pkg: pkg}},
+                               summary=f"{module}'s ops, prebuilt by opsmith package")
+    sizes = _manifest.sizes(kernels, payload, libraries)
+    sizes["wheel"] = os.path.getsize(wheel)
+    return PackageResult(wheel=wheel, package=pkg, version=version, archs=shipped,
+                         kernels=len(kernels), ops=[o["name"] for o in recorded["ops"]], sizes=sizes,
+                         signed=sign is not None, seconds=time.perf_counter() - t0)
+
+
+def _package_version(init: bytes) -> str | None:
+    import re
+    m = re.search(rb"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init, re.M)
+    return m.group(1).decode() if m else None

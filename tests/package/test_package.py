@@ -1,0 +1,197 @@
+"""opsmith package end to end on CPU: the tutorial's ReLU package (examples/package_relu) built
+into a reproducible wheel, pip-installed, imported in a fresh process with no compiler on PATH
+and NVRTC unimportable (zero compiles: schemas, CPU implementation, autograd, fake kernel,
+opcheck), signed and tampered; opsmith.ops' kernels as a package; the arch choice; errors."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("cuda.bindings.nvrtc")
+
+from opsmith._build import _prebuilt  # noqa: E402
+from opsmith._errors import CacheError, OpsmithError, SpecError  # noqa: E402
+from opsmith.package import _wheel, load_package  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECK = Path(__file__).with_name("installed_check.py")
+
+
+def _opsmith(args, cwd, env=None, check=True):
+    r = subprocess.run([sys.executable, "-m", "opsmith", *args], cwd=cwd, capture_output=True, text=True,
+                       env={**os.environ, **(env or {})}, timeout=900, check=False)
+    if check:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The ReLU package built twice (the second time into another folder) and its key."""
+    tmp = tmp_path_factory.mktemp("relupkg")
+    shutil.copytree(ROOT / "examples" / "package_relu", tmp / "src")
+    key = tmp / "package.key"
+    key.write_bytes(os.urandom(32).hex().encode())
+    key.chmod(0o600)
+    env = {"OPSMITH_CACHE_DIR": str(tmp / "cache")}
+    out = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "a"), "--arch", "sm_80,sm_90", "--json"],
+                              tmp / "src", env).stdout)
+    again = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "b"), "--arch", "sm_80,sm_90", "--json"],
+                                tmp / "src", env).stdout)
+    signed = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "s"), "--arch", "sm_90", "--sign", str(key),
+                                  "--json"], tmp / "src", env).stdout)
+    return {"tmp": tmp, "out": out, "again": again, "signed": signed, "key": key}
+
+
+def _no_compiler_env(tmp: Path) -> dict:
+    """PATH with only python (no cc, c++, g++, clang, nvcc), a fresh cache, no fixed arch."""
+    bin_dir = tmp / "nobin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "python").exists():
+        (bin_dir / "python").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPSMITH_CUDA_ARCH", "CC", "CXX", "CUDA_HOME")}
+    env.update(PATH=str(bin_dir), OPSMITH_CACHE_DIR=str(tmp / "fresh-cache"))
+    return env
+
+
+def _install(wheel: str, site: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site),
+                    wheel], check=True, capture_output=True, timeout=300)
+
+
+def test_the_wheel_is_reproducible_and_holds_the_kernels_for_each_arch(built):
+    out = built["out"]
+    assert Path(out["wheel"]).name == "relupkg-1.0.0-py3-none-manylinux_2_28_x86_64.whl"
+    assert Path(out["wheel"]).read_bytes() == Path(built["again"]["wheel"]).read_bytes()
+    assert out["archs"] == ["sm_80", "sm_90", "compute_90"] and out["kernels"] == 1
+    assert out["ops"] == ["relupkg::relu_backward", "relupkg::relu"] or sorted(out["ops"]) == [
+        "relupkg::relu", "relupkg::relu_backward"]
+    files = _wheel.read_wheel(out["wheel"])  # every RECORD hash checks
+    manifest = json.loads(files["relupkg/_opsmith/manifest.json"])
+    assert set(manifest["kernels"][0]["binaries"]) == {"sm_80", "sm_90", "compute_90"}
+    assert "relupkg/_opsmith/lib/opsmith_cshim.so" in files and "relupkg/relu_common.cuh" in files
+    assert files["relupkg/_opsmith/kernels/" + manifest["kernels"][0]["binaries"]["sm_90"]["file"].split("/")[-1]][:4] \
+        == b"\x7fELF"
+
+
+def test_installed_package_runs_with_zero_compiles(built, tmp_path):
+    site = tmp_path / "site"
+    _install(built["out"]["wheel"], site)
+    env = _no_compiler_env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
+    r = subprocess.run([str(tmp_path / "nobin" / "python"), str(CHECK), "relupkg", "--block-nvrtc"], cwd=tmp_path,
+                       capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["nvrtc"] == {"compiles": 0, "library_loads": 0}, got
+    assert got["prebuilt"]["kernels"] >= 1 and got["packages"] == ["relupkg"]
+    assert got["ops"] == {"relupkg::relu": "relu(Tensor x) -> Tensor",
+                          "relupkg::relu_backward": "relu_backward(Tensor grad, Tensor x) -> Tensor"}
+    assert got["cpu_ok"] and got["fake_ok"] and got.get("opcheck", "passed") == "passed"
+    assert got["module"].startswith(str(site))
+    assert "no C++ compiler" not in r.stderr  # nothing tried to build (the native libraries: cache only)
+
+
+def _unpacked(wheel: str, dest: Path) -> Path:
+    for name, data in _wheel.read_wheel(wheel).items():
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_bytes(data)
+    return dest / "relupkg"
+
+
+def test_signature_and_tampering(built, tmp_path):
+    _prebuilt.reset()
+    try:
+        pkg = _unpacked(built["signed"]["wheel"], tmp_path / "signed")
+        assert load_package(pkg, key=built["key"]).signed
+        other = tmp_path / "other.key"
+        other.write_bytes(b"another-key-of-enough-bytes-0123456789")
+        other.chmod(0o600)
+        with pytest.raises(CacheError, match="does not match its signature"):
+            load_package(pkg, key=other)
+        plain = _unpacked(built["out"]["wheel"], tmp_path / "plain")
+        with pytest.raises(CacheError, match="unsigned"):
+            load_package(plain, key=built["key"])  # a key demands a signature
+        manifest = pkg / "_opsmith" / "manifest.json"
+        manifest.write_bytes(manifest.read_bytes().replace(b'"1.0.0"', b'"1.0.1"'))
+        with pytest.raises(CacheError, match="tampered"):
+            load_package(pkg, key=built["key"])
+        # a payload file changed under an unsigned manifest: refused when read
+        p = load_package(plain)
+        entry = p.manifest["kernels"][0]["binaries"]["sm_90"]
+        cubin = plain / "_opsmith" / entry["file"]
+        data = bytearray(cubin.read_bytes())
+        data[100] ^= 0xFF
+        cubin.write_bytes(bytes(data))
+        with pytest.raises(CacheError, match="does not match its manifest"):
+            p.read(entry)
+    finally:
+        _prebuilt.reset()
+
+
+def test_a_package_from_a_newer_opsmith_says_upgrade(tmp_path):
+    folder = tmp_path / "pkg" / "_opsmith"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"format": _prebuilt.FORMAT + 1, "opsmith": "9.0"}))
+    with pytest.raises(OpsmithError, match=r"built by opsmith 9\.0.*pip install -U opsmith"):
+        load_package(tmp_path / "pkg")
+    with pytest.raises(SpecError, match="neither an installed opsmith package"):
+        load_package(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("arch, have, want", [
+    ("sm_90", ["sm_80", "sm_90", "compute_90"], "sm_90"),
+    ("sm_86", ["sm_80", "sm_90", "compute_90"], "sm_80"),       # an older cubin of the same major
+    ("sm_89", ["sm_75", "sm_86", "compute_86"], "sm_86"),
+    ("sm_100", ["sm_80", "sm_90", "compute_90"], "compute_90"),  # a newer GPU: the PTX
+    ("sm_75", ["sm_80", "sm_90", "compute_90"], None),           # older than everything
+    ("sm_90a", ["sm_80", "sm_90", "compute_90"], "sm_90"),
+])
+def test_arch_choice(arch, have, want):
+    assert _prebuilt._choose({a: {} for a in have}, arch, "cubin") == want
+
+
+def test_opsmith_ops_kernels_as_a_package(tmp_path):
+    """The op library's 12 programs for one arch; installed, each of its CudaModules loads its
+    names from the package with NVRTC unimportable."""
+    out = json.loads(_opsmith(["package", "--ops", "-o", str(tmp_path / "w"), "--arch", "sm_90", "--no-ptx",
+                               "--json"], tmp_path, {"OPSMITH_CACHE_DIR": str(tmp_path / "cache")}).stdout)
+    assert Path(out["wheel"]).name.startswith("opsmith_ops_kernels-") and out["kernels"] == 12
+    site = tmp_path / "site"
+    _install(out["wheel"], site)
+    script = (f"import sys; sys.path.insert(0, {str(site)!r}); exec(open({str(CHECK)!r}).read().split('def main')[0]);"
+              "sys.meta_path.insert(0, _NoNvrtc());"
+              "from opsmith.ops import _sources; from opsmith._torch._cuda_module import CudaModule;"
+              "from opsmith._build import _nvrtc, _prebuilt;"
+              "mods = [CudaModule(_sources.KERNEL_DIR / f, name_expressions=_sources.kernel_names(f, d), arch='sm_90',"
+              " name=f'opsmith/ops/kernels/{f}') for f in _sources.FILES for d in _sources.DTYPES];"
+              "print(len(mods), _nvrtc.nvrtc_stats['compiles'], _prebuilt.prebuilt_stats['kernels'])")
+    env = _no_compiler_env(tmp_path)
+    env["PYTHONPATH"] = str(ROOT)
+    r = subprocess.run([str(tmp_path / "nobin" / "python"), "-c", script], capture_output=True, text=True, env=env,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split()[:2] == ["12", "0"], r.stdout
+
+
+def test_errors_name_the_fix(tmp_path):
+    (tmp_path / "single.py").write_text("x = 1\n")
+    (tmp_path / "nokernels").mkdir()
+    (tmp_path / "nokernels" / "__init__.py").write_text("import opsmith\n")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "__init__.py").write_text("raise RuntimeError('boom in user code')\n")
+    env = {"OPSMITH_CACHE_DIR": str(tmp_path / "cache")}
+    cases = {"missing_mod": "no module 'missing_mod' on sys.path", "single": "is a single file",
+             "nokernels": "compiled no CUDA kernel", "broken": "boom in user code"}
+    for module, text in cases.items():
+        r = _opsmith(["package", module, "--arch", "sm_90"], tmp_path, env, check=False)
+        assert r.returncode != 0 and text in r.stderr, (module, r.stderr[-2000:])
+    r = _opsmith(["package"], tmp_path, env, check=False)
+    assert r.returncode != 0 and "a MODULE" in r.stderr
