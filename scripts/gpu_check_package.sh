@@ -16,15 +16,17 @@ python3 -m opsmith package --ops -o "$W/wheels" --json >"$OUT/package_ops.json" 
 echo "ops package rc=$?"
 ls -l "$W/wheels" | tee "$OUT/wheels.txt"
 python3 -m pip install -q --no-deps --no-index --target "$W/site" "$W"/wheels/*.whl >"$W/pip2.log" 2>&1 || tail -5 "$W/pip2.log"
-mkdir -p "$W/nobin"; ln -s "$PY" "$W/nobin/python"
+mkdir -p "$W/nobin"  # PATH: an empty folder (no cc, c++, nvcc); python is run by its own path (a venv's)
 export -n OPSMITH_CACHE_DIR
 pkg_env() { env -u OPSMITH_CUDA_ARCH -u CC -u CXX -u CUDA_HOME PATH="$W/nobin" PYTHONPATH="$W/site:$PWD" \
             OPSMITH_CACHE_DIR="$W/pkg-cache" "$@"; }
-pkg_env "$W/nobin/python" tests/package/installed_check.py relupkg --cuda --block-nvrtc --save "$W/pkg.pt" \
+pkg_env "$PY" tests/package/installed_check.py relupkg --cuda --block-nvrtc --save "$W/pkg.pt" \
   >"$OUT/installed_cuda.json" 2>"$OUT/installed_cuda.err"; echo "installed check rc=$?"
 for i in 1 2 3 4 5 6; do  # import + registration time, fresh process each (the first fills the state)
-  pkg_env "$W/nobin/python" tests/package/installed_check.py relupkg --block-nvrtc 2>/dev/null | tail -1 >>"$OUT/import_times.jsonl"
+  pkg_env "$PY" tests/package/installed_check.py relupkg --block-nvrtc 2>/dev/null | tail -1 >>"$OUT/import_times.jsonl"
 done
+pkg_env "$PY" -c "import torch, cProfile, pstats; cProfile.run('import relupkg', '$W/prof'); pstats.Stats('$W/prof').sort_stats('cumtime').print_stats(35)" \
+  >"$OUT/import_profile.txt" 2>&1
 # the JIT path: the same outputs with no package on the path (NVRTC compiles, native C++ kernels)
 python3 - "$W/pkg.pt" >"$OUT/jit_compare.txt" 2>&1 <<'PYEOF'
 import os, sys, torch

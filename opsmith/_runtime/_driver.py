@@ -64,6 +64,31 @@ _SIGNATURES = {
     "cuLaunchKernel": [_p, _u, _u, _u, _u, _u, _u, _u, _p, _p, _p],
 }
 _launch_ex: Any = None
+_opened: Any = None  # libcuda opened, before cuInit (entry_points)
+
+
+def entry_points():
+    """libcuda (ctypes, typed) without ``cuInit``: the functions' addresses for C code that calls
+    them only after a module was loaded through :func:`driver` (the C-shim library, registered
+    at import: registering must not initialise CUDA, which costs 100+ ms). Raises as
+    :func:`driver` when there is no driver."""
+    global _opened
+    if _opened is not None:
+        return _opened
+    with _lock:
+        if _opened is None:
+            try:
+                lib = ctypes.CDLL("libcuda.so.1")
+            except OSError as exc:
+                raise ToolchainError(f"the NVIDIA driver library libcuda.so.1 could not be loaded ({exc}). "
+                                     f"Kernels compile without a GPU, but launching needs an NVIDIA GPU "
+                                     f"and its driver (check nvidia-smi).") from None
+            for name, argtypes in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.argtypes = argtypes
+                fn.restype = ctypes.c_int
+            _opened = lib
+        return _opened
 
 
 def driver():
@@ -74,16 +99,7 @@ def driver():
     with _lock:
         if _lib is not None:
             return _lib
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as exc:
-            raise ToolchainError(f"the NVIDIA driver library libcuda.so.1 could not be loaded ({exc}). "
-                                 f"Kernels compile without a GPU, but launching needs an NVIDIA GPU "
-                                 f"and its driver (check nvidia-smi).") from None
-        for name, argtypes in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes = argtypes
-            fn.restype = ctypes.c_int
+        lib = entry_points()
         err = lib.cuInit(0)
         if err:
             raise ToolchainError(f"the CUDA driver could not be initialised ({error_name(err, lib)}). "

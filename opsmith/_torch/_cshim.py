@@ -151,7 +151,7 @@ def load(path: str, launch=None, ctx_fns=None):
                            "through (torch >= 2.8 does); set OPSMITH_TORCH_OP_CSHIM=0")
     if cuda:
         from opsmith._runtime import _driver
-        drv = _driver.driver()
+        drv = _driver.entry_points()  # no cuInit here: a kernel's loader initialises before its first launch
         for name in ("cuLaunchKernel", "cuCtxGetDevice", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2"):
             syms[name] = ctypes.cast(getattr(drv, name), ctypes.c_void_p).value
     else:

@@ -86,16 +86,12 @@ class CudaModule:
         if self._fixed_arch:
             self.binary_for(self._fixed_arch)
             return
-        try:
-            arch = _current_arch()
-        except ToolchainError:  # no device: an installed package's binary of any arch gives the names
-            from opsmith._build._nvrtc import prebuilt
-            pre = prebuilt(self._request, any_arch=True)
-            if pre is None:
-                raise
-            self._binaries[pre.arch] = pre
+        from opsmith._build._nvrtc import prebuilt
+        pre = prebuilt(self._request, any_arch=True)
+        if pre is not None:  # an installed package's binary gives the names; the device's comes at first use
+            self._binaries[pre.arch] = pre  # (asking the device's arch here would initialise CUDA: 100+ ms)
             return
-        self.binary_for(arch)
+        self.binary_for(_current_arch())
 
     # -- build ----------------------------------------------------------------------------
     def binary_for(self, arch: str) -> CudaBinary:

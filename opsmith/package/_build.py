@@ -108,6 +108,10 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
     from opsmith._version import __version__
     from opsmith.package import _manifest, _wheel
     t0 = time.perf_counter()
+    if ops and archs is None:  # the op library's bfloat16 kernels need sm_80 (as its JIT path does)
+        from opsmith._build._archs_compile import default_archs
+        from opsmith._runtime._launch_gen import arch_number
+        archs = [a for a in default_archs() if arch_number(a) >= 80]
     targets = resolve_archs(archs, ptx)
     if ops:
         pkg, files = OPS_PACKAGE, {f"{OPS_PACKAGE}/__init__.py": b'"""opsmith.ops\' kernels, prebuilt."""\n'}
