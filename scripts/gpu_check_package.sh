@@ -12,7 +12,7 @@ python3 -m pip install --no-deps --no-build-isolation -e . >"$W/pip.log" 2>&1 ||
 PY=$(python3 -c 'import sys; print(sys.executable)')
 (cd examples/package_relu && python3 -m opsmith package relupkg -o "$W/wheels" --json) >"$OUT/package_relu.json" 2>"$OUT/package_relu.err"
 echo "relupkg rc=$?"
-python3 -m opsmith package --ops -o "$W/wheels" --json >"$OUT/package_ops.json" 2>"$OUT/package_ops.err"
+[ "${PKG_OPS:-1}" != 0 ] && python3 -m opsmith package --ops -o "$W/wheels" --json >"$OUT/package_ops.json" 2>"$OUT/package_ops.err"
 echo "ops package rc=$?"
 ls -l "$W/wheels" | tee "$OUT/wheels.txt"
 python3 -m pip install -q --no-deps --no-index --target "$W/site" "$W"/wheels/*.whl >"$W/pip2.log" 2>&1 || tail -5 "$W/pip2.log"
@@ -22,7 +22,7 @@ pkg_env() { env -u OPSMITH_CUDA_ARCH -u CC -u CXX -u CUDA_HOME PATH="$W/nobin" P
             OPSMITH_CACHE_DIR="$W/pkg-cache" "$@"; }
 pkg_env "$PY" tests/package/installed_check.py relupkg --cuda --block-nvrtc --save "$W/pkg.pt" \
   >"$OUT/installed_cuda.json" 2>"$OUT/installed_cuda.err"; echo "installed check rc=$?"
-for i in 1 2 3 4 5 6; do  # import + registration time, fresh process each (the first fills the state)
+for i in 1 2 3 4 5 6 7 8 9 10 11; do  # import + registration time, fresh process each (the first fills the state)
   pkg_env "$PY" tests/package/installed_check.py relupkg --block-nvrtc 2>/dev/null | tail -1 >>"$OUT/import_times.jsonl"
 done
 pkg_env "$PY" -c "import torch, cProfile, pstats; cProfile.run('import relupkg', '$W/prof'); pstats.Stats('$W/prof').sort_stats('cumtime').print_stats(35)" \
@@ -35,11 +35,11 @@ os.environ["OPSMITH_CACHE_DIR"] = sys.argv[1] + ".jit-cache"
 import relupkg, importlib.util
 spec = importlib.util.spec_from_file_location("chk", "tests/package/installed_check.py")
 chk = importlib.util.module_from_spec(spec); spec.loader.exec_module(chk)
-jit = chk._outputs(torch, torch.ops.relupkg)
 pkg = torch.load(sys.argv[1], weights_only=True)
-bad = [k for k in jit if not torch.equal(jit[k], pkg[k])]
+jit = chk._outputs(torch, torch.ops.relupkg, ops=len(pkg) > 1)
+bad = [k for k in pkg if not torch.equal(jit[k], pkg[k])]
 from opsmith._build import _nvrtc
-print(f"bitwise equal: {len(jit) - len(bad)}/{len(jit)}; differ: {bad}; JIT NVRTC compiles: {_nvrtc.nvrtc_stats['compiles']}")
+print(f"bitwise equal: {len(pkg) - len(bad)}/{len(pkg)}; differ: {bad}; JIT NVRTC compiles: {_nvrtc.nvrtc_stats['compiles']}")
 PYEOF
 cp "$W"/wheels/*.whl "$OUT/" 2>/dev/null
 echo "== package on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) =="

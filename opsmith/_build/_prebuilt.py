@@ -26,7 +26,7 @@ from typing import Any
 
 from opsmith._errors import CacheError, OpsmithError
 
-__all__ = ["FORMAT", "MANIFEST", "Package", "add", "any_binary", "built_library", "library", "lookup", "packages",
+__all__ = ["FORMAT", "MANIFEST", "Package", "active", "add", "any_binary", "built_library", "library", "lookup", "packages",
            "prebuilt_stats", "read_package", "record", "reset"]
 
 log = logging.getLogger("opsmith.package")
@@ -43,6 +43,7 @@ _keys: dict[Any, str] = {}                      # request -> portable key (memo)
 _read: dict[tuple[str, str], Any] = {}          # (portable key, arch) -> the CudaBinary read
 _discovered = False
 _said: set = set()
+_local_seen: set = set()       # source folders already looked at for a package
 _recording: dict | None = None  # while a package is recorded: what this process compiled and built
 
 
@@ -216,13 +217,18 @@ def lookup(req) -> dict | None:
     nvrtc_version, key: what :mod:`~opsmith._build._nvrtc` makes a CudaBinary of), or None."""
     if _recording is not None:
         _recording["requests"].append(req)
-    _discover()
+    _local(req.source_dir)
+    if not _kernels:
+        _discover()
     if not _kernels:
         return None
     key = _keys.get(req)
     if key is None:
         key = _keys[req] = req.portable_key()
     found = _kernels.get(key)
+    if found is None and not _discovered:
+        _discover()
+        found = _kernels.get(key)
     if found is None:
         return None
     pkg, entry = found
@@ -247,26 +253,61 @@ def lookup(req) -> dict | None:
     return hit
 
 
+def _local(source_dir) -> None:
+    """Register the package that holds ``source_dir`` (a kernel file's folder inside an
+    installed package: ``_opsmith/`` lies at its top), once per folder: a package's own kernels
+    are found with a few stats, without reading every distribution's entry points."""
+    if not source_dir or source_dir in _local_seen:
+        return
+    _local_seen.add(source_dir)
+    here = Path(source_dir)
+    while (here / "__init__.py").is_file():
+        folder = here / FOLDER
+        if (folder / MANIFEST).is_file():
+            if not any(p.folder == folder for p in _packages):
+                from opsmith._config import settings
+                add(folder, settings.package_key_file)
+            return
+        here = here.parent
+
+
+def active() -> bool:
+    """True when a package serves this process (registered so far; nothing is discovered)."""
+    return bool(_packages)
+
+
 def any_binary(req):
     """Some binary of ``req`` from a package, whatever its arch (a CPU-only machine reads the
     kernels' lowered names from it), or None."""
-    _discover()
-    found = _kernels.get(req.portable_key()) if _kernels else None
+    _local(req.source_dir)
+    if not _kernels:
+        _discover()
+    if not _kernels:
+        return None
+    key = req.portable_key()
+    found = _kernels.get(key)
+    if found is None and not _discovered:
+        _discover()
+        found = _kernels.get(key)
     if found is None:
         return None
-    arch = sorted(a for a in found[1]["binaries"] if a.startswith("sm_"))
+    arch = sorted((a for a in found[1]["binaries"] if a.startswith("sm_")), key=lambda a: (len(a), a))
     return lookup(req._replace(arch=arch[-1])) if arch else None
 
 
 def library(name: str, source_sha256: str) -> str | None:
     """The path of a package's prebuilt library ``name`` built from a source of that hash, checked."""
-    _discover()
-    for pkg in _packages:
-        entry = pkg.manifest.get("libraries", {}).get(name)
-        if entry and entry.get("source_sha256") == source_sha256:
-            pkg.read(entry)  # its bytes match the manifest
-            prebuilt_stats["libraries"] += 1
-            return str(pkg.folder / entry["file"])
+    for discover in (False, True):  # the packages registered so far, then the installed ones
+        if discover:
+            if _discovered:
+                break
+            _discover()
+        for pkg in list(_packages):
+            entry = pkg.manifest.get("libraries", {}).get(name)
+            if entry and entry.get("source_sha256") == source_sha256:
+                pkg.read(entry)  # its bytes match the manifest
+                prebuilt_stats["libraries"] += 1
+                return str(pkg.folder / entry["file"])
     return None
 
 
@@ -294,4 +335,5 @@ def reset() -> None:
         _keys.clear()
         _read.clear()
         _said.clear()
+        _local_seen.clear()
         _discovered = False

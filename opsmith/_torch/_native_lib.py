@@ -24,7 +24,7 @@ def usable(state: dict[str, Any], enabled: bool, load: Callable[[], Any], what: 
         return False
     from opsmith._build import _prebuilt
     from opsmith._config import settings
-    packaged = bool(_prebuilt.packages())  # an installed opsmith package promises no compile
+    packaged = _prebuilt.active()  # an installed opsmith package serves: it promises no compile
     try:
         with settings.override(must_hit=True) if packaged else _nothing():
             load()
