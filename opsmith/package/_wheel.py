@@ -21,7 +21,7 @@ import zipfile
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
-from .._errors import ConfigError, OpsmithError, SpecError
+from opsmith._errors import ConfigError, OpsmithError, SpecError
 
 __all__ = ["read_wheel", "wheel_name", "write_wheel"]
 
