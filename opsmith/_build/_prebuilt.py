@@ -302,7 +302,7 @@ def library(name: str, source_sha256: str) -> str | None:
             if _discovered:
                 break
             _discover()
-        for pkg in list(_packages):
+        for pkg in _packages:
             entry = pkg.manifest.get("libraries", {}).get(name)
             if entry and entry.get("source_sha256") == source_sha256:
                 pkg.read(entry)  # its bytes match the manifest

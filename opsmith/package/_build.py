@@ -28,7 +28,7 @@ from pathlib import Path
 from opsmith._errors import OpsmithError, SpecError
 from opsmith._record import Record
 
-__all__ = ["PackageResult", "build_package", "OPS_PACKAGE"]
+__all__ = ["OPS_PACKAGE", "PackageResult", "build_package"]
 
 OPS_PACKAGE = "opsmith_ops_kernels"  # the Python package of ``opsmith package --ops``' wheel
 TAG = "py3-none-manylinux_2_28_x86_64"
@@ -38,7 +38,7 @@ _SKIP_DIRS = {"__pycache__", "_opsmith", ".git", "build", "dist"}
 class PackageResult(Record):
     """What :func:`build_package` made: the wheel, its kernels per arch, its ops and sizes."""
 
-    __slots__ = ("wheel", "package", "version", "archs", "kernels", "ops", "sizes", "signed", "seconds")
+    __slots__ = ("archs", "kernels", "ops", "package", "seconds", "signed", "sizes", "version", "wheel")
 
 
 def _package_dir(module: str) -> Path:
@@ -158,5 +158,5 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
 
 def _package_version(init: bytes) -> str | None:
     import re
-    m = re.search(rb"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init, re.M)
+    m = re.search(rb"^__version__\s*=\s*['\"]([^'\"]+)['\"]", init, re.MULTILINE)
     return m.group(1).decode() if m else None

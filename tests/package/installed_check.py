@@ -18,7 +18,6 @@ class _NoNvrtc(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "cuda.bindings.nvrtc" or name.startswith("nvidia.cuda_nvrtc"):
             raise ImportError(f"{name} is blocked: this process plays a machine without NVRTC")
-        return None
 
 
 def main() -> int:

@@ -16,9 +16,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from opsmith._build import _prebuilt  # noqa: E402
-from opsmith._errors import CacheError, OpsmithError, SpecError  # noqa: E402
-from opsmith.package import _wheel, load_package  # noqa: E402
+from opsmith._build import _prebuilt
+from opsmith._errors import CacheError, OpsmithError, SpecError
+from opsmith.package import _wheel, load_package
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = Path(__file__).with_name("installed_check.py")
