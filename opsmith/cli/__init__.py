@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", dest="pkg_version", metavar="VERSION",
                    help="the wheel's version (default: the package's __version__, else 0.0.0)")
     p.add_argument("--sign", metavar="KEYFILE", help="sign the manifest with this key (HMAC-SHA256)")
+    p.add_argument("--with", dest="with_", action="append", choices=("c",),
+                   help="c: also ship each kernel program as a C library (opsmith export-c: header, source, "
+                   "lib<name>.so) under _opsmith/c/")
     p.add_argument("--json", action="store_true", help="print the wheel, archs, ops and sizes as JSON")
     p.set_defaults(func=_command("opsmith.package._cli", "run"))
 

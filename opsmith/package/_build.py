@@ -73,6 +73,41 @@ def _record(module: str, arch: str, ops: bool) -> dict:
     return doc
 
 
+def _c_libraries(requests, pkg: str, targets, work: Path) -> dict[str, bytes]:
+    """``--with c``: each recorded program exported as a C library (header, source with the code
+    inside, manifest, shared library), through the export-c target's command in a process (a
+    target never imports another): files under ``c/`` of ``_opsmith``."""
+    cubins = [a for a, kind in targets if kind == "cubin"]
+    ptx = any(kind == "ptx" for _, kind in targets)
+    files: dict[str, bytes] = {}
+    for i, req in enumerate(requests):
+        prefix = pkg if len(requests) == 1 else f"{pkg}{i}"
+        src = Path(req.name)
+        if not (src.is_file() and src.read_text(errors="replace") == req.source):
+            src = work / f"{prefix}.cu"
+            src.write_text(req.source)
+        cmd = [sys.executable, "-m", "opsmith", "export-c", str(src), "--prefix", prefix, "-o", str(work / prefix),
+               "--arch", ",".join(cubins), "--ptx" if ptx else "--no-ptx", "--library", "shared", "--json"]
+        for name in req.name_expressions:
+            cmd += ["-k", name]
+        for inc in ([req.source_dir] if req.source_dir else []) + list(req.include_paths):
+            cmd += ["-I", str(inc)]
+        for name, value in req.defines:
+            cmd += ["-D", name if value is None else f"{name}={value}"]
+        for opt in req.options:
+            cmd.append(f"--option={opt}")
+        cmd[4] = src.name  # relative, run beside it: the export's manifest names no build-machine path
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=src.parent,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                               str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))})
+        if r.returncode != 0:
+            raise OpsmithError(f"opsmith package --with c: exporting {req.name} failed:\n"
+                               + "\n".join((r.stderr or r.stdout).strip().splitlines()[-10:]))
+        for path in json.loads(r.stdout)["files"]:
+            files[f"c/{Path(path).name}"] = Path(path).read_bytes()
+    return files
+
+
 def _python_files(folder: Path, pkg: str) -> dict[str, bytes]:
     files = {}
     for root, dirs, names in os.walk(folder):
@@ -87,7 +122,7 @@ def _python_files(folder: Path, pkg: str) -> dict[str, bytes]:
 
 def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=None, ptx: bool = True,
                   version: str | None = None, sign: str | os.PathLike | None = None,
-                  ops: bool = False) -> PackageResult:
+                  ops: bool = False, with_c: bool = False) -> PackageResult:
     """Build the wheel of ``module``'s ops (or, with ``ops=True``, of opsmith.ops' kernels).
 
     Parameters
@@ -103,6 +138,9 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
         The wheel's version (default: the package's ``__version__`` if it sets one, else 0.0.0).
     sign : path, optional
         A key file (at least 16 bytes): the manifest is signed with HMAC-SHA256.
+    with_c : bool
+        Also ship each program as a C library (``opsmith export-c``: a header, the source with
+        the code inside, ``lib<name>.so``) under ``_opsmith/c/``, for callers without Python.
     """
     from opsmith._build._archs_compile import compile_all, resolve_archs
     from opsmith._version import __version__
@@ -134,10 +172,20 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
         payload[rel] = data
         libraries[name] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(),
                            "source_sha256": lib["source_sha256"]}
+    c_entries: dict = {}
+    if with_c:
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="opsmith-package-c-") as work:
+            c_files = _c_libraries(requests, pkg, targets, Path(work))
+        for rel, data in c_files.items():
+            payload[rel] = data
+            c_entries[Path(rel).name] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest()}
     version = version or _package_version(files.get(f"{pkg}/__init__.py", b"")) or "0.0.0"
     shipped = [a if kind == "cubin" else a.replace("sm_", "compute_", 1) for a, kind in targets]
     manifest = _manifest.manifest(pkg, version, kernels, libraries, recorded["ops"],
                                   nvrtc_version=binaries[0].nvrtc_version, archs=shipped)
+    if c_entries:
+        manifest["c"] = c_entries
     text = _manifest.dumps(manifest)
     files[f"{pkg}/_opsmith/manifest.json"] = text
     if sign is not None:

@@ -46,7 +46,7 @@ def built(tmp_path_factory):
     again = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "b"), "--arch", "sm_80,sm_90", "--json"],
                                 tmp / "src", env).stdout)
     signed = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "s"), "--arch", "sm_90", "--sign", str(key),
-                                  "--json"], tmp / "src", env).stdout)
+                                  "--with", "c", "--json"], tmp / "src", env).stdout)
     return {"tmp": tmp, "out": out, "again": again, "signed": signed, "key": key}
 
 
@@ -78,6 +78,17 @@ def test_the_wheel_is_reproducible_and_holds_the_kernels_for_each_arch(built):
     assert "relupkg/_opsmith/lib/opsmith_cshim.so" in files and "relupkg/relu_common.cuh" in files
     assert files["relupkg/_opsmith/kernels/" + manifest["kernels"][0]["binaries"]["sm_90"]["file"].split("/")[-1]][:4] \
         == b"\x7fELF"
+
+
+def test_with_c_ships_the_export_c_library(built):
+    files = _wheel.read_wheel(built["signed"]["wheel"])
+    manifest = json.loads(files["relupkg/_opsmith/manifest.json"])
+    assert sorted(manifest["c"]) == ["librelupkg.so", "relupkg.c", "relupkg.h", "relupkg.json"]
+    header = files["relupkg/_opsmith/c/relupkg.h"].decode()
+    assert "opsmith_relupkg_relu_fwd_launch" in header and "opsmith_relupkg_relu_bwd_launch" in header
+    export = json.loads(files["relupkg/_opsmith/c/relupkg.json"])
+    assert export["modules"][0]["name"] == "relu_kernel.cu"  # no build-machine path in the wheel
+    assert files["relupkg/_opsmith/c/librelupkg.so"][:4] == b"\x7fELF"
 
 
 def test_installed_package_runs_with_zero_compiles(built, tmp_path):
