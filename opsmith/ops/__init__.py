@@ -1,4 +1,5 @@
-"""opsmith.ops: ReLU, GELU, SiLU, Softmax, LayerNorm and RMSNorm as CUDA kernels for torch.
+"""opsmith.ops: ReLU, GELU, SiLU, Softmax, LayerNorm, RMSNorm and the gated SiLU/GELU (SwiGLU,
+GeGLU) as CUDA kernels for torch.
 
 The kernels are readable CUDA sources in ``opsmith/ops/kernels/`` (copy and change them),
 compiled through opsmith's NVRTC path on first use (all programs of a dtype at once),
@@ -23,6 +24,8 @@ _LAZY = {
     "relu": "opsmith.ops._public", "gelu": "opsmith.ops._public",
     "silu": "opsmith.ops._public", "softmax": "opsmith.ops._public",
     "layer_norm": "opsmith.ops._public", "rms_norm": "opsmith.ops._public",
+    "silu_and_mul": "opsmith.ops._public", "gelu_and_mul": "opsmith.ops._public",
+    "SiLUAndMul": "opsmith.ops._modules", "GELUAndMul": "opsmith.ops._modules",
     "ReLU": "opsmith.ops._modules", "GELU": "opsmith.ops._modules", "SiLU": "opsmith.ops._modules",
     "Softmax": "opsmith.ops._modules", "LayerNorm": "opsmith.ops._modules",
     "RMSNorm": "opsmith.ops._modules",

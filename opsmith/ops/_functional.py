@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from opsmith._errors import SpecError
 from opsmith.ops import _launch, _sources
 
-__all__ = ["ew_fwd", "ew_bwd", "softmax_cuda", "softmax_backward_cuda", "layer_norm_fwd", "layer_norm_bwd",
+__all__ = ["ew_fwd", "ew_bwd", "gated_fwd", "gated_bwd", "GATED_KERNELS", "softmax_cuda", "softmax_backward_cuda", "layer_norm_fwd", "layer_norm_bwd",
            "rms_norm_fwd", "rms_norm_bwd", "GELU_KERNELS"]
 
 _EW = "elementwise.cu"
 GELU_KERNELS = {"none": "gelu_erf", "tanh": "gelu_tanh"}
+GATED_KERNELS = {"silu": "silu_and_mul", "gelu": "gelu_and_mul", "gelu_tanh": "gelu_tanh_and_mul"}
 
 
 def _dtype_name(x, op: str) -> str:
@@ -59,6 +60,49 @@ def ew_bwd(op: str, grad_y, x):
     if n:
         plan = _launch.elementwise_plan(n, x.element_size(), _launch.device_props(x.get_device()))
         _kernel(_EW, op + "_bwd<{T}>", x).launch(_launch.launch_config(plan), g, x, dx, n)
+    return dx
+
+
+# -- gated activations: x = [gate | up] on the last dim ---------------------------------------
+def _gated_rows(x, op: str) -> tuple[int, int]:
+    two_d = x.shape[-1] if x.dim() else 0
+    if x.dim() == 0 or two_d % 2:
+        raise SpecError(f"opsmith.ops.{op}: the last dim of x holds [gate | up] and must be even, got shape "
+                        f"{tuple(x.shape)}")
+    return (x.numel() // two_d if two_d else 0), two_d // 2
+
+
+def gated_fwd(op: str, x):
+    """``act(x[..., :d]) * x[..., d:]`` for op in silu, gelu, gelu_tanh (CUDA)."""
+    import torch
+    name = GATED_KERNELS[op]
+    rows, d = _gated_rows(x, name)
+    x = x.contiguous()
+    y = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
+    if rows and d:
+        plan = _launch.elementwise_plan(rows * d, x.element_size(), _launch.device_props(x.get_device()))
+        _sources.kernel("gated.cu", name + "_fwd<{T}>", _dtype_name(x, name), x.get_device()).launch(
+            _launch.launch_config(plan), x, y, rows, d)
+    return y
+
+
+def gated_bwd(op: str, grad_y, x):
+    """The gradient of :func:`gated_fwd` for ``x`` (CUDA): ``[d_gate | d_up]``."""
+    import torch
+    name = GATED_KERNELS[op]
+    rows, d = _gated_rows(x, name)
+    if tuple(grad_y.shape) != (*x.shape[:-1], d):
+        raise SpecError(f"opsmith.ops.{name}: grad has shape {tuple(grad_y.shape)}, expected "
+                        f"{(*x.shape[:-1], d)} for x of shape {tuple(x.shape)}")
+    x = x.contiguous()
+    g = grad_y.contiguous()
+    if g.dtype != x.dtype:
+        g = g.to(x.dtype)
+    dx = torch.empty_like(x)
+    if rows and d:
+        plan = _launch.elementwise_plan(rows * d, x.element_size(), _launch.device_props(x.get_device()))
+        _sources.kernel("gated.cu", name + "_bwd<{T}>", _dtype_name(x, name), x.get_device()).launch(
+            _launch.launch_config(plan), g, x, dx, rows, d)
     return dx
 
 

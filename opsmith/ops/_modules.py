@@ -5,7 +5,7 @@ import torch
 
 from opsmith.ops import _public as F
 
-__all__ = ["GELU", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "Softmax"]
+__all__ = ["GELU", "GELUAndMul", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "SiLUAndMul", "Softmax"]
 
 
 class ReLU(torch.nn.Module):
@@ -34,6 +34,27 @@ class SiLU(torch.nn.Module):
 
     def forward(self, x):
         return F.silu(x)
+
+
+class SiLUAndMul(torch.nn.Module):
+    """``silu(x[..., :d]) * x[..., d:]``: the middle of a SwiGLU MLP with packed gate/up weights."""
+
+    def forward(self, x):
+        return F.silu_and_mul(x)
+
+
+class GELUAndMul(torch.nn.Module):
+    """``gelu(x[..., :d], approximate) * x[..., d:]``: the middle of a GeGLU MLP."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu_and_mul(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
 
 
 class Softmax(torch.nn.Module):

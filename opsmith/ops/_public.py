@@ -8,7 +8,7 @@ from __future__ import annotations
 from opsmith._errors import SpecError
 from opsmith.ops._functional import GELU_KERNELS, _dim, _rows_cols
 
-__all__ = ["gelu", "layer_norm", "relu", "rms_norm", "silu", "softmax"]
+__all__ = ["gelu", "gelu_and_mul", "layer_norm", "relu", "rms_norm", "silu", "silu_and_mul", "softmax"]
 
 
 def _shape(normalized_shape) -> tuple[int, ...]:
@@ -134,6 +134,28 @@ def gelu(x, approximate: str = "none"):
 def silu(x):
     """SiLU (swish): ``x * sigmoid(x)``, as ``torch.nn.functional.silu``; ``torch.ops.opsmith.silu``."""
     return _call("silu")(x)
+
+
+def _even_last(x, op: str) -> None:
+    if x.dim() == 0 or x.shape[-1] % 2:
+        raise SpecError(f"opsmith.ops.{op}: the last dim of x holds [gate | up] and must be even, got shape "
+                        f"{tuple(x.shape)}")
+
+
+def silu_and_mul(x):
+    """``silu(x[..., :d]) * x[..., d:]`` for ``x`` of last dim ``2 d`` (SwiGLU's middle, vLLM's
+    layout); ``torch.ops.opsmith.silu_and_mul``."""
+    _even_last(x, "silu_and_mul")
+    return _call("silu_and_mul")(x)
+
+
+def gelu_and_mul(x, approximate: str = "none"):
+    """``gelu(x[..., :d], approximate) * x[..., d:]`` (GeGLU's middle);
+    ``torch.ops.opsmith.gelu_and_mul``."""
+    if approximate not in GELU_KERNELS:
+        raise SpecError(f"opsmith.ops.gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}")
+    _even_last(x, "gelu_and_mul")
+    return _call("gelu_and_mul")(x, approximate)
 
 
 def softmax(x, dim: int = -1):

@@ -15,6 +15,8 @@ ops without a graph break) and an autograd formula that calls the backward opera
                        (optional tensors come last in the backward schemas)
 ``rms_norm``           ``(Tensor x, int[] normalized_shape, Tensor? weight, float? eps)
                        -> (Tensor y, Tensor rstd)``; ``rms_norm_backward``
+``silu_and_mul``       ``(Tensor x) -> Tensor`` over ``x = [gate | up]``; ``gelu_and_mul`` (``str
+                       approximate``); their backwards (:mod:`opsmith.ops._gated`)
 ``layer_norm_y``       ``layer_norm``'s first output alone; ``rms_norm_y`` likewise (C++ composites
                        over the full ops, defined where the C++ kernels serve; the public
                        functions call them)
@@ -33,10 +35,12 @@ import threading
 from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
 
-__all__ = ["ops", "OP_NAMES"]
+__all__ = ["GATED_NAMES", "OP_NAMES", "ops"]
 
 OP_NAMES = ("relu", "relu_backward", "gelu", "gelu_backward", "silu", "silu_backward", "softmax",
             "softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward")
+# the gated activations (opsmith.ops._gated): Python CUDA implementations on every machine
+GATED_NAMES = ("silu_and_mul", "silu_and_mul_backward", "gelu_and_mul", "gelu_and_mul_backward")
 
 _lock = threading.Lock()
 _done = False
@@ -239,6 +243,11 @@ def _register_all() -> None:
 
     rms.register_autograd(rms_b, args=("grad0", "x", "normalized_shape", "out1", "needs_grad(weight)", "weight"),
                           grads_for=("x", "weight"))
+
+    # gated activations (silu_and_mul, gelu_and_mul): their CUDA code is Python everywhere
+    from opsmith.ops import _gated
+    for op in _gated.define_all(define):
+        op.register_kernel("cuda", python_cuda.pop(op))
 
     if native:
         try:

@@ -1,8 +1,8 @@
 """The CUDA sources of opsmith.ops and their compiled modules.
 
-One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu`` and
-``norm.cu`` for float32, float64, float16 and bfloat16, each with the name expressions of its
-kernels. The first use of any op on a dtype compiles that dtype's three programs at once
+One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu``,
+``norm.cu`` and ``gated.cu`` for float32, float64, float16 and bfloat16, each with the name
+expressions of its kernels. The first use of any op on a dtype compiles that dtype's programs at once
 (:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all of them ahead of time.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DTYPES", "FILES", "KERNEL_DIR", "jobs", "kernel", "kernel_names", "warm"]
+__all__ = ["DTYPES", "FILES", "NATIVE_FILES", "KERNEL_DIR", "jobs", "kernel", "kernel_names", "warm"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 
@@ -28,7 +28,12 @@ FILES: dict[str, tuple[str, ...]] = {
     "softmax.cu": tuple(f"softmax_{d}{s}<{{T}}>" for d in ("fwd", "bwd") for s in ("", "_long")),
     "norm.cu": tuple(f"{op}_{d}{s}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
                      for d in ("fwd", "bwd") for s in ("", "_long")) + ("norm_bwd_weight<{T}, {A}>",),
+    "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
 }
+
+# the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep
+# their Python CUDA implementations (opsmith/ops/_functional.py) on every machine
+NATIVE_FILES = ("elementwise.cu", "softmax.cu", "norm.cu")
 
 
 def kernel_names(file: str, dtype: str) -> list[str]:

@@ -61,11 +61,12 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     text = (ROOT / "pyproject.toml").read_text()
     assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
-    assert names == ["common.cuh", "elementwise.cu", "norm.cu", "softmax.cu"]
-    # the only includes are our own header and CUDA's fp16/bf16 headers, behind __has_include
-    for path in _sources.KERNEL_DIR.glob("*.cu"):
+    assert names == ["activations.cuh", "common.cuh", "elementwise.cu", "gated.cu", "norm.cu", "softmax.cu"]
+    # the only includes are our own headers and CUDA's fp16/bf16 headers, behind __has_include
+    for path in [*_sources.KERNEL_DIR.glob("*.cu"), _sources.KERNEL_DIR / "activations.cuh"]:
         includes = [line for line in path.read_text().splitlines() if line.startswith("#include")]
-        assert includes == ['#include "common.cuh"'], (path.name, includes)
+        assert set(includes) <= {'#include "common.cuh"', '#include "activations.cuh"'}, (path.name, includes)
+        assert includes[0] == '#include "common.cuh"', (path.name, includes)
 
 
 def test_compile_many_keeps_order_and_raises_the_first_failure_after_every_job():
@@ -214,8 +215,8 @@ def test_cli_warm_ops_compiles_then_hits(fresh_cache):
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr
         outs.append(out.stdout)
-    assert "opsmith.ops for sm_90: 12 programs (84 kernels), 12 compiled, 0 from the cache" in outs[0]
-    assert "opsmith.ops for sm_90: 12 programs (84 kernels), 0 compiled, 12 from the cache" in outs[1]
+    assert "opsmith.ops for sm_90: 16 programs (108 kernels), 16 compiled, 0 from the cache" in outs[0]
+    assert "opsmith.ops for sm_90: 16 programs (108 kernels), 0 compiled, 16 from the cache" in outs[1]
     for out in outs:  # and the torch C++ libraries the ops run on, built once for this torch
         assert "opsmith.ops native CUDA kernels (opsmith/ops/native/osm_ops.cpp): ready for this torch" in out
         assert "opsmith.ops native Autograd kernels" in out
@@ -359,6 +360,10 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             assert dx.shape == x.shape and dw.shape == ((cols,) if weight is not None else (0,))
             y, rstd = fn.rms_norm_fwd(x, [cols], weight, None)
             dx, dw = fn.rms_norm_bwd(x, x, [cols], rstd, weight is not None, weight)
+        x2 = torch.randn(3, 2 * cols, dtype=dt)  # [gate | up]
+        for op in ("silu", "gelu", "gelu_tanh"):
+            y2 = fn.gated_fwd(op, x2)
+            assert y2.shape == (3, cols) and fn.gated_bwd(op, y2, x2).shape == x2.shape
     names = {n.split("<")[0] for n, _ in calls}
     assert names == {n.split("<")[0] for f in _sources.FILES for n in _sources.FILES[f]}, names
     assert {c.shared_mem > 0 for n, c in calls if "_long" in n} == {True, False}
@@ -367,6 +372,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     fn.ew_fwd("relu", torch.empty(0, dtype=dt))
     fn.layer_norm_fwd(torch.empty(0, 8, dtype=dt), [8])
     fn.softmax_cuda(torch.empty(4, 0, dtype=dt))
+    fn.gated_fwd("silu", torch.empty(0, 8, dtype=dt))
     assert len(calls) == before
 
 
