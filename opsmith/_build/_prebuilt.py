@@ -212,16 +212,14 @@ def _choose(binaries: dict, arch: str, output: str) -> str | None:
     return f"compute_{max(ptx)}" if ptx else None
 
 
-def lookup(req) -> dict | None:
-    """The binary for ``req`` from an installed package (code, kind, arch, lowered_names,
-    nvrtc_version, key: what :mod:`~opsmith._build._nvrtc` makes a CudaBinary of), or None."""
-    if _recording is not None:
-        _recording["requests"].append(req)
+def _entry(req) -> tuple[str | None, tuple[Package, dict] | None]:
+    """(portable key, (package, kernel entry)) for ``req``: the package beside its source first,
+    then the installed ones (read once per process); (None, None) while no package exists."""
     _local(req.source_dir)
     if not _kernels:
         _discover()
     if not _kernels:
-        return None
+        return None, None
     key = _keys.get(req)
     if key is None:
         key = _keys[req] = req.portable_key()
@@ -229,6 +227,15 @@ def lookup(req) -> dict | None:
     if found is None and not _discovered:
         _discover()
         found = _kernels.get(key)
+    return key, found
+
+
+def lookup(req) -> dict | None:
+    """The binary for ``req`` from an installed package (code, kind, arch, lowered_names,
+    nvrtc_version, key: what :mod:`~opsmith._build._nvrtc` makes a CudaBinary of), or None."""
+    if _recording is not None:
+        _recording["requests"].append(req)
+    key, found = _entry(req)
     if found is None:
         return None
     pkg, entry = found
@@ -279,16 +286,7 @@ def active() -> bool:
 def any_binary(req):
     """Some binary of ``req`` from a package, whatever its arch (a CPU-only machine reads the
     kernels' lowered names from it), or None."""
-    _local(req.source_dir)
-    if not _kernels:
-        _discover()
-    if not _kernels:
-        return None
-    key = req.portable_key()
-    found = _kernels.get(key)
-    if found is None and not _discovered:
-        _discover()
-        found = _kernels.get(key)
+    _, found = _entry(req)
     if found is None:
         return None
     arch = sorted((a for a in found[1]["binaries"] if a.startswith("sm_")), key=lambda a: (len(a), a))
