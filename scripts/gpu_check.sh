@@ -11,6 +11,9 @@
 #                                      on the host's cores (ORT_BENCH=0 skips) and the demo
 #   bash scripts/gpu_check.sh autograd the torch-op tests, opsmith.ops' tests (C++ kernels included) and
 #                                      bench/bench_op_autograd.py, bench/bench_op_overhead.py
+#   bash scripts/gpu_check.sh peers    issue 23: tests/ops/test_ops_gated_gpu.py, bench/bench_ops_peers.py (Liger from
+#                                      .whlp/, carried), bench/bench_llama_step.py
+#   bash scripts/gpu_check.sh package  issue 21: scripts/gpu_check_package.sh (wheels, zero compiles, import time)
 #   bash scripts/gpu_check.sh kernels|ext   the earlier parts (scripts/gpu_check_kernels.sh, _cuda_ext.sh)
 set -uo pipefail
 PART=${1:-tests}; shift || true
@@ -63,9 +66,19 @@ case "$PART" in
     run bench_op_autograd python3 bench/bench_op_autograd.py --json "$L/bench_op_autograd.json"
     run bench_op_overhead python3 bench/bench_op_overhead.py --json "$L/bench_op_overhead.json"
     ;;
+  peers)  # issue 23: the gated ops on CUDA; opsmith.ops against eager, compile(dynamic=False) and Liger; the Llama step
+    # Liger-Kernel (pure Python over Triton) from its wheel, carried in .whlp/ (run with carry [".whlp"])
+    if ls .whlp/liger_kernel-*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-deps --target "$W/liger" .whlp/liger_kernel-*.whl >"$L/liger_pip.log" 2>&1 \
+        && export PYTHONPATH="$W/liger${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+    run gated python3 -m pytest -q -p no:cacheprovider -rs tests/ops/test_ops_gated_gpu.py
+    run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
+    run llama python3 bench/bench_llama_step.py --out "$L/llama"
+    ;;
   kernels|ext) exec bash "scripts/gpu_check_${PART/ext/cuda_ext}.sh" "$@" ;;
   package) exec bash scripts/gpu_check_package.sh "$@" ;;
-  *) echo "usage: gpu_check.sh tests|bench|autograd|kernels|ext"; exit 2 ;;
+  *) echo "usage: gpu_check.sh tests|bench|autograd|peers|package|kernels|ext"; exit 2 ;;
 esac
 tar -czf "$OUT/$PART.tgz" -C "$W" "$PART"
 for f in "$L"/*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done 2>/dev/null

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Issue 23's model figure: a training step of a 4-layer Llama-style model, eager and under
+torch.compile, with and without ``opsmith.ops.patch`` (its RMSNorms and SiLU activations
+replaced), all four in one process.
+
+The model is written out here (no transformers needed on the GPU machine): token embedding,
+per layer RMSNorm -> causal attention (q/k/v/o projections, rotary embedding, SDPA) ->
+residual, RMSNorm -> SwiGLU MLP (down(silu(gate(x)) * up(x)), the SiLU an ``nn.SiLU`` module as
+in transformers' Llama) -> residual; final RMSNorm, LM head, cross-entropy. Random weights,
+bf16, hidden 2048, intermediate 5632, 16 heads, vocab 32000, batch 4 x 1024 tokens by default.
+A step is forward + loss + backward + AdamW (fused) + zero_grad; the median of ``--steps``
+CUDA-event-timed steps after ``--warmup``.
+
+    python3 bench/bench_llama_step.py --out DIR            # results.json; prints the four step times
+    python3 bench/bench_llama_step.py --out DIR --tiny --device cpu   # the plumbing, on CPU
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import opsmith.ops  # noqa: E402
+
+
+def rotary(x, cos, sin):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.dim = heads, hidden // heads
+        self.q, self.k, self.v, self.o = (nn.Linear(hidden, hidden, bias=False) for _ in range(4))
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        q, k, v = (p(x).view(b, t, self.heads, self.dim).transpose(1, 2) for p in (self.q, self.k, self.v))
+        q, k = rotary(q, cos, sin), rotary(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, inter: int) -> None:
+        super().__init__()
+        self.gate, self.up = nn.Linear(hidden, inter, bias=False), nn.Linear(hidden, inter, bias=False)
+        self.down, self.act = nn.Linear(inter, hidden, bias=False), nn.SiLU()
+
+    def forward(self, x):
+        return self.down(self.act(self.gate(x)) * self.up(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, hidden: int, inter: int, heads: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.RMSNorm(hidden, eps=1e-6), nn.RMSNorm(hidden, eps=1e-6)
+        self.attn, self.mlp = Attention(hidden, heads), MLP(hidden, inter)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attn(self.norm1(x), cos, sin)
+        return x + self.mlp(self.norm2(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab: int, hidden: int, inter: int, heads: int, layers: int, seq: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(Layer(hidden, inter, heads) for _ in range(layers))
+        self.norm, self.head = nn.RMSNorm(hidden, eps=1e-6), nn.Linear(hidden, vocab, bias=False)
+        dim = hidden // heads
+        inv = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        freqs = torch.outer(torch.arange(seq).float(), inv)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, tokens, labels):
+        x = self.embed(tokens)
+        cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+
+
+def step_time(model, tokens, labels, steps: int, warmup: int, device: str) -> float:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device != "cpu")
+
+    def step():
+        model(tokens, labels).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        if device == "cpu":
+            t = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t) * 1e3)
+            continue
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--tiny", action="store_true", help="a tiny model (a smoke test)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    cfg = dict(vocab=32000, hidden=2048, inter=5632, heads=16, layers=4, seq=1024)
+    batch = 4
+    if args.tiny:
+        cfg, batch = dict(vocab=512, hidden=128, inter=352, heads=4, layers=2, seq=64), 2
+    dtype = torch.bfloat16 if args.device != "cpu" else torch.float32
+    torch.manual_seed(0)
+    tokens = torch.randint(0, cfg["vocab"], (batch, cfg["seq"]), device=args.device)
+    labels = torch.roll(tokens, -1, dims=1)
+    results, replaced = {}, None
+    for patched in (False, True):
+        for compiled in (False, True):
+            torch.manual_seed(0)
+            model = Llama(**cfg).to(device=args.device, dtype=dtype)
+            if patched:
+                replaced = [str(r) for r in opsmith.ops.patch(model)]
+            run = torch.compile(model) if compiled else model
+            name = ("compile" if compiled else "eager") + (" + opsmith.ops.patch" if patched else "")
+            torch._dynamo.reset()
+            results[name] = step_time(run, tokens, labels, args.steps, args.warmup, args.device)
+            print(f"{name:<32} {results[name]:8.2f} ms / step", flush=True)
+    eager, compiled = results["eager"], results["compile"]
+    summary = {"patched_eager_speedup": eager / results["eager + opsmith.ops.patch"],
+               "patched_compile_vs_compile": compiled / results["compile + opsmith.ops.patch"]}
+    meta = {"config": cfg, "batch": batch, "dtype": str(dtype), "torch": torch.__version__,
+            "device": torch.cuda.get_device_name() if args.device != "cpu" else "cpu",
+            "command": "python3 bench/bench_llama_step.py " + " ".join(sys.argv[1:])}
+    (args.out / "results.json").write_text(json.dumps({"meta": meta, "ms_per_step": results, "summary": summary,
+                                                       "replaced": replaced}, indent=1))
+    print(f"patched eager: {summary['patched_eager_speedup']:.2f}x eager (target >= 1.3); patched compile: "
+          f"{summary['patched_compile_vs_compile']:.2f}x compile (target >= 1.0); {len(replaced or [])} modules "
+          f"replaced")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

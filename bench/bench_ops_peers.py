@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Issue 23's comparison: opsmith.ops beside torch eager, torch.compile(dynamic=False) compiled
+for each shape, and Liger-Kernel, forward and forward+backward, in one process.
+
+Every figure is GB/s of the bytes-moved floor over the median of CUDA-event-timed runs with the
+L2 flushed (opsmith.ops.benchmark); "fwd+bwd" times one forward and one backward
+(torch.autograd.grad) together, against the sum of both floors. Each case prints ours / the
+best peer (time ratio: > 1 means ours is faster). torch.compile is reset and recompiled for
+every shape (its default would recompile once with dynamic shapes and understate it). Liger is
+used when importable (pure Python over Triton: carry its wheel, pip install --no-deps).
+
+Ops: rms_norm, layer_norm, softmax (rows 1 MiB .. >= 1 GiB moved, row length 1024 .. 32768),
+silu_and_mul / gelu_and_mul (packed [gate | up]; Liger gets gate and up as two tensors, as its
+MLP has them), in bfloat16 by default.
+
+    python3 bench/bench_ops_peers.py --out DIR            # results.json, table.txt
+    python3 bench/bench_ops_peers.py --out DIR --quick    # a few shapes (a smoke test)
+    python3 bench/bench_ops_peers.py --out DIR --device cpu --quick   # the plumbing, on CPU (no Liger)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from opsmith import ops  # noqa: E402
+
+MIB = 1 << 20
+SHAPES = [(512, 1024), (2048, 2048), (4096, 4096), (16384, 4096), (65536, 1024), (2048, 32768), (8192, 8192),
+          (32768, 8192), (65536, 8192)]
+
+
+def _liger():
+    try:
+        from liger_kernel.transformers import functional as lf
+        return lf
+    except Exception:  # noqa: BLE001 -- not installed (or no Triton): the column is left out
+        return None
+
+
+def impls(op: str, liger):
+    """name -> (make_args(rows, cols, dtype, device, grad), fn(*args)) for ``op``."""
+    def row_args(rows, cols, dtype, device, grad, params):
+        x = torch.randn(rows, cols, dtype=dtype, device=device, requires_grad=grad)
+        ps = [torch.randn(cols, dtype=dtype, device=device, requires_grad=grad) for _ in range(params)]
+        return (x, *ps)
+
+    def gated_args(rows, cols, dtype, device, grad):
+        return (torch.randn(rows, 2 * cols, dtype=dtype, device=device, requires_grad=grad),)
+
+    def split_args(rows, cols, dtype, device, grad):  # Liger: gate and up as two tensors
+        return tuple(torch.randn(rows, cols, dtype=dtype, device=device, requires_grad=grad) for _ in range(2))
+
+    if op in ("rms_norm", "layer_norm", "softmax"):
+        params = {"rms_norm": 1, "layer_norm": 2, "softmax": 0}[op]
+        mk = lambda r, c, dt, dev, g: row_args(r, c, dt, dev, g, params)  # noqa: E731
+        eager = {"rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+                 "layer_norm": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+                 "softmax": lambda x: torch.softmax(x, -1)}[op]
+        ours = {"rms_norm": lambda x, w: ops.rms_norm(x, (x.shape[-1],), w, 1e-6),
+                "layer_norm": lambda x, w, b: ops.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+                "softmax": lambda x: ops.softmax(x, -1)}[op]
+        out = {"opsmith": (mk, ours), "eager": (mk, eager), "compile": (mk, eager)}
+        if liger is not None:
+            out["liger"] = (mk, {"rms_norm": lambda x, w: liger.liger_rms_norm(x, w, 1e-6),
+                                 "layer_norm": lambda x, w, b: liger.liger_layer_norm(x, w, b, 1e-5),
+                                 "softmax": lambda x: liger.liger_softmax(x)}[op])
+        return out
+    act = {"silu_and_mul": F.silu, "gelu_and_mul": lambda g: F.gelu(g, approximate="tanh")}[op]
+    ours = {"silu_and_mul": ops.silu_and_mul, "gelu_and_mul": lambda x: ops.gelu_and_mul(x, "tanh")}[op]
+
+    def eager(x):
+        d = x.shape[-1] // 2
+        return act(x[..., :d]) * x[..., d:]
+    out = {"opsmith": (gated_args, ours), "eager": (gated_args, eager), "compile": (gated_args, eager)}
+    if liger is not None:  # Liger's GeGLU is the tanh form
+        out["liger"] = (split_args, {"silu_and_mul": liger.liger_swiglu, "gelu_and_mul": liger.liger_geglu}[op])
+    return out
+
+
+def floor_bytes(op: str, rows: int, cols: int, size: int, direction: str) -> int:
+    """The bytes each direction must move at least (fwd: inputs read, outputs written)."""
+    n = rows * cols * size
+    if op in ("silu_and_mul", "gelu_and_mul"):
+        fwd, bwd = 3 * n, 5 * n  # x (2n) -> y (n); g (n) + x (2n) -> dx (2n)
+    else:
+        params = {"rms_norm": 1, "layer_norm": 2, "softmax": 0}[op] * cols * size
+        stats = {"rms_norm": 4, "layer_norm": 8, "softmax": 0}[op] * rows
+        fwd, bwd = 2 * n + params + stats, 3 * n + 2 * params + stats
+    return fwd if direction == "fwd" else fwd + bwd
+
+
+def _time(fn, nbytes, runs, device):
+    if device == "cpu":  # the plumbing only: wall time
+        ts = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t) * 1e3)
+        ms = statistics.median(ts)
+        return {"ms": ms, "gbps": nbytes / (ms * 1e-3) / 1e9}
+    r = ops.benchmark(fn, bytes_moved=nbytes, runs=runs, warmup=3, device=torch.device(device))
+    return {"ms": r.median_ms, "gbps": r.gbps, "fraction": r.fraction}
+
+
+def measure(name, make, fn, rows, cols, dtype, device, direction, runs, nbytes):
+    if name == "compile":
+        torch._dynamo.reset()
+        fn = torch.compile(fn, dynamic=False)
+    grad = direction != "fwd"
+    args = make(rows, cols, dtype, device, grad)
+    if not grad:
+        with torch.no_grad():
+            fn(*args)  # compiles (compile) / loads the kernels outside the timing
+            return _time(lambda: fn(*args), nbytes, runs, device)
+    leaves = [a for a in args if a.requires_grad]
+    y = fn(*args)
+    g = torch.randn_like(y)
+    torch.autograd.grad(y, leaves, g)
+
+    def step():
+        torch.autograd.grad(fn(*args), leaves, g)
+    return _time(step, nbytes, runs, device)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,silu_and_mul,gelu_and_mul")
+    ap.add_argument("--dtypes", default="bfloat16")
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=400, help="stop starting new cases after this")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    import torch._functorch.config as functorch_config
+    functorch_config.donated_buffer = False
+    liger = _liger() if args.device != "cpu" else None
+    start = time.perf_counter()
+    meta = {"torch": torch.__version__, "liger": getattr(sys.modules.get("liger_kernel"), "__version__", None)
+            if liger else None, "command": "python3 bench/bench_ops_peers.py " + " ".join(sys.argv[1:])}
+    if args.device != "cpu":
+        meta.update(device=torch.cuda.get_device_name(), copy_gbps=ops.copy_bandwidth())
+    shapes = SHAPES[:3] if args.quick else SHAPES
+    if args.device == "cpu":
+        shapes = [(64, 256), (128, 512)]
+    records, skipped = [], 0
+    for dtype_name in args.dtypes.split(","):
+        dtype = getattr(torch, dtype_name)
+        size = torch.tensor([], dtype=dtype).element_size()
+        for op in args.ops.split(","):
+            for rows, cols in shapes:
+                for direction in ("fwd", "fwd+bwd"):
+                    nbytes = floor_bytes(op, rows, cols, size, direction)
+                    if time.perf_counter() - start > args.budget_s:
+                        skipped += 1
+                        continue
+                    res = {}
+                    for name, (make, fn) in impls(op, liger).items():
+                        try:
+                            res[name] = measure(name, make, fn, rows, cols, dtype, args.device, direction,
+                                                args.runs, nbytes)
+                        except Exception as exc:  # noqa: BLE001 -- one peer failing must not end the run
+                            res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                    peers = [r["ms"] for k, r in res.items() if k != "opsmith" and "ms" in r]
+                    ratio = (min(peers) / res["opsmith"]["ms"]) if peers and "ms" in res["opsmith"] else None
+                    records.append({"op": op, "dtype": dtype_name, "shape": [rows, cols], "dir": direction,
+                                    "bytes": nbytes, "results": res, "vs_best_peer": ratio})
+                    print(_line(records[-1]), flush=True)
+    meta["seconds"], meta["skipped_over_budget"] = time.perf_counter() - start, skipped
+    (args.out / "results.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+    table = "\n".join([f"{meta}", _header(), *(_line(r) for r in records)])
+    (args.out / "table.txt").write_text(table + "\n")
+    print(_summary(records, meta))
+    return 0
+
+
+def _header() -> str:
+    return f"{'op':<13}{'dtype':<9}{'shape':<14}{'dir':<8}{'MiB':>7}  GB/s: opsmith / eager / compile / liger   ours vs best"
+
+
+def _line(r) -> str:
+    cell = lambda k: f"{r['results'][k]['gbps']:.0f}" if "gbps" in r["results"].get(k, {}) else "-"  # noqa: E731
+    ratio = f"{r['vs_best_peer']:.2f}x" if r["vs_best_peer"] else "-"
+    return (f"{r['op']:<13}{r['dtype']:<9}{'x'.join(map(str, r['shape'])):<14}{r['dir']:<8}{r['bytes'] / MIB:>7.0f}  "
+            f"{cell('opsmith')} / {cell('eager')} / {cell('compile')} / {cell('liger')}   {ratio}")
+
+
+def _summary(records, meta) -> str:
+    big = [r for r in records if r["bytes"] >= 16 * MIB and r["vs_best_peer"]]
+    losses = [r for r in big if r["vs_best_peer"] < 1]
+    return (f"\n{len(big)} cases >= 16 MiB: ours >= the best peer in {len(big) - len(losses)}; behind in "
+            f"{len(losses)}: " + ", ".join(f"{r['op']} {r['dir']} {'x'.join(map(str, r['shape']))} "
+                                           f"{r['vs_best_peer']:.2f}x" for r in losses[:20]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
