@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import opsmith.ops  # noqa: E402
+import opsmith.ops
 
 
 def rotary(x, cos, sin):

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from opsmith import ops  # noqa: E402
+from opsmith import ops
 
 MIB = 1 << 20
 SHAPES = [(512, 1024), (2048, 2048), (4096, 4096), (16384, 4096), (65536, 1024), (2048, 32768), (8192, 8192),
@@ -61,7 +61,7 @@ def impls(op: str, liger):
 
     if op in ("rms_norm", "layer_norm", "softmax"):
         params = {"rms_norm": 1, "layer_norm": 2, "softmax": 0}[op]
-        mk = lambda r, c, dt, dev, g: row_args(r, c, dt, dev, g, params)  # noqa: E731
+        mk = lambda r, c, dt, dev, g: row_args(r, c, dt, dev, g, params)
         eager = {"rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
                  "layer_norm": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
                  "softmax": lambda x: torch.softmax(x, -1)}[op]
@@ -73,6 +73,17 @@ def impls(op: str, liger):
             out["liger"] = (mk, {"rms_norm": lambda x, w: liger.liger_rms_norm(x, w, 1e-6),
                                  "layer_norm": lambda x, w, b: liger.liger_layer_norm(x, w, b, 1e-5),
                                  "softmax": lambda x: liger.liger_softmax(x)}[op])
+        return out
+    if op == "add_rms_norm":  # y alone is timed (the new residual is written by every implementation)
+        mk = lambda r, c, dt, dev, g: (*row_args(r, c, dt, dev, g, 1), torch.randn(r, c, dtype=dt, device=dev,
+                                                                                   requires_grad=g))
+
+        def eager_add(x, w, res):
+            return F.rms_norm(x + res, (x.shape[-1],), w, 1e-6)
+        out = {"opsmith": (mk, lambda x, w, res: ops.add_rms_norm(x, res, (x.shape[-1],), w, 1e-6)[0]),
+               "eager": (mk, eager_add), "compile": (mk, eager_add)}
+        if liger is not None and hasattr(liger, "liger_fused_add_rms_norm"):
+            out["liger"] = (mk, lambda x, w, res: liger.liger_fused_add_rms_norm(x, res, w, 1e-6, in_place=False)[0])
         return out
     act = {"silu_and_mul": F.silu, "gelu_and_mul": lambda g: F.gelu(g, approximate="tanh")}[op]
     ours = {"silu_and_mul": ops.silu_and_mul, "gelu_and_mul": lambda x: ops.gelu_and_mul(x, "tanh")}[op]
@@ -91,6 +102,8 @@ def floor_bytes(op: str, rows: int, cols: int, size: int, direction: str) -> int
     n = rows * cols * size
     if op in ("silu_and_mul", "gelu_and_mul"):
         fwd, bwd = 3 * n, 5 * n  # x (2n) -> y (n); g (n) + x (2n) -> dx (2n)
+    elif op == "add_rms_norm":  # x, residual -> y, residual_out (+ w, rstd); bwd: g, s -> dx, dres (+ dw)
+        fwd, bwd = 4 * n + cols * size + 4 * rows, 4 * n + 2 * cols * size + 4 * rows
     else:
         params = {"rms_norm": 1, "layer_norm": 2, "softmax": 0}[op] * cols * size
         stats = {"rms_norm": 4, "layer_norm": 8, "softmax": 0}[op] * rows
@@ -134,7 +147,7 @@ def measure(name, make, fn, rows, cols, dtype, device, direction, runs, nbytes):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,silu_and_mul,gelu_and_mul")
+    ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,add_rms_norm,silu_and_mul,gelu_and_mul")
     ap.add_argument("--dtypes", default="bfloat16")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--device", default="cuda")
@@ -189,7 +202,7 @@ def _header() -> str:
 
 
 def _line(r) -> str:
-    cell = lambda k: f"{r['results'][k]['gbps']:.0f}" if "gbps" in r["results"].get(k, {}) else "-"  # noqa: E731
+    cell = lambda k: f"{r['results'][k]['gbps']:.0f}" if "gbps" in r["results"].get(k, {}) else "-"
     ratio = f"{r['vs_best_peer']:.2f}x" if r["vs_best_peer"] else "-"
     return (f"{r['op']:<13}{r['dtype']:<9}{'x'.join(map(str, r['shape'])):<14}{r['dir']:<8}{r['bytes'] / MIB:>7.0f}  "
             f"{cell('opsmith')} / {cell('eager')} / {cell('compile')} / {cell('liger')}   {ratio}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from opsmith._errors import SpecError
 from opsmith.ops._functional import GELU_KERNELS, _dim, _rows_cols
 
-__all__ = ["gelu", "gelu_and_mul", "layer_norm", "relu", "rms_norm", "silu", "silu_and_mul", "softmax"]
+__all__ = ["add_rms_norm", "gelu", "gelu_and_mul", "layer_norm", "relu", "rms_norm", "silu", "silu_and_mul", "softmax"]
 
 
 def _shape(normalized_shape) -> tuple[int, ...]:
@@ -204,3 +204,14 @@ def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
     if weight is not None and weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
     return _call("rms_norm[0]")(x, shape, weight, None if eps is None else float(eps))
+
+
+def add_rms_norm(x, residual, normalized_shape, weight=None, eps: float | None = None):
+    """``residual_out = x + residual`` and ``y = rms_norm(residual_out, normalized_shape, weight,
+    eps)`` in one pass (a pre-norm block's residual stream); returns ``(y, residual_out)``.
+    ``torch.ops.opsmith.add_rms_norm`` (its third output, rstd, is for the backward)."""
+    shape = _last_dims(x, normalized_shape, "add_rms_norm")
+    if weight is not None and weight.dtype != x.dtype:
+        weight = weight.to(x.dtype)
+    y, s, _ = _call("add_rms_norm")(x, residual, shape, weight, None if eps is None else float(eps))
+    return y, s

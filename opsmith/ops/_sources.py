@@ -1,7 +1,7 @@
 """The CUDA sources of opsmith.ops and their compiled modules.
 
 One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu``,
-``norm.cu`` and ``gated.cu`` for float32, float64, float16 and bfloat16, each with the name
+``norm.cu``, ``gated.cu`` and ``fused_norm.cu`` for float32, float64, float16 and bfloat16, each with the name
 expressions of its kernels. The first use of any op on a dtype compiles that dtype's programs at once
 (:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all of them ahead of time.
 """
@@ -29,6 +29,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "norm.cu": tuple(f"{op}_{d}{s}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
                      for d in ("fwd", "bwd") for s in ("", "_long")) + ("norm_bwd_weight<{T}, {A}>",),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
+    "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>",),
 }
 
 # the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep

@@ -61,7 +61,7 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     text = (ROOT / "pyproject.toml").read_text()
     assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
-    assert names == ["activations.cuh", "common.cuh", "elementwise.cu", "gated.cu", "norm.cu", "softmax.cu"]
+    assert names == ["activations.cuh", "common.cuh", "elementwise.cu", "fused_norm.cu", "gated.cu", "norm.cu", "softmax.cu"]
     # the only includes are our own headers and CUDA's fp16/bf16 headers, behind __has_include
     for path in [*_sources.KERNEL_DIR.glob("*.cu"), _sources.KERNEL_DIR / "activations.cuh"]:
         includes = [line for line in path.read_text().splitlines() if line.startswith("#include")]
@@ -215,8 +215,8 @@ def test_cli_warm_ops_compiles_then_hits(fresh_cache):
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr
         outs.append(out.stdout)
-    assert "opsmith.ops for sm_90: 16 programs (108 kernels), 16 compiled, 0 from the cache" in outs[0]
-    assert "opsmith.ops for sm_90: 16 programs (108 kernels), 0 compiled, 16 from the cache" in outs[1]
+    assert "opsmith.ops for sm_90: 20 programs (112 kernels), 20 compiled, 0 from the cache" in outs[0]
+    assert "opsmith.ops for sm_90: 20 programs (112 kernels), 0 compiled, 20 from the cache" in outs[1]
     for out in outs:  # and the torch C++ libraries the ops run on, built once for this torch
         assert "opsmith.ops native CUDA kernels (opsmith/ops/native/osm_ops.cpp): ready for this torch" in out
         assert "opsmith.ops native Autograd kernels" in out
@@ -360,6 +360,10 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             assert dx.shape == x.shape and dw.shape == ((cols,) if weight is not None else (0,))
             y, rstd = fn.rms_norm_fwd(x, [cols], weight, None)
             dx, dw = fn.rms_norm_bwd(x, x, [cols], rstd, weight is not None, weight)
+        for weight in (w, None):
+            from opsmith.ops import _fused
+            y, s, rstd = _fused.add_rms_norm_cuda(x, x, [cols], weight, None)
+            assert y.shape == s.shape == x.shape and rstd.shape == (3,)
         x2 = torch.randn(3, 2 * cols, dtype=dt)  # [gate | up]
         for op in ("silu", "gelu", "gelu_tanh"):
             y2 = fn.gated_fwd(op, x2)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F
 
-import opsmith.ops as O  # noqa: E402
-from opsmith._errors import SpecError  # noqa: E402
+import opsmith.ops as O
+from opsmith._errors import SpecError
 
 
 def _ref(x, kind):

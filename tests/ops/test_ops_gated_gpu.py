@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F
 
-import opsmith.ops as O  # noqa: E402
+import opsmith.ops as O
 
 pytestmark = pytest.mark.gpu
 

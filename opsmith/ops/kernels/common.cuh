@@ -196,5 +196,19 @@ __device__ __forceinline__ void load_row(const T* row, T* cache, int mode, long 
 
 }  // namespace opsmith
 
+// The register-row kernels' setup (norm.cu, fused_norm.cu): a block of blockDim.y rows, tpr =
+// blockDim.x threads a row, C chunks of N elements per thread.
+#define OPSMITH_ROW_SETUP                                                          \
+    typedef typename Elem<T>::acc A_;                                              \
+    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;                           \
+    const int tpr = blockDim.x, t = threadIdx.x;                                   \
+    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;        \
+    const bool active = row < rows; /* idle rows still take part in reductions */  \
+    const long long n = active ? cols : 0;                                         \
+    const long long base = (active ? row : 0) * (long long)cols;
+
+// element i of a thread's register row (chunk i / N, lane i % N) is column col(i)
+#define OPSMITH_COL(i) ((long long)(((i) / N) * tpr + t) * N + (i) % N)
+
 // Dynamic shared memory of the long-row kernels (one declaration for every element type).
 extern __shared__ __align__(16) unsigned char opsmith_dyn_smem[];

@@ -29,18 +29,6 @@
 
 using namespace opsmith;
 
-#define OPSMITH_ROW_SETUP                                                          \
-    typedef typename Elem<T>::acc A_;                                              \
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;                           \
-    const int tpr = blockDim.x, t = threadIdx.x;                                   \
-    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;        \
-    const bool active = row < rows; /* idle rows still take part in reductions */  \
-    const long long n = active ? cols : 0;                                         \
-    const long long base = (active ? row : 0) * (long long)cols;
-
-// element i of a thread's register row (chunk i / N, lane i % N) is column col(i)
-#define OPSMITH_COL(i) ((long long)(((i) / N) * tpr + t) * N + (i) % N)
-
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
 layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,

@@ -1,0 +1,105 @@
+"""Fused residual add + RMSNorm as torch operators: ``add_rms_norm`` and its backward.
+
+=====================  =====================================================================
+``add_rms_norm``       ``(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None,
+                       float? eps=None) -> (Tensor y, Tensor residual_out, Tensor rstd)``:
+                       ``residual_out = x + residual``, ``y = rms_norm(residual_out) * weight``
+``add_rms_norm_backward``  ``(grad, s, normalized_shape, rstd, want_w, weight, grad_residual)
+                       -> (grad_s, grad_weight)``: rms_norm's backward on ``s`` plus the gradient
+                       that reached ``residual_out``; ``x`` and ``residual`` both get ``grad_s``
+=====================  =====================================================================
+
+On CUDA the forward is one kernel (``kernels/fused_norm.cu``) for rows that fit in registers,
+else an add and rms_norm's long-row kernel; the CUDA implementation is Python on every machine.
+"""
+from __future__ import annotations
+
+from opsmith._errors import SpecError
+from opsmith.ops import _functional as fn
+from opsmith.ops import _launch, _sources
+
+__all__ = ["add_rms_norm_cuda", "define_all"]
+
+
+def _check(x, residual) -> None:
+    if residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device:
+        raise SpecError(f"opsmith.ops.add_rms_norm: residual must match x (shape {tuple(x.shape)}, {x.dtype}, "
+                        f"{x.device}); got shape {tuple(residual.shape)}, {residual.dtype}, {residual.device}")
+
+
+def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | None = None):
+    """(y, residual_out, rstd) on CUDA: one pass where the row fits in registers."""
+    import torch
+    _check(x, residual)
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    x, residual = x.contiguous(), residual.contiguous()
+    rows, cols = fn._rows_cols(x, normalized_shape, "add_rms_norm")
+    plan = _launch.row_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device())) \
+        if rows and cols else None
+    if plan is None or plan.strategy == "long":
+        s = x + residual
+        y, rstd = fn.rms_norm_fwd(s, normalized_shape, weight, eps)
+        return y, s, rstd
+    y, s = torch.empty_like(x), torch.empty_like(x)
+    rstd = torch.empty(rows, dtype=fn._stats_dtype(x), device=x.device)
+    w = weight.contiguous() if weight is not None else x
+    k = _sources.kernel("fused_norm.cu", "add_rms_norm_fwd<{T}, {A}>", fn._dtype_name(x, "add_rms_norm"),
+                        x.get_device())
+    k.launch(_launch.launch_config(plan), x, residual, w, y, s, rstd, rows, cols, float(eps), int(weight is not None))
+    return y, s, rstd
+
+
+def _cpu(rms_cpu):
+    def run(x, residual, normalized_shape, weight=None, eps=None):
+        _check(x, residual)
+        s = x + residual
+        y, rstd = rms_cpu(s, normalized_shape, weight, eps)
+        return y, s, rstd
+    return run
+
+
+def _fake(rms_fake):
+    def run(x, residual, normalized_shape, weight=None, eps=None):
+        y, rstd = rms_fake(x, normalized_shape, weight, eps)
+        return y, x.new_empty(x.shape), rstd
+    return run
+
+
+def _backward(rms_backward):
+    def run(grad, s, normalized_shape, rstd, want_w, weight=None, grad_residual=None):
+        ds, dw = rms_backward(grad, s, normalized_shape, rstd, want_w, weight)
+        return (ds + grad_residual if grad_residual is not None else ds), dw
+    return run
+
+
+def define_all(define, rms) -> list:
+    """Define both operators through ``define(name, schema, cuda, cpu, fake)`` with the forward's
+    autograd, over rms_norm's CPU code and fake kernels (``rms``: cpu, backward_cpu, fake,
+    backward_fake, from ``_register``); returns the ops whose CUDA implementation is registered
+    on every machine."""
+    cpu, backward_cpu, fake, backward_fake = rms
+    op = define("add_rms_norm", "(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, "
+                "float? eps=None) -> (Tensor, Tensor, Tensor)", add_rms_norm_cuda, _cpu(cpu), _fake(fake))
+    back = define("add_rms_norm_backward", "(Tensor grad, Tensor s, int[] normalized_shape, Tensor rstd, "
+                  "bool want_w, Tensor? weight=None, Tensor? grad_residual=None) -> (Tensor, Tensor)",
+                  _backward(fn.rms_norm_bwd), _backward(backward_cpu), _backward(backward_fake))
+
+    def setup_context(ctx, inputs, output):
+        _x, _residual, shape, weight, _eps = inputs
+        _, s, rstd = output
+        ctx.mark_non_differentiable(rstd)
+        ctx.save_for_backward(s, rstd, weight)
+        ctx.shape = list(shape)
+
+    def backward(ctx, gy, gs, _grstd):
+        import torch
+        s, rstd, weight = ctx.saved_tensors
+        want_w = weight is not None and bool(ctx.needs_input_grad[4])  # [0] is the key set
+        if gy is None:
+            gy = torch.zeros_like(s)
+        ds, dw = back.default(gy, s, ctx.shape, rstd, want_w, weight, gs)
+        return ds, ds, None, (dw if want_w else None), None
+
+    op.register_autograd(backward, setup_context)
+    return [op, back]

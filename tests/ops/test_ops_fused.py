@@ -1,0 +1,74 @@
+"""add_rms_norm (fused residual add + RMSNorm) on CPU: values and gradients against torch,
+gradcheck, opcheck of both operators, fake kernels, compile, errors, and its CUDA kernel
+compiled by NVRTC for every dtype (no GPU needed)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F
+
+import opsmith.ops as O
+from opsmith._errors import SpecError
+
+
+def _inputs(shape, weight=True):
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    r = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(shape[-1], dtype=torch.float64, requires_grad=True) if weight else None
+    return x, r, w
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 16), (2, 3, 24)])
+@pytest.mark.parametrize("weight", [True, False])
+def test_values_and_gradients_match_torch(shape, weight):
+    x, r, w = _inputs(shape, weight)
+    y, s = O.add_rms_norm(x, r, shape[-1], w, 1e-5)
+    s_ref = x + r
+    y_ref = F.rms_norm(s_ref, [shape[-1]], w, 1e-5)
+    assert torch.allclose(y, y_ref) and torch.allclose(s, s_ref)
+    gy, gs = torch.randn_like(y), torch.randn_like(s)  # both outputs feed the loss, as in a block
+    leaves = [t for t in (x, r, w) if t is not None]
+    got = torch.autograd.grad((y * gy).sum() + (s * gs).sum(), leaves)
+    want = torch.autograd.grad((y_ref * gy).sum() + (s_ref * gs).sum(), leaves)
+    assert all(torch.allclose(a, b) for a, b in zip(got, want))
+    assert torch.autograd.gradcheck(
+        lambda *t: O.add_rms_norm(t[0], t[1], shape[-1], t[2] if len(t) > 2 else None, 1e-5), tuple(leaves))
+
+
+def test_opcheck_fake_and_compile():
+    from opsmith.ops._register import FUSED_NAMES, ops
+    T = ops()
+    assert set(FUSED_NAMES) == {"add_rms_norm", "add_rms_norm_backward"}
+    x, r, w = _inputs((4, 8))
+    assert set(torch.library.opcheck(T.add_rms_norm.default, (x, r, [8], w, 1e-5)).values()) == {"SUCCESS"}
+    _, s, rstd = T.add_rms_norm(x.detach(), r.detach(), [8], w.detach(), 1e-5)
+    g = torch.randn(4, 8, dtype=torch.float64)
+    for gres in (g, None):
+        result = torch.library.opcheck(T.add_rms_norm_backward.default, (g, s, [8], rstd, True, w.detach(), gres))
+        assert set(result.values()) == {"SUCCESS"}
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        fx = torch.empty(2, 3, 64, dtype=torch.bfloat16)
+        y, s, rstd = T.add_rms_norm(fx, fx, [64], None, None)
+        assert y.shape == s.shape == fx.shape and rstd.shape == (6,) and rstd.dtype == torch.float32
+    f = torch.compile(lambda a, b: O.add_rms_norm(a, b, 8)[0] * 2, fullgraph=True, dynamic=False)
+    a, b = torch.randn(3, 8), torch.randn(3, 8)
+    assert torch.allclose(f(a, b), F.rms_norm(a + b, [8], eps=torch.finfo(torch.float32).eps) * 2, atol=1e-6)
+
+
+def test_errors_name_the_fix():
+    x = torch.randn(3, 8)
+    with pytest.raises(SpecError, match="residual must match x"):
+        O.add_rms_norm(x, torch.randn(3, 8, dtype=torch.float64), 8)
+    with pytest.raises(SpecError, match="normalized_shape"):
+        O.add_rms_norm(x, x, 7)
+
+
+def test_fused_kernel_compiles_for_every_dtype():
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from opsmith._build._nvrtc import compile_request, make_request
+    from opsmith.ops import _sources
+    for job in _sources.jobs("sm_90", files=("fused_norm.cu",)):
+        b = compile_request(make_request(**job))
+        assert set(b.lowered_names) == set(job["name_expressions"]) and b.code[:4] == b"\x7fELF"

@@ -1,0 +1,60 @@
+"""add_rms_norm on CUDA: the new residual bitwise equal to torch's x + residual, y against a
+float64 reference for every dtype, on the one-kernel path (rows in registers, 16-byte vectors
+or not) and the long-row path (an add and rms_norm's long kernel); gradients; gradcheck;
+opcheck; compile."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F
+
+import opsmith.ops as O
+
+pytestmark = pytest.mark.gpu
+
+TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.float16: (2e-3, 2e-3),
+       torch.bfloat16: (1.6e-2, 1.6e-2)}
+
+
+@pytest.mark.parametrize("dtype", sorted(TOL, key=str))
+@pytest.mark.parametrize("shape", [(1, 8), (7, 100), (64, 4096), (3, 5, 2048), (2, 70000), (0, 16)])
+@pytest.mark.parametrize("weight", [True, False])
+def test_matches_torch(dtype, shape, weight):
+    x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
+    r = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True) if weight else None
+    y, s = O.add_rms_norm(x, r, shape[-1], w, 1e-6)
+    assert torch.equal(s, x.detach() + r.detach())  # the residual stream: T's own rounding of the sum
+    s64 = s.detach().double()
+    want = F.rms_norm(s64, [shape[-1]], w.detach().double() if weight else None, 1e-6)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(y.double(), want, atol=atol, rtol=rtol)
+    if x.numel():
+        gy, gs = torch.randn_like(y), torch.randn_like(s)
+        leaves = [t for t in (x, r, w) if t is not None]
+        got = torch.autograd.grad((y * gy).sum() + (s * gs).sum(), leaves)
+        xs = s.detach().double().requires_grad_()
+        w64 = w.detach().double().requires_grad_() if weight else None
+        ref = F.rms_norm(xs, [shape[-1]], w64, 1e-6)
+        exp = torch.autograd.grad((ref * gy.double()).sum() + (xs * gs.double()).sum(),
+                                  [xs] + ([w64] if weight else []))
+        torch.testing.assert_close(got[0].double(), exp[0], atol=8 * atol, rtol=8 * rtol)
+        torch.testing.assert_close(got[1].double(), exp[0], atol=8 * atol, rtol=8 * rtol)
+        if weight:
+            torch.testing.assert_close(got[2].double(), exp[1], atol=8 * atol * shape[0], rtol=8 * rtol)
+
+
+def test_gradcheck_opcheck_compile():
+    x = torch.randn(3, 40, device="cuda", dtype=torch.float64, requires_grad=True)
+    r = torch.randn_like(x, requires_grad=True)
+    w = torch.randn(40, device="cuda", dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b, c: O.add_rms_norm(a, b, 40, c, 1e-5), (x, r, w))
+    from opsmith.ops._register import ops
+    T = ops()
+    assert set(torch.library.opcheck(T.add_rms_norm.default, (x, r, [40], w, 1e-5)).values()) == {"SUCCESS"}
+    f = torch.compile(lambda a, b: O.add_rms_norm(a, b, 4096)[0].float().sum(), fullgraph=True, dynamic=False)
+    a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn_like(a)
+    torch.testing.assert_close(f(a, b), F.rms_norm((a + b).float(), [4096], eps=torch.finfo(torch.bfloat16).eps).sum(),
+                               atol=2.0, rtol=1e-2)
