@@ -14,6 +14,8 @@ recompiles with dynamic shapes after the second shape).
 
     python3 bench/bench_ops.py --out bench/results/ops-h100      # results.json, ops.png, table.txt
     python3 bench/bench_ops.py --out DIR --plot-only DIR/results.json  # redraw without a GPU
+    python3 bench/bench_ops.py --peers --out DIR   # issue 23's comparison: eager, torch.compile(dynamic=False)
+                                                   # per shape and Liger-Kernel, fwd and fwd+bwd (bench_ops_peers.py)
 """
 from __future__ import annotations
 
@@ -125,6 +127,11 @@ def measure(impls, make_args, nbytes, direction, runs):
 
 
 def main() -> int:
+    if "--peers" in sys.argv:  # opsmith.ops beside eager, compile(dynamic=False) and Liger (bench_ops_peers.py)
+        sys.argv.remove("--peers")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_ops_peers import main as peers
+        return peers()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="directory for results.json, table.txt, ops.png")
     ap.add_argument("--plot-only", type=Path, metavar="RESULTS_JSON",
