@@ -65,7 +65,7 @@ def _eager(name: str):
     that calls the operator with typed arguments (no schema conversion; see
     ``native/osm_ops_python.h``), else the OpOverload's builtin."""
     from opsmith.ops import _register
-    if _register.native_registered():
+    if name in _FAST and _register.native_registered():
         from opsmith.ops import _native
         builtins = {op: getattr(ov, "_op", ov) for op, ov in
                     ((op, getattr(_ops(), op).default) for op in _FAST.values())}
@@ -102,7 +102,7 @@ def _first(name: str):
     where the native kernels serve (no Python objects made for the statistics), else the full
     op and ``[0]``."""
     from opsmith.ops import _register
-    if _register.native_registered():
+    if name in _FAST and _register.native_registered():
         ov = getattr(_ops(), name + "_y").default
         return getattr(ov, "_op", ov)
     full = _op(name)
