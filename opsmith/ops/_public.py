@@ -102,7 +102,7 @@ def _first(name: str):
     where the native kernels serve (no Python objects made for the statistics), else the full
     op and ``[0]``."""
     from opsmith.ops import _register
-    if name in _FAST and _register.native_registered():
+    if _register.native_registered():
         ov = getattr(_ops(), name + "_y").default
         return getattr(ov, "_op", ov)
     full = _op(name)
