@@ -98,7 +98,8 @@ def describe_op(op):
     for k in getattr(op, "_kernels", None) or ():
         req = getattr(k.module, "_request", None)
         request = None if req is None else {
-            "source": req.source, "include_paths": list(req.include_paths),
+            "source": req.source,  # a file's own folder first: its "header.cuh" includes resolve there
+            "include_paths": ([str(req.source_dir)] if req.source_dir else []) + [str(p) for p in req.include_paths],
             "defines": [list(d) for d in req.defines], "headers": [list(h) for h in req.headers],
             "options": list(req.options), "std": req.std}
         kernels.append(KernelDescription(k.name, k.signature.to_json(), request))

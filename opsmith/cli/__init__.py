@@ -160,9 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", dest="pkg_version", metavar="VERSION",
                    help="the wheel's version (default: the package's __version__, else 0.0.0)")
     p.add_argument("--sign", metavar="KEYFILE", help="sign the manifest with this key (HMAC-SHA256)")
-    p.add_argument("--with", dest="with_", action="append", choices=("c",),
+    p.add_argument("--with", dest="with_", action="append", choices=("c", "onnxruntime"),
                    help="c: also ship each kernel program as a C library (opsmith export-c: header, source, "
-                   "lib<name>.so) under _opsmith/c/")
+                   "lib<name>.so) under _opsmith/c/; onnxruntime: the module's ops as an ONNX Runtime custom-op "
+                   "library under _opsmith/onnxruntime/ (CPU functions from the module's __opsmith_onnx__)")
     p.add_argument("--json", action="store_true", help="print the wheel, archs, ops and sizes as JSON")
     p.set_defaults(func=_command("opsmith.package._cli", "run"))
 

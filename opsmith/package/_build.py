@@ -108,6 +108,24 @@ def _c_libraries(requests, pkg: str, targets, work: Path) -> dict[str, bytes]:
     return files
 
 
+def _onnxruntime_library(module: str, pkg: str, targets, work: Path) -> dict[str, bytes]:
+    """``--with onnxruntime``: the module's ops as an ONNX Runtime custom-op library (the ONNX
+    Runtime target's ``_package_build``, in a process): files under ``onnxruntime/``."""
+    cubins = [a for a, kind in targets if kind == "cubin"]
+    cmd = [sys.executable, "-m", "opsmith.onnx._package_build", module, str(work / "ort")]
+    for a in cubins:
+        cmd += ["--arch", a]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("OPSMITH_CUDA_ARCH", cubins[0])  # the import's kernels need an arch where there is no GPU
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if r.returncode != 0:
+        raise OpsmithError(f"opsmith package --with onnxruntime: building {module}'s ONNX Runtime library "
+                           f"failed:\n" + "\n".join((r.stderr or r.stdout).strip().splitlines()[-12:]))
+    return {f"onnxruntime/{Path(f).name}": Path(f).read_bytes()
+            for f in json.loads(r.stdout.strip().splitlines()[-1])["files"]}
+
+
 def _python_files(folder: Path, pkg: str) -> dict[str, bytes]:
     files = {}
     for root, dirs, names in os.walk(folder):
@@ -122,7 +140,7 @@ def _python_files(folder: Path, pkg: str) -> dict[str, bytes]:
 
 def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=None, ptx: bool = True,
                   version: str | None = None, sign: str | os.PathLike | None = None,
-                  ops: bool = False, with_c: bool = False) -> PackageResult:
+                  ops: bool = False, with_c: bool = False, with_onnxruntime: bool = False) -> PackageResult:
     """Build the wheel of ``module``'s ops (or, with ``ops=True``, of opsmith.ops' kernels).
 
     Parameters
@@ -141,6 +159,9 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
     with_c : bool
         Also ship each program as a C library (``opsmith export-c``: a header, the source with
         the code inside, ``lib<name>.so``) under ``_opsmith/c/``, for callers without Python.
+    with_onnxruntime : bool
+        Also ship the module's ops as an ONNX Runtime custom-op library under
+        ``_opsmith/onnxruntime/`` (CPU implementations from the module's ``__opsmith_onnx__``).
     """
     from opsmith._build._archs_compile import compile_all, resolve_archs
     from opsmith._version import __version__
@@ -173,19 +194,27 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
         libraries[name] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(),
                            "source_sha256": lib["source_sha256"]}
     c_entries: dict = {}
-    if with_c:
+    ort_entries: dict = {}
+    if with_c or with_onnxruntime:
         import tempfile
-        with tempfile.TemporaryDirectory(prefix="opsmith-package-c-") as work:
-            c_files = _c_libraries(requests, pkg, targets, Path(work))
-        for rel, data in c_files.items():
+        if ops and with_onnxruntime:
+            raise SpecError("opsmith package --ops --with onnxruntime: opsmith.ops has no ONNX Runtime library; "
+                            "leave --with onnxruntime out")
+        with tempfile.TemporaryDirectory(prefix="opsmith-package-") as work:
+            extra = {**(_c_libraries(requests, pkg, targets, Path(work)) if with_c else {}),
+                     **(_onnxruntime_library(module, pkg, targets, Path(work)) if with_onnxruntime else {})}
+        for rel, data in extra.items():
             payload[rel] = data
-            c_entries[Path(rel).name] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest()}
+            entries = c_entries if rel.startswith("c/") else ort_entries
+            entries[Path(rel).name] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest()}
     version = version or _package_version(files.get(f"{pkg}/__init__.py", b"")) or "0.0.0"
     shipped = [a if kind == "cubin" else a.replace("sm_", "compute_", 1) for a, kind in targets]
     manifest = _manifest.manifest(pkg, version, kernels, libraries, recorded["ops"],
                                   nvrtc_version=binaries[0].nvrtc_version, archs=shipped)
     if c_entries:
         manifest["c"] = c_entries
+    if ort_entries:
+        manifest["onnxruntime"] = ort_entries
     text = _manifest.dumps(manifest)
     files[f"{pkg}/_opsmith/manifest.json"] = text
     if sign is not None:

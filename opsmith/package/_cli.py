@@ -21,7 +21,7 @@ def run(args) -> int:
     archs = [a for item in (args.arch or ()) for a in item.replace(",", " ").split()] or None
     res = build_package(args.module or "opsmith.ops", out_dir=args.out, archs=archs, ptx=args.ptx,
                         version=args.pkg_version, sign=args.sign, ops=args.ops,
-                        with_c="c" in (args.with_ or ()))
+                        with_c="c" in (args.with_ or ()), with_onnxruntime="onnxruntime" in (args.with_ or ()))
     if args.json:
         print(json.dumps({"wheel": os.fspath(res.wheel), "package": res.package, "version": res.version,
                           "archs": res.archs, "kernels": res.kernels, "ops": res.ops, "sizes": res.sizes,

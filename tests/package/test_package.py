@@ -46,7 +46,7 @@ def built(tmp_path_factory):
     again = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "b"), "--arch", "sm_80,sm_90", "--json"],
                                 tmp / "src", env).stdout)
     signed = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "s"), "--arch", "sm_90", "--sign", str(key),
-                                  "--with", "c", "--json"], tmp / "src", env).stdout)
+                                  "--with", "c", "--with", "onnxruntime", "--json"], tmp / "src", env).stdout)
     return {"tmp": tmp, "out": out, "again": again, "signed": signed, "key": key}
 
 
@@ -89,6 +89,29 @@ def test_with_c_ships_the_export_c_library(built):
     export = json.loads(files["relupkg/_opsmith/c/relupkg.json"])
     assert export["modules"][0]["name"] == "relu_kernel.cu"  # no build-machine path in the wheel
     assert files["relupkg/_opsmith/c/librelupkg.so"][:4] == b"\x7fELF"
+
+
+def test_with_onnxruntime_ships_a_library_ort_runs(built, tmp_path):
+    """The wheel's ONNX Runtime library (CPU functions from relupkg's __opsmith_onnx__; the kernel
+    file's own header resolved) in a real ONNX Runtime session: ReLU bit for bit."""
+    np = pytest.importorskip("numpy")
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    import opsmith.onnx
+    pkg = _unpacked(built["signed"]["wheel"], tmp_path / "w")
+    manifest = json.loads((pkg / "_opsmith" / "manifest.json").read_text())
+    assert sorted(manifest["onnxruntime"]) == ["librelupkg.so", "relupkg.json"]
+    ort_manifest = json.loads((pkg / "_opsmith" / "onnxruntime" / "relupkg.json").read_text())
+    assert ort_manifest["ops"]["relupkg.relu"]["providers"] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    from onnx import helper
+    node = helper.make_node("relu", ["x"], ["y"], domain="relupkg")
+    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["n"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("relupkg", 1)],
+                              ir_version=9).SerializeToString()
+    sess = opsmith.onnx.inference_session(model, str(pkg / "_opsmith" / "onnxruntime" / "librelupkg.so"))
+    x = np.random.default_rng(0).standard_normal(100_003).astype(np.float32)
+    assert np.array_equal(sess.run(None, {"x": x})[0], np.maximum(x, 0))
 
 
 def test_installed_package_runs_with_zero_compiles(built, tmp_path):

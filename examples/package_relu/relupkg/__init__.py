@@ -7,6 +7,10 @@ import opsmith
 
 __version__ = "1.0.0"
 
+# ONNX Runtime's CPU provider runs these (opsmith package --with onnxruntime); the CUDA provider the kernels
+__opsmith_onnx__ = {"cpu_source": "relu_cpu.cpp",
+                    "cpu": {"relupkg::relu": "relu_cpu", "relupkg::relu_backward": "relu_bwd_cpu"}}
+
 _mod = opsmith.CudaModule(Path(__file__).with_name("relu_kernel.cu"))
 
 relu_backward = opsmith.custom_op("relupkg::relu_backward", kernel=_mod.get_kernel("relu_bwd"),
