@@ -41,7 +41,7 @@ case "$PART" in
       tests/build/test_nvcc_split.py
     run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/torch/test_torch_ops.py tests/torch/test_torch_ops_gpu.py \
       tests/torch/test_torch_ops_cshim.py tests/torch/test_torch_ops_cshim_gpu.py tests/torch/test_op_autograd.py
-    for f in tests/ops/test_ops_gpu.py tests/ops/test_ops_native_gpu.py tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py tests/ops/test_ops_compile.py tests/export_c/test_export_c_gpu.py tests/onnx/test_onnx_ort_gpu.py; do
+    for f in tests/ops/test_ops_gpu.py tests/ops/test_ops_native_gpu.py tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py tests/ops/test_ops_rotary_gpu.py tests/ops/test_ops_compile.py tests/export_c/test_export_c_gpu.py tests/onnx/test_onnx_ort_gpu.py; do
       [ -f "$f" ] && run "$(basename "$f" .py)" python3 -m pytest -q -p no:cacheprovider -rs "$f"
     done
     if [ -x examples/export_c/build.sh ]; then
@@ -62,7 +62,8 @@ case "$PART" in
     run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/torch/test_torch_ops.py tests/torch/test_torch_ops_gpu.py \
       tests/torch/test_torch_ops_cshim.py tests/torch/test_torch_ops_cshim_gpu.py tests/torch/test_op_autograd.py
     run ops python3 -m pytest -q -p no:cacheprovider -rs -x tests/ops/test_ops_native_gpu.py tests/ops/test_ops_native.py \
-      tests/ops/test_ops_gpu.py tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py tests/ops/test_ops_compile.py
+      tests/ops/test_ops_gpu.py tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py tests/ops/test_ops_rotary_gpu.py \
+      tests/ops/test_ops_compile.py
     run bench_op_autograd python3 bench/bench_op_autograd.py --json "$L/bench_op_autograd.json"
     run bench_op_overhead python3 bench/bench_op_overhead.py --json "$L/bench_op_overhead.json"
     ;;
@@ -72,7 +73,8 @@ case "$PART" in
       python3 -m pip install -q --no-deps --target "$W/liger" .whlp/liger_kernel-*.whl >"$L/liger_pip.log" 2>&1 \
         && export PYTHONPATH="$W/liger${PYTHONPATH:+:$PYTHONPATH}"
     fi
-    run new_ops python3 -m pytest -q -p no:cacheprovider -rs tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py
+    run new_ops python3 -m pytest -q -p no:cacheprovider -rs tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py \
+      tests/ops/test_ops_rotary_gpu.py
     run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
     run llama python3 bench/bench_llama_step.py --out "$L/llama"
     ;;

@@ -25,7 +25,7 @@ _LAZY = {
     "silu": "opsmith.ops._public", "softmax": "opsmith.ops._public",
     "layer_norm": "opsmith.ops._public", "rms_norm": "opsmith.ops._public",
     "silu_and_mul": "opsmith.ops._public", "gelu_and_mul": "opsmith.ops._public",
-    "add_rms_norm": "opsmith.ops._public",
+    "add_rms_norm": "opsmith.ops._public", "rotary_embedding": "opsmith.ops._public",
     "SiLUAndMul": "opsmith.ops._modules", "GELUAndMul": "opsmith.ops._modules",
     "ReLU": "opsmith.ops._modules", "GELU": "opsmith.ops._modules", "SiLU": "opsmith.ops._modules",
     "Softmax": "opsmith.ops._modules", "LayerNorm": "opsmith.ops._modules",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from opsmith._errors import SpecError
 from opsmith.ops._functional import GELU_KERNELS, _dim, _rows_cols
 
-__all__ = ["add_rms_norm", "gelu", "gelu_and_mul", "layer_norm", "relu", "rms_norm", "silu", "silu_and_mul", "softmax"]
+__all__ = ["add_rms_norm", "gelu", "gelu_and_mul", "rotary_embedding", "layer_norm", "relu", "rms_norm", "silu", "silu_and_mul", "softmax"]
 
 
 def _shape(normalized_shape) -> tuple[int, ...]:
@@ -215,3 +215,16 @@ def add_rms_norm(x, residual, normalized_shape, weight=None, eps: float | None =
         weight = weight.to(x.dtype)
     y, s, _ = _call("add_rms_norm")(x, residual, shape, weight, None if eps is None else float(eps))
     return y, s
+
+
+def rotary_embedding(x, cos, sin, positions=None, *, interleaved: bool = False):
+    """Rotary position embedding of ``x`` (``[..., head_dim]``, up to 4 leading dims): each
+    row's first ``2 * half`` elements rotated in pairs, neox layout ``(j, j + half)`` or, with
+    ``interleaved=True``, GPT-J's ``(2j, 2j + 1)``; the rest copied. ``cos``/``sin`` end in
+    ``half`` and broadcast against ``x.shape[:-1]`` (numpy rules, right-aligned: for ``x``
+    ``[batch, heads, seq, head_dim]`` pass ``[seq, half]`` or ``[batch, 1, seq, half]``); with
+    ``positions`` (integers broadcast the same way) they are tables ``[max_position, half]``.
+    Out of place; the gradient flows to ``x`` only. ``torch.ops.opsmith.rotary_embedding``."""
+    if cos.dtype != x.dtype:
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return _call("rotary_embedding")(x, cos, sin, positions, bool(interleaved))

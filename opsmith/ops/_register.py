@@ -17,6 +17,8 @@ ops without a graph break) and an autograd formula that calls the backward opera
                        -> (Tensor y, Tensor rstd)``; ``rms_norm_backward``
 ``silu_and_mul``       ``(Tensor x) -> Tensor`` over ``x = [gate | up]``; ``gelu_and_mul`` (``str
                        approximate``); their backwards (:mod:`opsmith.ops._gated`)
+``rotary_embedding``   rotary position embedding, neox or interleaved, cos/sin given or indexed by
+                       positions (:mod:`opsmith.ops._rotary`)
 ``add_rms_norm``       ``x + residual`` then RMS norm, one kernel: ``(y, residual_out, rstd)``
                        (:mod:`opsmith.ops._fused`)
 ``layer_norm_y``       ``layer_norm``'s first output alone; ``rms_norm_y`` likewise (C++ composites
@@ -37,13 +39,14 @@ import threading
 from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
 
-__all__ = ["FUSED_NAMES", "GATED_NAMES", "OP_NAMES", "ops"]
+__all__ = ["FUSED_NAMES", "GATED_NAMES", "OP_NAMES", "ROTARY_NAMES", "ops"]
 
 OP_NAMES = ("relu", "relu_backward", "gelu", "gelu_backward", "silu", "silu_backward", "softmax",
             "softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward")
 # the gated activations (opsmith.ops._gated): Python CUDA implementations on every machine
 GATED_NAMES = ("silu_and_mul", "silu_and_mul_backward", "gelu_and_mul", "gelu_and_mul_backward")
 FUSED_NAMES = ("add_rms_norm", "add_rms_norm_backward")  # opsmith.ops._fused: Python CUDA code too
+ROTARY_NAMES = ("rotary_embedding", "rotary_embedding_backward")  # opsmith.ops._rotary: likewise
 
 _lock = threading.Lock()
 _done = False
@@ -248,9 +251,9 @@ def _register_all() -> None:
                           grads_for=("x", "weight"))
 
     # gated activations (silu_and_mul, gelu_and_mul): their CUDA code is Python everywhere
-    from opsmith.ops import _fused, _gated
+    from opsmith.ops import _fused, _gated, _rotary
     rms_parts = (_rms_norm_cpu, _rms_norm_backward_cpu, _rms_norm_fake, _rms_norm_backward_fake)
-    for op in [*_gated.define_all(define), *_fused.define_all(define, rms_parts)]:
+    for op in [*_gated.define_all(define), *_fused.define_all(define, rms_parts), *_rotary.define_all(define)]:
         op.register_kernel("cuda", python_cuda.pop(op))
 
     if native:

@@ -1,7 +1,7 @@
 """The CUDA sources of opsmith.ops and their compiled modules.
 
 One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu``,
-``norm.cu``, ``gated.cu`` and ``fused_norm.cu`` for float32, float64, float16 and bfloat16, each with the name
+``norm.cu``, ``gated.cu``, ``fused_norm.cu`` and ``rotary.cu`` for float32, float64, float16 and bfloat16, each with the name
 expressions of its kernels. The first use of any op on a dtype compiles that dtype's programs at once
 (:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all of them ahead of time.
 """
@@ -30,6 +30,7 @@ FILES: dict[str, tuple[str, ...]] = {
                      for d in ("fwd", "bwd") for s in ("", "_long")) + ("norm_bwd_weight<{T}, {A}>",),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>",),
+    "rotary.cu": ("rotary<{T}>",),
 }
 
 # the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep

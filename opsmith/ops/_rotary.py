@@ -1,0 +1,142 @@
+"""Rotary position embedding as torch operators: ``rotary_embedding`` and its backward.
+
+=========================  =================================================================
+``rotary_embedding``       ``(Tensor x, Tensor cos, Tensor sin, Tensor? positions=None,
+                           bool interleaved=False) -> Tensor``
+``rotary_embedding_backward``  the same arguments with ``grad`` first: the inverse rotation
+=========================  =================================================================
+
+``x`` is ``[..., d]`` (at most 4 leading dims, e.g. ``[batch, heads, seq, head_dim]``); each
+row's first ``2 * half`` elements are rotated in pairs, neox layout ``(j, j + half)`` or
+interleaved (GPT-J) ``(2j, 2j + 1)``, the rest copied. ``cos``/``sin`` end in ``half`` and
+broadcast against ``x.shape[:-1]``; with ``positions`` (int64, broadcast against
+``x.shape[:-1]``) they are tables ``[max_position, half]`` indexed by each row's position.
+Their gradients are not computed. The CUDA code (``kernels/rotary.cu``) is Python-launched
+on every machine.
+"""
+from __future__ import annotations
+
+from opsmith._errors import SpecError
+from opsmith.ops import _functional as fn
+from opsmith.ops import _launch, _sources
+
+__all__ = ["check", "define_all", "rotary_cuda"]
+
+MAX_LEAD = 4
+
+
+def check(x, cos, sin, positions) -> int:
+    """``half`` after checking the arguments (a SpecError that names the fix)."""
+    where = "opsmith.ops.rotary_embedding"
+    if x.dim() < 1 or x.dim() - 1 > MAX_LEAD:
+        raise SpecError(f"{where}: x must have 1 to {MAX_LEAD + 1} dims ([..., head_dim]), got shape {tuple(x.shape)}")
+    if cos.shape != sin.shape or cos.dim() < 1:
+        raise SpecError(f"{where}: cos and sin must have one shape ending in half the rotary dim, got "
+                        f"{tuple(cos.shape)} and {tuple(sin.shape)}")
+    half = cos.shape[-1]
+    if 2 * half > x.shape[-1] or half < 1:
+        raise SpecError(f"{where}: cos/sin's last dim ({half}) is half the rotary dim, which must be 1 .. "
+                        f"x.shape[-1] // 2 = {x.shape[-1] // 2}")
+    if cos.dtype != x.dtype or sin.dtype != x.dtype:
+        raise SpecError(f"{where}: cos/sin are {cos.dtype}, x is {x.dtype}; convert them with .to(x.dtype)")
+    if positions is not None:
+        if positions.dtype.is_floating_point or positions.dtype.is_complex:
+            raise SpecError(f"{where}: positions must be integers (torch.long), got {positions.dtype}")
+        if cos.dim() != 2:
+            raise SpecError(f"{where}: with positions, cos/sin are tables [max_position, half], got {tuple(cos.shape)}")
+    import torch
+    lead, rows_of = tuple(x.shape[:-1]), (positions.shape if positions is not None else cos.shape[:-1])
+    try:
+        fits = torch.broadcast_shapes(tuple(rows_of), lead) == lead
+    except RuntimeError:
+        fits = False
+    if not fits:
+        what = "positions" if positions is not None else "cos/sin's leading dims"
+        raise SpecError(f"{where}: {what} {tuple(rows_of)} must broadcast against x's leading dims {lead} "
+                        f"(right-aligned: for x [batch, heads, seq, head_dim] use [seq, ...] or [batch, 1, seq, ...])")
+    return half
+
+
+def _lead_strides(t, lead, what: str) -> tuple:
+    """The strides of ``t`` broadcast to ``lead`` (0 where broadcast), or a SpecError."""
+    try:
+        return t.expand(*lead).stride() if lead else ()
+    except RuntimeError:
+        raise SpecError(f"opsmith.ops.rotary_embedding: {what} of shape {tuple(t.shape)} does not broadcast against "
+                        f"x's leading dims {tuple(lead)}") from None
+
+
+def _meta(x, cos, positions):
+    """(meta, positions pointer): the leading sizes (right-aligned, padded with 1), the element
+    strides of cos's rows and of positions along them (0 where broadcast), as rotary.cu reads."""
+    import torch
+    lead = tuple(x.shape[:-1])
+    pad = MAX_LEAD - len(lead)
+    if positions is None:
+        cstrides, pstrides = _lead_strides(cos[..., 0], lead, "cos"), (0,) * len(lead)
+    else:
+        cstrides, pstrides = (0,) * len(lead), _lead_strides(positions, lead, "positions")
+    meta = torch.tensor([*((1,) * pad + lead), *((0,) * pad + tuple(cstrides)), *((0,) * pad + tuple(pstrides))],
+                        dtype=torch.long).to(x.device)
+    return meta, (positions if positions is not None else meta)
+
+
+def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
+    """The rotation (``sign=-1``: the inverse) on CUDA."""
+    import torch
+    half = check(x, cos, sin, positions)
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    d = x.shape[-1]
+    rows = x.numel() // d if d else 0
+    if not rows:
+        return y
+    cos, sin = cos.contiguous(), sin.contiguous()
+    if positions is not None:
+        positions = positions.to(device=x.device, dtype=torch.long).contiguous()
+    meta, pos = _meta(x, cos, positions)
+    plan = _launch.elementwise_plan(rows * max(half, d - 2 * half), x.element_size(), _launch.device_props(x.get_device()))
+    k = _sources.kernel("rotary.cu", "rotary<{T}>", fn._dtype_name(x, "rotary_embedding"), x.get_device())
+    k.launch(_launch.launch_config(plan), x, cos, sin, pos, y, meta, rows, d, half, int(interleaved), sign,
+             int(positions is not None))
+    return y
+
+
+def _cpu(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
+    """The rotation in torch (float32 math for 16-bit inputs, as the kernel)."""
+    import torch
+    half = check(x, cos, sin, positions)
+    c, s = (cos[positions.long()], sin[positions.long()]) if positions is not None else (cos, sin)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xf, c, s = x.to(acc), c.to(acc), sign * s.to(acc)
+    a, b = (xf[..., 0:2 * half:2], xf[..., 1:2 * half:2]) if interleaved else (xf[..., :half], xf[..., half:2 * half])
+    ra, rb = a * c - b * s, b * c + a * s
+    rot = torch.stack([ra, rb], dim=-1).flatten(-2) if interleaved else torch.cat([ra, rb], dim=-1)
+    return torch.cat([rot, xf[..., 2 * half:]], dim=-1).to(x.dtype)
+
+
+def define_all(define) -> list:
+    """Define both operators through ``define(name, schema, cuda, cpu, fake)`` with the forward's
+    autograd; returns the ops whose CUDA implementation is registered on every machine."""
+    args = "Tensor cos, Tensor sin, Tensor? positions=None, bool interleaved=False"
+    op = define("rotary_embedding", f"(Tensor x, {args}) -> Tensor",
+                lambda x, c, s, p=None, i=False: rotary_cuda(x, c, s, p, i, 1),
+                lambda x, c, s, p=None, i=False: _cpu(x, c, s, p, i, 1), lambda x, *a, **k: x.new_empty(x.shape))
+    back = define("rotary_embedding_backward", f"(Tensor grad, {args}) -> Tensor",
+                  lambda g, c, s, p=None, i=False: rotary_cuda(g, c, s, p, i, -1),
+                  lambda g, c, s, p=None, i=False: _cpu(g, c, s, p, i, -1), lambda g, *a, **k: g.new_empty(g.shape))
+
+    def setup_context(ctx, inputs, output):
+        _x, cos, sin, positions, interleaved = inputs
+        ctx.save_for_backward(cos, sin, positions)
+        ctx.interleaved = interleaved
+
+    def backward(ctx, grad):
+        if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:  # [0] is the key set
+            raise SpecError("opsmith.ops.rotary_embedding: gradients for cos and sin are not computed; pass "
+                            "them detached (cos.detach()) or use torch's own rotation where you train them")
+        cos, sin, positions = ctx.saved_tensors
+        return back.default(grad, cos, sin, positions, ctx.interleaved), None, None, None, None
+
+    op.register_autograd(backward, setup_context)
+    return [op, back]

@@ -1,0 +1,93 @@
+"""rotary_embedding on CPU: neox and interleaved layouts against the transformers-style formula,
+cos/sin broadcast or indexed by positions, partial rotary dims, gradients (gradcheck), opcheck,
+fake kernels, compile, the refused cos/sin gradient, errors, and the CUDA kernel compiled by
+NVRTC for every dtype and launched with its signature's arguments (no GPU needed)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import opsmith.ops as O
+from opsmith._errors import SpecError
+
+
+def _neox(x, cos, sin):  # transformers' rotate_half form, cos/sin over half the rotary dim
+    h = cos.shape[-1]
+    a, b, rest = x[..., :h], x[..., h:2 * h], x[..., 2 * h:]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin, rest], dim=-1)
+
+
+def _gptj(x, cos, sin):
+    h = cos.shape[-1]
+    a, b = x[..., 0:2 * h:2], x[..., 1:2 * h:2]
+    return torch.cat([torch.stack([a * cos - b * sin, b * cos + a * sin], -1).flatten(-2), x[..., 2 * h:]], dim=-1)
+
+
+def _angles(rows, half):
+    ang = torch.randn(rows, half, dtype=torch.float64)
+    return ang.cos(), ang.sin()
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("half", [4, 2])  # full and partial rotary dims of head_dim 8
+def test_values_and_gradients(interleaved, half):
+    ref = _gptj if interleaved else _neox
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64, requires_grad=True)  # [batch, heads, seq, head_dim]
+    cos, sin = _angles(5, half)
+    y = O.rotary_embedding(x, cos, sin, interleaved=interleaved)
+    assert torch.allclose(y, ref(x, cos, sin))
+    assert torch.autograd.gradcheck(lambda t: O.rotary_embedding(t, cos, sin, interleaved=interleaved), (x,))
+    pos = torch.randint(0, 11, (2, 1, 5))  # per batch, broadcast over heads
+    tc, ts = _angles(11, half)
+    y = O.rotary_embedding(x, tc, ts, pos, interleaved=interleaved)
+    assert torch.allclose(y, ref(x, tc[pos], ts[pos]))
+    assert torch.autograd.gradcheck(lambda t: O.rotary_embedding(t, tc, ts, pos, interleaved=interleaved), (x,))
+
+
+def test_opcheck_fake_compile_and_refusals():
+    from opsmith.ops._register import ROTARY_NAMES, ops
+    T = ops()
+    x = torch.randn(4, 2, 8, dtype=torch.float64, requires_grad=True)  # [tokens, heads, head_dim]
+    cos, sin = _angles(4, 4)
+    cos, sin = cos[:, None], sin[:, None]
+    pos = torch.arange(4)[:, None]
+    tc, ts = _angles(6, 4)
+    for args in ((x, cos, sin, None, False), (x, tc, ts, pos, True)):
+        assert set(torch.library.opcheck(T.rotary_embedding.default, args).values()) == {"SUCCESS"}
+    g = torch.randn(4, 2, 8, dtype=torch.float64)
+    assert set(torch.library.opcheck(T.rotary_embedding_backward.default, (g, cos, sin, None, False)).values()) \
+        == {"SUCCESS"}
+    assert set(ROTARY_NAMES) == {"rotary_embedding", "rotary_embedding_backward"}
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        assert T.rotary_embedding(torch.empty(2, 4, 64), torch.empty(4, 32), torch.empty(4, 32)).shape == (2, 4, 64)
+    f = torch.compile(lambda t: O.rotary_embedding(t, cos.float(), sin.float()) * 2, fullgraph=True, dynamic=False)
+    xf = x.detach().float()
+    assert torch.allclose(f(xf), _neox(xf, cos.float(), sin.float()) * 2, atol=1e-6)
+    with pytest.raises(SpecError, match="gradients for cos and sin are not computed"):
+        O.rotary_embedding(x, cos.clone().requires_grad_(), sin).sum().backward()
+
+
+def test_errors_name_the_fix():
+    x = torch.randn(2, 5, 8)
+    cos, sin = torch.randn(5, 4), torch.randn(5, 4)
+    with pytest.raises(SpecError, match="must broadcast against x's leading dims"):
+        O.rotary_embedding(x, cos[:4], sin[:4])
+    with pytest.raises(SpecError, match="half the rotary dim"):
+        O.rotary_embedding(x, torch.randn(5, 5), torch.randn(5, 5))
+    with pytest.raises(SpecError, match="must be integers"):
+        O.rotary_embedding(x, cos, sin, torch.zeros(2, 5))
+    with pytest.raises(SpecError, match="tables"):
+        O.rotary_embedding(x, cos[None], sin[None], torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(SpecError, match="1 to 5 dims"):
+        O.rotary_embedding(torch.randn(1, 1, 1, 1, 2, 8), cos, sin)
+
+
+def test_rotary_kernel_compiles_for_every_dtype():
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from opsmith._build._nvrtc import compile_request, make_request
+    from opsmith.ops import _sources
+    for job in _sources.jobs("sm_90", files=("rotary.cu",)):
+        b = compile_request(make_request(**job))
+        assert set(b.lowered_names) == set(job["name_expressions"]) and b.code[:4] == b"\x7fELF"
