@@ -9,9 +9,10 @@ best peer (time ratio: > 1 means ours is faster). torch.compile is reset and rec
 every shape (its default would recompile once with dynamic shapes and understate it). Liger is
 used when importable (pure Python over Triton: carry its wheel, pip install --no-deps).
 
-Ops: rms_norm, layer_norm, softmax (rows 1 MiB .. >= 1 GiB moved, row length 1024 .. 32768),
-silu_and_mul / gelu_and_mul (packed [gate | up]; Liger gets gate and up as two tensors, as its
-MLP has them), in bfloat16 by default.
+Ops: rms_norm, layer_norm, softmax, add_rms_norm (rows 1 MiB .. >= 1 GiB moved, row length
+1024 .. 32768), silu_and_mul / gelu_and_mul (packed [gate | up]; Liger gets gate and up as two
+tensors, as its MLP has them), rotary (q and k [1, cols / 128 heads, rows, 128]; Liger's
+liger_rope rotates both in one call), in bfloat16 by default.
 
     python3 bench/bench_ops_peers.py --out DIR            # results.json, table.txt
     python3 bench/bench_ops_peers.py --out DIR --quick    # a few shapes (a smoke test)
@@ -74,6 +75,23 @@ def impls(op: str, liger):
                                  "layer_norm": lambda x, w, b: liger.liger_layer_norm(x, w, b, 1e-5),
                                  "softmax": lambda x: liger.liger_softmax(x)}[op])
         return out
+    if op == "rotary":  # q and k [1, heads, rows, 128], heads = cols // 128; cos/sin [rows, 64]
+        def rot_args(r, c, dt, dev, g):
+            heads = max(c // 128, 1)
+            q, k = (torch.randn(1, heads, r, 128, dtype=dt, device=dev, requires_grad=g) for _ in range(2))
+            ang = torch.randn(r, 64, device=dev)
+            return q, k, ang.cos().to(dt), ang.sin().to(dt)
+
+        def eager_rot(q, k, cos, sin):
+            c, s = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+            half = lambda t: torch.cat([-t[..., 64:], t[..., :64]], -1)  # noqa: E731
+            return q * c + half(q) * s, k * c + half(k) * s
+        out = {"opsmith": (rot_args, lambda q, k, c, s: (ops.rotary_embedding(q, c, s), ops.rotary_embedding(k, c, s))),
+               "eager": (rot_args, eager_rot), "compile": (rot_args, eager_rot)}
+        if liger is not None:
+            out["liger"] = (rot_args, lambda q, k, c, s: liger.liger_rope(q, k, torch.cat([c, c], -1)[None],
+                                                                          torch.cat([s, s], -1)[None]))
+        return out
     if op == "add_rms_norm":  # y alone is timed (the new residual is written by every implementation)
         mk = lambda r, c, dt, dev, g: (*row_args(r, c, dt, dev, g, 1), torch.randn(r, c, dtype=dt, device=dev,
                                                                                    requires_grad=g))
@@ -102,6 +120,9 @@ def floor_bytes(op: str, rows: int, cols: int, size: int, direction: str) -> int
     n = rows * cols * size
     if op in ("silu_and_mul", "gelu_and_mul"):
         fwd, bwd = 3 * n, 5 * n  # x (2n) -> y (n); g (n) + x (2n) -> dx (2n)
+    elif op == "rotary":  # q and k of rows * (cols // 128 heads) * 128 each: read and written
+        qk = rows * max(cols // 128, 1) * 128 * size
+        fwd, bwd = 4 * qk + 2 * rows * 64 * size, 4 * qk + 2 * rows * 64 * size
     elif op == "add_rms_norm":  # x, residual -> y, residual_out (+ w, rstd); bwd: g, s -> dx, dres (+ dw)
         fwd, bwd = 4 * n + cols * size + 4 * rows, 4 * n + 2 * cols * size + 4 * rows
     else:
@@ -136,18 +157,20 @@ def measure(name, make, fn, rows, cols, dtype, device, direction, runs, nbytes):
             return _time(lambda: fn(*args), nbytes, runs, device)
     leaves = [a for a in args if a.requires_grad]
     y = fn(*args)
-    g = torch.randn_like(y)
-    torch.autograd.grad(y, leaves, g)
+    ys = tuple(y) if isinstance(y, (tuple, list)) else (y,)
+    g = tuple(torch.randn_like(t) for t in ys)
+    torch.autograd.grad(ys, leaves, g)
 
     def step():
-        torch.autograd.grad(fn(*args), leaves, g)
+        out = fn(*args)
+        torch.autograd.grad(tuple(out) if isinstance(out, (tuple, list)) else (out,), leaves, g)
     return _time(step, nbytes, runs, device)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,add_rms_norm,silu_and_mul,gelu_and_mul")
+    ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,add_rms_norm,silu_and_mul,gelu_and_mul,rotary")
     ap.add_argument("--dtypes", default="bfloat16")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--device", default="cuda")
