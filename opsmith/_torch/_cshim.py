@@ -120,13 +120,14 @@ def build() -> str:
     _cshim_source.read()  # a clear error when the packaged source is missing
     source = resources.files(_cshim_source.PACKAGE).joinpath(_cshim_source.RESOURCE)
     from opsmith._build import _prebuilt
-    pre = _prebuilt.library(LIBRARY, source_sha256())  # an installed opsmith package's copy: no compiler
+    digest = source_sha256()
+    pre = _prebuilt.library(LIBRARY, digest)  # an installed opsmith package's copy: no compiler
     if pre is not None:
         return pre
     with resources.as_file(source) as path:  # the file itself; a temporary copy only from a zip
         art = build_shared_library(LIBRARY, [str(path)], with_cuda=False,
                                    extra_cflags=["-std=c++17", "-fvisibility=hidden"])
-    _prebuilt.built_library(LIBRARY, source_sha256(), str(art.path))  # a package records it
+    _prebuilt.built_library(LIBRARY, digest, str(art.path))  # a package records it
     return str(art.path)
 
 

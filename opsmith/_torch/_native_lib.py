@@ -2,6 +2,7 @@
 share: whether one is usable here, decided once per process."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +27,7 @@ def usable(state: dict[str, Any], enabled: bool, load: Callable[[], Any], what: 
     from opsmith._config import settings
     packaged = _prebuilt.active()  # an installed opsmith package serves: it promises no compile
     try:
-        with settings.override(must_hit=True) if packaged else _nothing():
+        with settings.override(must_hit=True) if packaged else contextlib.nullcontext():
             load()
         return True
     except Exception as exc:  # noqa: BLE001  (any failure: the fallback serves, said once)
@@ -38,8 +39,3 @@ def usable(state: dict[str, Any], enabled: bool, load: Callable[[], Any], what: 
             log.warning("opsmith: %s unavailable (%s); %s (set %s=0 to silence this)", what,
                         str(exc).splitlines()[0], fallback, variable)
         return False
-
-
-def _nothing():
-    import contextlib
-    return contextlib.nullcontext()

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from opsmith._errors import SpecError
 from opsmith.ops import _launch, _sources
 
-__all__ = ["ew_fwd", "ew_bwd", "gated_fwd", "gated_bwd", "GATED_KERNELS", "softmax_cuda", "softmax_backward_cuda", "layer_norm_fwd", "layer_norm_bwd",
-           "rms_norm_fwd", "rms_norm_bwd", "GELU_KERNELS"]
+__all__ = ["ew_fwd", "ew_bwd", "gated_fwd", "gated_bwd", "GATED_KERNELS", "softmax_cuda", "softmax_backward_cuda",
+           "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd", "GELU_KERNELS"]
 
 _EW = "elementwise.cu"
 GELU_KERNELS = {"none": "gelu_erf", "tanh": "gelu_tanh"}

@@ -6,9 +6,10 @@ implementations are in ``_functional``.
 from __future__ import annotations
 
 from opsmith._errors import SpecError
-from opsmith.ops._functional import GELU_KERNELS, _dim, _rows_cols
+from opsmith.ops._functional import GELU_KERNELS, _dim, _gated_rows, _rows_cols
 
-__all__ = ["add_rms_norm", "gelu", "gelu_and_mul", "rotary_embedding", "layer_norm", "relu", "rms_norm", "silu", "silu_and_mul", "softmax"]
+__all__ = ["add_rms_norm", "gelu", "gelu_and_mul", "layer_norm", "relu", "rms_norm", "rotary_embedding", "silu",
+           "silu_and_mul", "softmax"]
 
 
 def _shape(normalized_shape) -> tuple[int, ...]:
@@ -136,16 +137,10 @@ def silu(x):
     return _call("silu")(x)
 
 
-def _even_last(x, op: str) -> None:
-    if x.dim() == 0 or x.shape[-1] % 2:
-        raise SpecError(f"opsmith.ops.{op}: the last dim of x holds [gate | up] and must be even, got shape "
-                        f"{tuple(x.shape)}")
-
-
 def silu_and_mul(x):
     """``silu(x[..., :d]) * x[..., d:]`` for ``x`` of last dim ``2 d`` (SwiGLU's middle, vLLM's
     layout); ``torch.ops.opsmith.silu_and_mul``."""
-    _even_last(x, "silu_and_mul")
+    _gated_rows(x, "silu_and_mul")  # raises the SpecError for an odd last dim
     return _call("silu_and_mul")(x)
 
 
@@ -154,7 +149,7 @@ def gelu_and_mul(x, approximate: str = "none"):
     ``torch.ops.opsmith.gelu_and_mul``."""
     if approximate not in GELU_KERNELS:
         raise SpecError(f"opsmith.ops.gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}")
-    _even_last(x, "gelu_and_mul")
+    _gated_rows(x, "gelu_and_mul")
     return _call("gelu_and_mul")(x, approximate)
 
 

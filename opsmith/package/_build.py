@@ -57,18 +57,31 @@ def _package_dir(module: str) -> Path:
     return Path(locations[0])
 
 
+def _run_json(cmd: list[str], failure: str, *, lines: int, cwd: Path | None = None, env: dict | None = None,
+              path_first: str | None = None) -> dict:
+    """Run ``cmd`` (a target's command, in a process: targets never import each other), with
+    ``path_first`` (default: the current folder, where the user's module lies) first on
+    PYTHONPATH; its JSON answer: all of stdout (``export-c --json`` prints it indented), else its
+    last line (after what the user's module printed). A failure raises ``failure`` with the last
+    ``lines`` lines it printed."""
+    env = {**os.environ, **(env or {})}
+    env["PYTHONPATH"] = os.pathsep.join([path_first or os.getcwd(), *filter(None, [env.get("PYTHONPATH")])])
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-lines:])
+        raise OpsmithError(f"{failure} (exit {r.returncode}):\n{tail}")
+    out = r.stdout.strip()
+    try:
+        return json.loads(out)
+    except ValueError:
+        return json.loads(out.splitlines()[-1])
+
+
 def _record(module: str, arch: str, ops: bool) -> dict:
     """Run the module's import in a fresh process with its compiles recorded (see the module doc)."""
     runner = "opsmith.ops._package_record" if ops else "opsmith._torch._package_record"
-    cmd = [sys.executable, "-m", runner, module, "--arch", arch]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *filter(None, [env.get("PYTHONPATH")])])
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if r.returncode != 0:
-        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-15:])
-        raise OpsmithError(f"opsmith package: importing {module} failed (exit {r.returncode}); fix the error "
-                           f"below and run again.\n{tail}")
-    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    doc = _run_json([sys.executable, "-m", runner, module, "--arch", arch],
+                    f"opsmith package: importing {module} failed; fix the error below and run again", lines=15)
     doc["requests"] = [pickle.loads(base64.b64decode(x)) for x in doc["requests"]]
     return doc
 
@@ -86,7 +99,8 @@ def _c_libraries(requests, pkg: str, targets, work: Path) -> dict[str, bytes]:
         if not (src.is_file() and src.read_text(errors="replace") == req.source):
             src = work / f"{prefix}.cu"
             src.write_text(req.source)
-        cmd = [sys.executable, "-m", "opsmith", "export-c", str(src), "--prefix", prefix, "-o", str(work / prefix),
+        # the source by its name, run beside it: the export's manifest names no build-machine path
+        cmd = [sys.executable, "-m", "opsmith", "export-c", src.name, "--prefix", prefix, "-o", str(work / prefix),
                "--arch", ",".join(cubins), "--ptx" if ptx else "--no-ptx", "--library", "shared", "--json"]
         for name in req.name_expressions:
             cmd += ["-k", name]
@@ -96,14 +110,9 @@ def _c_libraries(requests, pkg: str, targets, work: Path) -> dict[str, bytes]:
             cmd += ["-D", name if value is None else f"{name}={value}"]
         for opt in req.options:
             cmd.append(f"--option={opt}")
-        cmd[4] = src.name  # relative, run beside it: the export's manifest names no build-machine path
-        r = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=src.parent,
-                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-                               str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))})
-        if r.returncode != 0:
-            raise OpsmithError(f"opsmith package --with c: exporting {req.name} failed:\n"
-                               + "\n".join((r.stderr or r.stdout).strip().splitlines()[-10:]))
-        for path in json.loads(r.stdout)["files"]:
+        doc = _run_json(cmd, f"opsmith package --with c: exporting {req.name} failed", lines=10, cwd=src.parent,
+                        path_first=str(Path(__file__).resolve().parents[2]))  # this opsmith, from another folder
+        for path in doc["files"]:
             files[f"c/{Path(path).name}"] = Path(path).read_bytes()
     return files
 
@@ -115,15 +124,10 @@ def _onnxruntime_library(module: str, pkg: str, targets, work: Path) -> dict[str
     cmd = [sys.executable, "-m", "opsmith.onnx._package_build", module, str(work / "ort")]
     for a in cubins:
         cmd += ["--arch", a]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *filter(None, [env.get("PYTHONPATH")])])
-    env.setdefault("OPSMITH_CUDA_ARCH", cubins[0])  # the import's kernels need an arch where there is no GPU
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if r.returncode != 0:
-        raise OpsmithError(f"opsmith package --with onnxruntime: building {module}'s ONNX Runtime library "
-                           f"failed:\n" + "\n".join((r.stderr or r.stdout).strip().splitlines()[-12:]))
-    return {f"onnxruntime/{Path(f).name}": Path(f).read_bytes()
-            for f in json.loads(r.stdout.strip().splitlines()[-1])["files"]}
+    arch = {"OPSMITH_CUDA_ARCH": os.environ.get("OPSMITH_CUDA_ARCH") or cubins[0]}  # the import's kernels, no GPU
+    doc = _run_json(cmd, f"opsmith package --with onnxruntime: building {module}'s ONNX Runtime library failed",
+                    lines=12, env=arch)
+    return {f"onnxruntime/{Path(f).name}": Path(f).read_bytes() for f in doc["files"]}
 
 
 def _python_files(folder: Path, pkg: str) -> dict[str, bytes]:
