@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """Issue 23's model figure: a training step of a 4-layer Llama-style model, eager and under
-torch.compile, with and without ``opsmith.ops.patch`` (its RMSNorms and SiLU activations
-replaced), all four in one process.
+torch.compile, with and without ``opsmith.ops.patch``, all four in one process. Patched, the
+RMSNorms run opsmith's rms_norm, each SwiGLU MLP becomes a ``GatedMLP``:
+``down(silu_mul(gate(x), up(x)))``, the SiLU and the multiply one kernel that reads the two
+projections' outputs and writes one tensor (forward), and one that writes both gradients
+(backward), and the ``nn.CrossEntropyLoss`` runs opsmith's cross_entropy (one read of the
+logits forward, one read and one write backward).
 
 The model is written out here (no transformers needed on the GPU machine): token embedding,
 per layer RMSNorm -> causal attention (q/k/v/o projections, rotary embedding, SDPA) ->
 residual, RMSNorm -> SwiGLU MLP (down(silu(gate(x)) * up(x)), the SiLU an ``nn.SiLU`` module as
-in transformers' Llama) -> residual; final RMSNorm, LM head, cross-entropy. Random weights,
+in transformers' Llama) -> residual; final RMSNorm, LM head, cross-entropy on the float logits
+(an ``nn.CrossEntropyLoss`` module). The rotary embedding is a function, as in transformers:
+patch leaves it to torch. Random weights,
 bf16, hidden 2048, intermediate 5632, 16 heads, vocab 32000, batch 4 x 1024 tokens by default.
 A step is forward + loss + backward + AdamW (fused) + zero_grad; the median of ``--steps``
 CUDA-event-timed steps after ``--warmup``.
@@ -17,17 +23,20 @@ CUDA-event-timed steps after ``--warmup``.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
+# before torch: `import torch` loads the opsmith_compile_cache backend entry point of an installed
+# opsmith, which fails where opsmith is importable only from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import opsmith.ops
 
@@ -79,6 +88,7 @@ class Llama(nn.Module):
         self.embed = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(Layer(hidden, inter, heads) for _ in range(layers))
         self.norm, self.head = nn.RMSNorm(hidden, eps=1e-6), nn.Linear(hidden, vocab, bias=False)
+        self.loss = nn.CrossEntropyLoss()  # a module, as in many training loops: patch replaces it
         dim = hidden // heads
         inv = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
         freqs = torch.outer(torch.arange(seq).float(), inv)
@@ -92,7 +102,7 @@ class Llama(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin)
         logits = self.head(self.norm(x))
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+        return self.loss(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
 
 
 def step_time(model, tokens, labels, steps: int, warmup: int, device: str) -> float:
@@ -137,13 +147,15 @@ def main() -> int:
     torch.manual_seed(0)
     tokens = torch.randint(0, cfg["vocab"], (batch, cfg["seq"]), device=args.device)
     labels = torch.roll(tokens, -1, dims=1)
-    results, replaced = {}, None
+    results, replaced, kinds = {}, None, collections.Counter()
     for patched in (False, True):
         for compiled in (False, True):
             torch.manual_seed(0)
             model = Llama(**cfg).to(device=args.device, dtype=dtype)
             if patched:
-                replaced = [str(r) for r in opsmith.ops.patch(model)]
+                done = opsmith.ops.patch(model)
+                replaced = [str(r) for r in done]
+                kinds = collections.Counter(f"{type(r.old).__name__} -> {type(r.new).__name__}" for r in done)
             run = torch.compile(model) if compiled else model
             name = ("compile" if compiled else "eager") + (" + opsmith.ops.patch" if patched else "")
             torch._dynamo.reset()
@@ -159,7 +171,7 @@ def main() -> int:
                                                        "replaced": replaced}, indent=1))
     print(f"patched eager: {summary['patched_eager_speedup']:.2f}x eager (target >= 1.3); patched compile: "
           f"{summary['patched_compile_vs_compile']:.2f}x compile (target >= 1.0); {len(replaced or [])} modules "
-          f"replaced")
+          f"replaced ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})", flush=True)
     return 0
 
 

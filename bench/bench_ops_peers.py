@@ -12,7 +12,11 @@ used when importable (pure Python over Triton: carry its wheel, pip install --no
 Ops: rms_norm, layer_norm, softmax, add_rms_norm (rows 1 MiB .. >= 1 GiB moved, row length
 1024 .. 32768), silu_and_mul / gelu_and_mul (packed [gate | up]; Liger gets gate and up as two
 tensors, as its MLP has them), rotary (q and k [1, cols / 128 heads, rows, 128]; Liger's
-liger_rope rotates both in one call), in bfloat16 by default.
+liger_rope rotates both in one call), cross_entropy (logits [rows, vocabulary] for vocabularies of
+32000 and 128256, 1 target in 16 ignored; eager and compile run transformers' form,
+F.cross_entropy(logits.float(), target); Liger's liger_cross_entropy), in bfloat16 by default.
+cross_entropy is also timed as "fwd+bwd1": the upstream gradient exactly 1 (a plain
+loss.backward()), where Liger skips its backward kernel.
 
     python3 bench/bench_ops_peers.py --out DIR            # results.json, table.txt
     python3 bench/bench_ops_peers.py --out DIR --quick    # a few shapes (a smoke test)
@@ -37,6 +41,7 @@ from opsmith import ops
 MIB = 1 << 20
 SHAPES = [(512, 1024), (2048, 2048), (4096, 4096), (16384, 4096), (65536, 1024), (2048, 32768), (8192, 8192),
           (32768, 8192), (65536, 8192)]
+CE_SHAPES = [(4096, 32000), (8192, 32000), (16384, 32000), (4096, 128256), (8192, 128256)]  # rows x vocabulary
 
 
 def _liger():
@@ -92,6 +97,19 @@ def impls(op: str, liger):
             out["liger"] = (rot_args, lambda q, k, c, s: liger.liger_rope(q, k, torch.cat([c, c], -1)[None],
                                                                           torch.cat([s, s], -1)[None]))
         return out
+    if op == "cross_entropy":  # logits [rows, cols = vocabulary], mean over the targets not ignored
+        def ce_args(r, c, dt, dev, g):
+            t = torch.randint(0, c, (r,), device=dev)
+            t[::16] = -100
+            return torch.randn(r, c, dtype=dt, device=dev, requires_grad=g), t
+
+        def eager_ce(x, t):
+            return F.cross_entropy(x.float(), t)  # as transformers' loss: the logits upcast first
+        out = {"opsmith": (ce_args, lambda x, t: ops.cross_entropy(x, t)), "eager": (ce_args, eager_ce),
+               "compile": (ce_args, eager_ce)}
+        if liger is not None:  # it writes the gradient into the logits (no matter for the timing)
+            out["liger"] = (ce_args, lambda x, t: liger.liger_cross_entropy(x, t))
+        return out
     if op == "add_rms_norm":  # y alone is timed (the new residual is written by every implementation)
         mk = lambda r, c, dt, dev, g: (*row_args(r, c, dt, dev, g, 1), torch.randn(r, c, dtype=dt, device=dev,
                                                                                    requires_grad=g))
@@ -123,6 +141,8 @@ def floor_bytes(op: str, rows: int, cols: int, size: int, direction: str) -> int
     elif op == "rotary":  # q and k of rows * (cols // 128 heads) * 128 each: read and written
         qk = rows * max(cols // 128, 1) * 128 * size
         fwd, bwd = 4 * qk + 2 * rows * 64 * size, 4 * qk + 2 * rows * 64 * size
+    elif op == "cross_entropy":  # fwd: logits and targets read; bwd: logits read, their gradient written
+        fwd, bwd = n + 8 * rows, 2 * n + 8 * rows
     elif op == "add_rms_norm":  # x, residual -> y, residual_out (+ w, rstd); bwd: g, s -> dx, dres (+ dw)
         fwd, bwd = 4 * n + cols * size + 4 * rows, 4 * n + 2 * cols * size + 4 * rows
     else:
@@ -158,7 +178,7 @@ def measure(name, make, fn, rows, cols, dtype, device, direction, runs, nbytes):
     leaves = [a for a in args if a.requires_grad]
     y = fn(*args)
     ys = tuple(y) if isinstance(y, (tuple, list)) else (y,)
-    g = tuple(torch.randn_like(t) for t in ys)
+    g = tuple((torch.ones_like(t) if direction == "fwd+bwd1" else torch.randn_like(t)) for t in ys)
     torch.autograd.grad(ys, leaves, g)
 
     def step():
@@ -170,7 +190,8 @@ def measure(name, make, fn, rows, cols, dtype, device, direction, runs, nbytes):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,add_rms_norm,silu_and_mul,gelu_and_mul,rotary")
+    ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,add_rms_norm,silu_and_mul,gelu_and_mul,rotary,"
+                                     "cross_entropy")
     ap.add_argument("--dtypes", default="bfloat16")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--device", default="cuda")
@@ -194,8 +215,12 @@ def main() -> int:
         dtype = getattr(torch, dtype_name)
         size = torch.tensor([], dtype=dtype).element_size()
         for op in args.ops.split(","):
-            for rows, cols in shapes:
-                for direction in ("fwd", "fwd+bwd"):
+            op_shapes = shapes
+            if op == "cross_entropy" and args.device != "cpu":
+                op_shapes = CE_SHAPES[:2] if args.quick else CE_SHAPES
+            directions = ("fwd", "fwd+bwd", "fwd+bwd1") if op == "cross_entropy" else ("fwd", "fwd+bwd")
+            for rows, cols in op_shapes:
+                for direction in directions:
                     nbytes = floor_bytes(op, rows, cols, size, direction)
                     if time.perf_counter() - start > args.budget_s:
                         skipped += 1
@@ -221,13 +246,13 @@ def main() -> int:
 
 
 def _header() -> str:
-    return f"{'op':<13}{'dtype':<9}{'shape':<14}{'dir':<8}{'MiB':>7}  GB/s: opsmith / eager / compile / liger   ours vs best"
+    return f"{'op':<14}{'dtype':<9}{'shape':<14}{'dir':<8}{'MiB':>7}  GB/s: opsmith / eager / compile / liger   ours vs best"
 
 
 def _line(r) -> str:
     cell = lambda k: f"{r['results'][k]['gbps']:.0f}" if "gbps" in r["results"].get(k, {}) else "-"
     ratio = f"{r['vs_best_peer']:.2f}x" if r["vs_best_peer"] else "-"
-    return (f"{r['op']:<13}{r['dtype']:<9}{'x'.join(map(str, r['shape'])):<14}{r['dir']:<8}{r['bytes'] / MIB:>7.0f}  "
+    return (f"{r['op']:<14}{r['dtype']:<9}{'x'.join(map(str, r['shape'])):<14}{r['dir']:<8}{r['bytes'] / MIB:>7.0f}  "
             f"{cell('opsmith')} / {cell('eager')} / {cell('compile')} / {cell('liger')}   {ratio}")
 
 

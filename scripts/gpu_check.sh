@@ -13,6 +13,7 @@
 #                                      bench/bench_op_autograd.py, bench/bench_op_overhead.py
 #   bash scripts/gpu_check.sh peers    issue 23: tests/ops/test_ops_gated_gpu.py, bench/bench_ops_peers.py (Liger from
 #                                      .whlp/, carried), bench/bench_llama_step.py
+#   bash scripts/gpu_check.sh ops      issue 23: every opsmith.ops GPU test, then bench/bench_ops_peers.py (PEERS_ARGS)
 #   bash scripts/gpu_check.sh package  issue 21: scripts/gpu_check_package.sh (wheels, zero compiles, import time)
 #   bash scripts/gpu_check.sh kernels|ext   the earlier parts (scripts/gpu_check_kernels.sh, _cuda_ext.sh)
 set -uo pipefail
@@ -41,7 +42,7 @@ case "$PART" in
       tests/build/test_nvcc_split.py
     run torch_ops python3 -m pytest -q -p no:cacheprovider -rs tests/torch/test_torch_ops.py tests/torch/test_torch_ops_gpu.py \
       tests/torch/test_torch_ops_cshim.py tests/torch/test_torch_ops_cshim_gpu.py tests/torch/test_op_autograd.py
-    for f in tests/ops/test_ops_gpu.py tests/ops/test_ops_native_gpu.py tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py tests/ops/test_ops_rotary_gpu.py tests/ops/test_ops_compile.py tests/export_c/test_export_c_gpu.py tests/onnx/test_onnx_ort_gpu.py; do
+    for f in tests/ops/test_ops_gpu.py tests/ops/test_ops_native_gpu.py tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py tests/ops/test_ops_rotary_gpu.py tests/ops/test_ops_cross_entropy_gpu.py tests/ops/test_ops_compile.py tests/export_c/test_export_c_gpu.py tests/onnx/test_onnx_ort_gpu.py; do
       [ -f "$f" ] && run "$(basename "$f" .py)" python3 -m pytest -q -p no:cacheprovider -rs "$f"
     done
     if [ -x examples/export_c/build.sh ]; then
@@ -63,24 +64,33 @@ case "$PART" in
       tests/torch/test_torch_ops_cshim.py tests/torch/test_torch_ops_cshim_gpu.py tests/torch/test_op_autograd.py
     run ops python3 -m pytest -q -p no:cacheprovider -rs -x tests/ops/test_ops_native_gpu.py tests/ops/test_ops_native.py \
       tests/ops/test_ops_gpu.py tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py tests/ops/test_ops_rotary_gpu.py \
-      tests/ops/test_ops_compile.py
+      tests/ops/test_ops_cross_entropy_gpu.py tests/ops/test_ops_compile.py
     run bench_op_autograd python3 bench/bench_op_autograd.py --json "$L/bench_op_autograd.json"
     run bench_op_overhead python3 bench/bench_op_overhead.py --json "$L/bench_op_overhead.json"
     ;;
-  peers)  # issue 23: the gated ops on CUDA; opsmith.ops against eager, compile(dynamic=False) and Liger; the Llama step
+  peers|ops)  # issue 23. peers: the new ops on CUDA; opsmith.ops against eager, compile(dynamic=False) and Liger;
+    # the Llama step. ops: every opsmith.ops GPU test (C++ kernels included), then the peers benchmark alone
+    # (PEERS_ARGS, e.g. "--ops rms_norm,rotary --budget-s 150").
     # Liger-Kernel (pure Python over Triton) from its wheel, carried in .whlp/ (run with carry [".whlp"])
     if ls .whlp/liger_kernel-*.whl >/dev/null 2>&1; then
       python3 -m pip install -q --no-deps --target "$W/liger" .whlp/liger_kernel-*.whl >"$L/liger_pip.log" 2>&1 \
         && export PYTHONPATH="$W/liger${PYTHONPATH:+:$PYTHONPATH}"
     fi
+    if [ "$PART" = ops ]; then
+      [ "${DIAG_NORM:-0}" = 1 ] && run diag_norm python3 bench/diag_norm_occupancy.py --json "$L/diag_norm.json"
+      run ops_tests python3 -m pytest -q -p no:cacheprovider -rs tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py \
+        $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$')
+      run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
+    else
     run new_ops python3 -m pytest -q -p no:cacheprovider -rs tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py \
-      tests/ops/test_ops_rotary_gpu.py
+      tests/ops/test_ops_rotary_gpu.py tests/ops/test_ops_cross_entropy_gpu.py
     run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
-    run llama python3 bench/bench_llama_step.py --out "$L/llama"
+    run llama python3 bench/bench_llama_step.py --out "$L/llama" ${LLAMA_ARGS:-}
+    fi
     ;;
   kernels|ext) exec bash "scripts/gpu_check_${PART/ext/cuda_ext}.sh" "$@" ;;
   package) exec bash scripts/gpu_check_package.sh "$@" ;;
-  *) echo "usage: gpu_check.sh tests|bench|autograd|peers|package|kernels|ext"; exit 2 ;;
+  *) echo "usage: gpu_check.sh tests|bench|autograd|peers|ops|package|kernels|ext"; exit 2 ;;
 esac
 tar -czf "$OUT/$PART.tgz" -C "$W" "$PART"
 for f in "$L"/*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done 2>/dev/null

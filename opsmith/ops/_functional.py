@@ -3,7 +3,8 @@
 The CUDA implementations (``ew_fwd``, ``ew_bwd``, ``softmax_cuda``, ``layer_norm_fwd`` ...)
 are what the torch operators ``torch.ops.opsmith.*`` run on CUDA tensors (``_register``
 defines the operators, their CPU code, fake kernels and autograd). Inputs are made contiguous
-first (a copy for a non-contiguous view); softmax over a dim other than the last moves that
+first (a copy for a non-contiguous view; the gated ops read views whose rows are evenly spaced,
+such as the halves of a packed tensor, in place); softmax over a dim other than the last moves that
 dim last (a copy), runs, and moves it back (another copy). Outputs are contiguous.
 Supported CUDA dtypes: float32, float16, bfloat16 and float64.
 """
@@ -15,12 +16,14 @@ from collections.abc import Sequence
 from opsmith._errors import SpecError
 from opsmith.ops import _launch, _sources
 
-__all__ = ["ew_fwd", "ew_bwd", "gated_fwd", "gated_bwd", "GATED_KERNELS", "softmax_cuda", "softmax_backward_cuda",
+__all__ = ["ew_fwd", "ew_bwd", "gated_fwd", "gated_bwd", "gated_mul_fwd", "gated_mul_bwd", "GATED_KERNELS",
+           "GATED_PAIR_OPS", "softmax_cuda", "softmax_backward_cuda",
            "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd", "GELU_KERNELS"]
 
 _EW = "elementwise.cu"
 GELU_KERNELS = {"none": "gelu_erf", "tanh": "gelu_tanh"}
 GATED_KERNELS = {"silu": "silu_and_mul", "gelu": "gelu_and_mul", "gelu_tanh": "gelu_tanh_and_mul"}
+GATED_PAIR_OPS = {"silu": "silu_mul", "gelu": "gelu_mul", "gelu_tanh": "gelu_mul"}  # the two-input ops
 
 
 def _dtype_name(x, op: str) -> str:
@@ -63,7 +66,7 @@ def ew_bwd(op: str, grad_y, x):
     return dx
 
 
-# -- gated activations: x = [gate | up] on the last dim ---------------------------------------
+# -- gated activations: act(gate) * up, gate and up two tensors or the halves of x = [gate | up] ------
 def _gated_rows(x, op: str) -> tuple[int, int]:
     two_d = x.shape[-1] if x.dim() else 0
     if x.dim() == 0 or two_d % 2:
@@ -72,37 +75,109 @@ def _gated_rows(x, op: str) -> tuple[int, int]:
     return (x.numel() // two_d if two_d else 0), two_d // 2
 
 
+def _gated_pair(gate, up, op: str) -> tuple[int, int]:
+    """(rows, d) of a two-input gated op's ``gate`` and ``up``: one shape, dtype and device."""
+    if gate.shape != up.shape:
+        raise SpecError(f"opsmith.ops.{op}: gate has shape {tuple(gate.shape)} and up {tuple(up.shape)}; they must "
+                        f"be equal (no broadcasting: expand or reshape one of them first)")
+    if gate.dtype != up.dtype:
+        raise SpecError(f"opsmith.ops.{op}: gate has dtype {gate.dtype} and up {up.dtype}; convert one with "
+                        f".to(gate.dtype)")
+    if gate.device != up.device:
+        raise SpecError(f"opsmith.ops.{op}: gate is on {gate.device} and up on {up.device}; move one with "
+                        f".to(gate.device)")
+    d = gate.shape[-1] if gate.dim() else 1
+    return (gate.numel() // d if d else 0), d
+
+
+def _row_span(t, d: int):
+    """``(span, row_stride)``: a contiguous 1-d view of ``t``'s memory from its first element
+    (what a kernel pointer takes) and the distance between its rows of ``d`` elements; None
+    when ``t``'s rows are not evenly spaced with contiguous columns (then the caller copies)."""
+    if d > 1 and t.stride(-1) != 1:
+        return None
+    try:
+        rows = t.view(-1, d)
+    except RuntimeError:  # leading dims that no single stride walks (a transposed view)
+        return None
+    n = rows.shape[0]
+    stride = rows.stride(0) if n > 1 else d
+    return t.as_strided(((n - 1) * stride + d,), (1,)), stride
+
+
+def _rows_of(t, d: int):
+    got = _row_span(t, d)
+    return got if got is not None else (t.contiguous().view(-1), d)
+
+
+def _gated_launch(kernel: str, op: str, ref, rows: int, d: int, *args) -> None:
+    plan = _launch.gated_plan(rows, d, ref.element_size(), _launch.device_props(ref.get_device()))
+    _sources.kernel("gated.cu", kernel, _dtype_name(ref, op), ref.get_device()).launch(
+        _launch.launch_config(plan), *args)
+
+
+def _grad_like(grad_y, shape, ref, op: str):
+    if tuple(grad_y.shape) != tuple(shape):
+        raise SpecError(f"opsmith.ops.{op}: grad has shape {tuple(grad_y.shape)}, expected {tuple(shape)}")
+    g = grad_y.contiguous()
+    return g.to(ref.dtype) if g.dtype != ref.dtype else g
+
+
+def gated_mul_fwd(op: str, gate, up):
+    """``act(gate) * up`` for op in silu, gelu, gelu_tanh (CUDA): ``gate`` and ``up`` of one
+    shape, read in place when each one's rows are evenly spaced (a view such as a half of a
+    packed tensor), else copied first; the output is contiguous."""
+    import torch
+    name = GATED_PAIR_OPS[op]
+    rows, d = _gated_pair(gate, up, name)
+    y = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    if rows and d:
+        (a, sa), (b, sb) = _rows_of(gate, d), _rows_of(up, d)
+        _gated_launch(GATED_KERNELS[op] + "_fwd<{T}>", name, gate, rows, d, a, b, y.view(-1), rows, d, sa, sb)
+    return y
+
+
+def gated_mul_bwd(op: str, grad_y, gate, up):
+    """The gradients of :func:`gated_mul_fwd` for ``gate`` and ``up`` (CUDA), contiguous."""
+    import torch
+    name = GATED_PAIR_OPS[op]
+    rows, d = _gated_pair(gate, up, name)
+    g = _grad_like(grad_y, gate.shape, gate, name)
+    dg = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    du = torch.empty_like(dg)
+    if rows and d:
+        (a, sa), (b, sb) = _rows_of(gate, d), _rows_of(up, d)
+        _gated_launch(GATED_KERNELS[op] + "_bwd<{T}>", name, gate, rows, d, g.view(-1), a, b, dg.view(-1),
+                      du.view(-1), rows, d, sa, sb, d)
+    return dg, du
+
+
 def gated_fwd(op: str, x):
-    """``act(x[..., :d]) * x[..., d:]`` for op in silu, gelu, gelu_tanh (CUDA)."""
+    """``act(x[..., :d]) * x[..., d:]`` for op in silu, gelu, gelu_tanh (CUDA): the kernel
+    reads the two halves of each row in place."""
     import torch
     name = GATED_KERNELS[op]
     rows, d = _gated_rows(x, name)
-    x = x.contiguous()
     y = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
     if rows and d:
-        plan = _launch.elementwise_plan(rows * d, x.element_size(), _launch.device_props(x.get_device()))
-        _sources.kernel("gated.cu", name + "_fwd<{T}>", _dtype_name(x, name), x.get_device()).launch(
-            _launch.launch_config(plan), x, y, rows, d)
+        x = x if _row_span(x, 2 * d) is not None else x.contiguous()  # then both halves are spans too
+        (a, sa), (b, sb) = _rows_of(x[..., :d], d), _rows_of(x[..., d:], d)
+        _gated_launch(name + "_fwd<{T}>", name, x, rows, d, a, b, y.view(-1), rows, d, sa, sb)
     return y
 
 
 def gated_bwd(op: str, grad_y, x):
-    """The gradient of :func:`gated_fwd` for ``x`` (CUDA): ``[d_gate | d_up]``."""
+    """The gradient of :func:`gated_fwd` for ``x`` (CUDA): ``[d_gate | d_up]``, contiguous."""
     import torch
     name = GATED_KERNELS[op]
     rows, d = _gated_rows(x, name)
-    if tuple(grad_y.shape) != (*x.shape[:-1], d):
-        raise SpecError(f"opsmith.ops.{name}: grad has shape {tuple(grad_y.shape)}, expected "
-                        f"{(*x.shape[:-1], d)} for x of shape {tuple(x.shape)}")
-    x = x.contiguous()
-    g = grad_y.contiguous()
-    if g.dtype != x.dtype:
-        g = g.to(x.dtype)
-    dx = torch.empty_like(x)
+    g = _grad_like(grad_y, (*x.shape[:-1], d), x, name)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if rows and d:
-        plan = _launch.elementwise_plan(rows * d, x.element_size(), _launch.device_props(x.get_device()))
-        _sources.kernel("gated.cu", name + "_bwd<{T}>", _dtype_name(x, name), x.get_device()).launch(
-            _launch.launch_config(plan), g, x, dx, rows, d)
+        x = x if _row_span(x, 2 * d) is not None else x.contiguous()
+        (a, sa), (b, sb) = _rows_of(x[..., :d], d), _rows_of(x[..., d:], d)
+        (da, _), (db, _) = _rows_of(dx[..., :d], d), _rows_of(dx[..., d:], d)
+        _gated_launch(name + "_bwd<{T}>", name, x, rows, d, g.view(-1), a, b, da, db, rows, d, sa, sb, 2 * d)
     return dx
 
 
@@ -194,7 +269,7 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         plan = _launch.row_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device()))
         args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
         if plan.strategy == "long":
-            _kernel("norm.cu", "layer_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+            _kernel("norm_long.cu", "layer_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         else:
             _kernel("norm.cu", "layer_norm_fwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
     return y, mean, rstd
@@ -207,7 +282,7 @@ def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_b: bool):
     chunks = plan.grid[1]
     dw = torch.empty((chunks, cols), dtype=rstd.dtype, device=x.device)
     db = torch.empty_like(dw)
-    _kernel("norm.cu", "norm_bwd_weight<{T}, {A}>", x).launch(
+    _kernel("norm_long.cu", "norm_bwd_weight<{T}, {A}>", x).launch(
         _launch.launch_config(plan), g, x, mean if mean is not None else rstd, rstd, dw, db, rows, cols,
         per_chunk, int(mean is not None))
     return dw.sum(0), (db.sum(0) if want_b else None)
@@ -226,17 +301,24 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
         z = torch.zeros(shape, dtype=x.dtype, device=x.device)
         return dx, (z if want_w else none), (z.clone() if want_b else none.clone())
     w = weight.contiguous() if weight is not None else x
-    plan = _launch.row_plan(rows, cols, x.element_size(), 2, _launch.device_props(x.get_device()))
-    args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
-    if plan.strategy == "long":
-        _kernel("norm.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
-    else:
-        _kernel("norm.cu", "layer_norm_bwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
+    plan = _launch.norm_bwd_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
     dw, db = none, none.clone()
-    if want_w or want_b:
-        sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_b)
-        dw = sw.to(x.dtype).reshape(shape) if want_w else dw
-        db = sb.to(x.dtype).reshape(shape) if want_b else db
+    if plan.strategy == "long":
+        args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
+        _kernel("norm_long.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+        if want_w or want_b:
+            sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_b)
+            dw = sw.to(x.dtype).reshape(shape) if want_w else dw
+            db = sb.to(x.dtype).reshape(shape) if want_b else db
+        return dx, dw, db
+    # the weight and bias gradients come out of the same kernel: one row of partial sums a block
+    pw = torch.empty((plan.grid[0], cols), dtype=rstd.dtype, device=x.device) if want_w else rstd
+    pb = torch.empty((plan.grid[0], cols), dtype=rstd.dtype, device=x.device) if want_b else rstd
+    _kernel("norm.cu", "layer_norm_bwd<{T}, {A}>", x).launch(
+        _launch.launch_config(plan), g, x, w, mean, rstd, dx, pw, pb, rows, cols, int(weight is not None),
+        int(want_w), int(want_b))
+    dw = pw.sum(0).to(x.dtype).reshape(shape) if want_w else dw
+    db = pb.sum(0).to(x.dtype).reshape(shape) if want_b else db
     return dx, dw, db
 
 
@@ -254,7 +336,7 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
         plan = _launch.row_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device()))
         args = (x, w, y, rstd, rows, cols, float(eps), int(weight is not None))
         if plan.strategy == "long":
-            _kernel("norm.cu", "rms_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+            _kernel("norm_long.cu", "rms_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         else:
             _kernel("norm.cu", "rms_norm_fwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
     return y, rstd
@@ -271,14 +353,16 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None):
     if not (rows and cols):
         return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else x.new_empty(0))
     w = weight.contiguous() if weight is not None else x
-    plan = _launch.row_plan(rows, cols, x.element_size(), 2, _launch.device_props(x.get_device()))
-    args = (g, x, w, rstd, dx, rows, cols, int(weight is not None))
+    plan = _launch.norm_bwd_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
     if plan.strategy == "long":
-        _kernel("norm.cu", "rms_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
-    else:
-        _kernel("norm.cu", "rms_norm_bwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
-    dw = x.new_empty(0)
-    if want_w:
-        sw, _ = _weight_grads(g, x, None, rstd, rows, cols, False)
-        dw = sw.to(x.dtype).reshape(shape)
-    return dx, dw
+        args = (g, x, w, rstd, dx, rows, cols, int(weight is not None))
+        _kernel("norm_long.cu", "rms_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+        dw = x.new_empty(0)
+        if want_w:
+            sw, _ = _weight_grads(g, x, None, rstd, rows, cols, False)
+            dw = sw.to(x.dtype).reshape(shape)
+        return dx, dw
+    pw = torch.empty((plan.grid[0], cols), dtype=rstd.dtype, device=x.device) if want_w else rstd
+    _kernel("norm.cu", "rms_norm_bwd<{T}, {A}>", x).launch(
+        _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w))
+    return dx, (pw.sum(0).to(x.dtype).reshape(shape) if want_w else x.new_empty(0))

@@ -28,7 +28,9 @@ __all__ = [
     "Plan",
     "device_props",
     "elementwise_plan",
+    "gated_plan",
     "launch_config",
+    "norm_bwd_plan",
     "row_plan",
     "weight_grad_plan",
 ]
@@ -39,6 +41,7 @@ ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-r
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels
 EW_THREADS = 256      # OPSMITH_EW_THREADS: __launch_bounds__ of the elementwise kernels
 EW_UNROLL = 4         # OPSMITH_EW_UNROLL in elementwise.cu: vectors in flight per thread per trip
+GATED_ROWS = 4        # OPSMITH_GATED_ROWS in gated.cu: rows a thread loads per trip
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32
 
@@ -115,6 +118,25 @@ def elementwise_plan(n: int, itemsize: int, props: DeviceProps) -> Plan:
 
 
 @functools.lru_cache(maxsize=4096)
+def gated_plan(rows: int, d: int, itemsize: int, props: DeviceProps) -> Plan:
+    """gated.cu's 2-D launch over ``rows`` rows of ``d`` outputs: a block of ``EW_THREADS``
+    threads, ``tx`` along a row's 16-byte vectors (fewer for short rows) and ``256 / tx`` rows;
+    ``GATED_ROWS`` rows a thread per trip where that still fills the device once, else one.
+    The kernel's loops stride by the grid, so a capped grid (65,535 row blocks) stays correct.
+    Not measured on a GPU yet.
+    """
+    units = max(1, _cdiv(d, 16 // itemsize))
+    threads = min(EW_THREADS, props.max_threads_per_block)
+    tx = min(threads, _pow2_at_least(units))
+    ty = threads // tx
+    gx = min(_cdiv(units, tx), 2**31 - 1)
+    wave = props.sm_count * max(1, props.max_threads_per_sm // threads)
+    one_row = _cdiv(max(rows, 1), ty)
+    gy = min(one_row, max(_cdiv(max(rows, 1), ty * GATED_ROWS), _cdiv(wave, gx)))
+    return Plan("gated", (gx, min(gy, 65535)), (tx, ty), 0, 0)
+
+
+@functools.lru_cache(maxsize=4096)
 def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProps) -> Plan:
     """The strategy and launch for ``rows`` rows of ``cols`` elements of ``itemsize`` bytes.
 
@@ -140,6 +162,25 @@ def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProp
         per_sm = max(1, min(per_sm, props.smem_per_sm // (row_bytes + _STATIC_SMEM)))
     grid = max(1, min(rows, per_sm * props.sm_count))
     return Plan("long", (grid,), (threads, 1), row_bytes if cache else 0, int(cache))
+
+
+@functools.lru_cache(maxsize=4096)
+def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan:
+    """The norm backwards: rows that fit the register strategy run ``"persistent"``: blocks of
+    about 256 threads (``tpr`` a row, as ``row_plan``, several rows a block), a grid of about
+    half the SMs' threads striding over the rows, each block adding its rows' weight-gradient
+    terms and writing one row of partial sums (``grid`` of them, at least two rows per row lane
+    so that the partials stay small beside the input). Longer rows: ``row_plan``'s long plan
+    (the weight gradient then comes from ``norm_bwd_weight``)."""
+    vec = 16 // itemsize
+    tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
+    limit = min(ROW_THREADS, props.max_threads_per_block)
+    if tpr > limit:
+        return row_plan(rows, cols, itemsize, 2, props)
+    per_block = max(1, min(limit, 256) // tpr)
+    per_sm = max(1, props.max_threads_per_sm // (2 * tpr * per_block))
+    grid = max(1, min(per_sm * props.sm_count, _cdiv(rows, 2 * per_block)))
+    return Plan("persistent", (grid,), (tpr, per_block), 0, 0)
 
 
 @functools.lru_cache(maxsize=4096)

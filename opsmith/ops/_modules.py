@@ -5,7 +5,8 @@ import torch
 
 from opsmith.ops import _public as F
 
-__all__ = ["GELU", "GELUAndMul", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "SiLUAndMul", "Softmax"]
+__all__ = ["GELU", "CrossEntropyLoss", "GELUAndMul", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "SiLUAndMul",
+           "Softmax"]
 
 
 class ReLU(torch.nn.Module):
@@ -106,3 +107,28 @@ class RMSNorm(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+
+
+class CrossEntropyLoss(torch.nn.Module):
+    """``torch.nn.CrossEntropyLoss(ignore_index=..., reduction=..., label_smoothing=...)`` on
+    opsmith's kernels, with PaLM's ``z_loss`` (``z_loss * lse**2`` a row); ``forward(logits,
+    target)`` takes ``logits`` ``[N, V]`` and ``target`` ``[N]`` (int64). No class weights.
+
+    Examples
+    --------
+    >>> loss = opsmith.ops.CrossEntropyLoss(label_smoothing=0.1)(logits.view(-1, vocab), labels.view(-1))  # doctest: +SKIP
+    """
+
+    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                 z_loss: float = 0.0) -> None:
+        super().__init__()
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing, self.z_loss = label_smoothing, z_loss
+
+    def forward(self, logits, target):
+        return F.cross_entropy(logits, target, ignore_index=self.ignore_index, reduction=self.reduction,
+                               label_smoothing=self.label_smoothing, z_loss=self.z_loss)
+
+    def extra_repr(self) -> str:
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+                f"label_smoothing={self.label_smoothing}, z_loss={self.z_loss}")

@@ -88,7 +88,7 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 
 
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
-    """The C++ plan (``"elementwise"`` with ``rows`` = n, ``"row"``, ``"weight"``) for ``props``
+    """The C++ plan (``"elementwise"`` with ``rows`` = n, ``"row"``, ``"weight"``, ``"norm_bwd"``) for ``props``
     (a :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid, block, smem, cache,
     per_chunk); before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
@@ -96,9 +96,9 @@ def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, li
     out = (ctypes.c_int64 * 8)()
     p = (ctypes.c_int64 * 5)(props.sm_count, props.max_threads_per_block, props.max_threads_per_sm,
                              props.smem_per_block_optin, props.smem_per_sm)
-    if lib.osm_ops_plan({"elementwise": 0, "row": 1, "weight": 2}[which], rows, cols, itemsize, arrays, p, out):
+    if lib.osm_ops_plan({"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3}[which], rows, cols, itemsize, arrays, p, out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
-    names = {0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns"}
+    names = {0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent"}
     return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7]
 
 

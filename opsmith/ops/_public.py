@@ -6,10 +6,10 @@ implementations are in ``_functional``.
 from __future__ import annotations
 
 from opsmith._errors import SpecError
-from opsmith.ops._functional import GELU_KERNELS, _dim, _gated_rows, _rows_cols
+from opsmith.ops._functional import GELU_KERNELS, _dim, _gated_pair, _gated_rows, _rows_cols
 
-__all__ = ["add_rms_norm", "gelu", "gelu_and_mul", "layer_norm", "relu", "rms_norm", "rotary_embedding", "silu",
-           "silu_and_mul", "softmax"]
+__all__ = ["add_rms_norm", "cross_entropy", "gelu", "gelu_and_mul", "gelu_mul", "layer_norm", "relu", "rms_norm",
+           "rotary_embedding", "silu", "silu_and_mul", "silu_mul", "softmax"]
 
 
 def _shape(normalized_shape) -> tuple[int, ...]:
@@ -153,6 +153,37 @@ def gelu_and_mul(x, approximate: str = "none"):
     return _call("gelu_and_mul")(x, approximate)
 
 
+def silu_mul(gate, up):
+    """``silu(gate) * up`` (SwiGLU's middle) for ``gate`` and ``up`` of one shape and dtype, any
+    leading dims: ``gate_proj(x)`` and ``up_proj(x)``, or views such as the two halves of a
+    packed tensor (read in place when each one's rows are evenly spaced);
+    ``torch.ops.opsmith.silu_mul``. The gradient flows to both.
+
+    Examples
+    --------
+    >>> h = opsmith.ops.silu_mul(mlp.gate_proj(x), mlp.up_proj(x))  # doctest: +SKIP
+    >>> y = mlp.down_proj(h)                                          # doctest: +SKIP
+    """
+    if gate.shape != up.shape or gate.dtype != up.dtype:
+        _gated_pair(gate, up, "silu_mul")  # raises the SpecError that says what to change
+    return _call("silu_mul")(gate, up)
+
+
+def gelu_mul(gate, up, approximate: str = "none"):
+    """``gelu(gate, approximate) * up`` (GeGLU's middle; Gemma's MLP uses ``approximate="tanh"``),
+    two tensors as :func:`silu_mul`; ``torch.ops.opsmith.gelu_mul``.
+
+    Examples
+    --------
+    >>> h = opsmith.ops.gelu_mul(mlp.gate_proj(x), mlp.up_proj(x), "tanh")  # doctest: +SKIP
+    """
+    if approximate not in GELU_KERNELS:
+        raise SpecError(f"opsmith.ops.gelu_mul: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if gate.shape != up.shape or gate.dtype != up.dtype:
+        _gated_pair(gate, up, "gelu_mul")
+    return _call("gelu_mul")(gate, up, approximate)
+
+
 def softmax(x, dim: int = -1):
     """Softmax along ``dim`` (numerically stable), as ``torch.softmax(x, dim)``;
     ``torch.ops.opsmith.softmax``. The last dim is the fast path; another dim is moved last
@@ -223,3 +254,27 @@ def rotary_embedding(x, cos, sin, positions=None, *, interleaved: bool = False):
     if cos.dtype != x.dtype:
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return _call("rotary_embedding")(x, cos, sin, positions, bool(interleaved))
+
+
+def cross_entropy(logits, target, *, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0, z_loss: float = 0.0):
+    """Cross-entropy of ``logits`` ``[N, V]`` against class indices ``target`` ``[N]`` (int64), as
+    ``torch.nn.functional.cross_entropy(logits.float(), target, ignore_index=..., reduction=...,
+    label_smoothing=...)`` plus ``z_loss * lse**2`` per row (``lse = logsumexp(logits[i])``,
+    PaLM's z-loss; averaged over the valid rows by ``"mean"``). Rows whose target is
+    ``ignore_index`` count for nothing. Returns the logits' dtype (math in float32).
+    ``torch.ops.opsmith.cross_entropy(...)[0]``.
+
+    The forward reads the logits once; the backward reads them once more and writes their
+    gradient (out of place: the logits are never overwritten). On CUDA a target outside
+    ``[0, V)`` that is not ``ignore_index`` stops the kernel with a device-side assertion, as
+    torch's own cross-entropy does; on CPU it raises a ``SpecError``.
+
+    Examples
+    --------
+    >>> logits = torch.randn(4096, 32000, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # doctest: +SKIP
+    >>> target = torch.randint(0, 32000, (4096,), device="cuda")                                    # doctest: +SKIP
+    >>> opsmith.ops.cross_entropy(logits, target, label_smoothing=0.1).backward()                   # doctest: +SKIP
+    """
+    return _call("cross_entropy")(logits, target, int(ignore_index), reduction, float(label_smoothing),
+                                  float(z_loss))[0]

@@ -17,10 +17,14 @@ ops without a graph break) and an autograd formula that calls the backward opera
                        -> (Tensor y, Tensor rstd)``; ``rms_norm_backward``
 ``silu_and_mul``       ``(Tensor x) -> Tensor`` over ``x = [gate | up]``; ``gelu_and_mul`` (``str
                        approximate``); their backwards (:mod:`opsmith.ops._gated`)
+``silu_mul``           ``(Tensor gate, Tensor up) -> Tensor``: gate and up as two tensors; ``gelu_mul``;
+                       their backwards return ``(d_gate, d_up)`` (:mod:`opsmith.ops._gated`)
 ``rotary_embedding``   rotary position embedding, neox or interleaved, cos/sin given or indexed by
                        positions (:mod:`opsmith.ops._rotary`)
 ``add_rms_norm``       ``x + residual`` then RMS norm, one kernel: ``(y, residual_out, rstd)``
                        (:mod:`opsmith.ops._fused`)
+``cross_entropy``      cross-entropy over a vocabulary, ``ignore_index``, reductions, label smoothing,
+                       z-loss: ``(loss, lse, count)``; its backward (:mod:`opsmith.ops._cross_entropy`)
 ``layer_norm_y``       ``layer_norm``'s first output alone; ``rms_norm_y`` likewise (C++ composites
                        over the full ops, defined where the C++ kernels serve; the public
                        functions call them)
@@ -39,14 +43,16 @@ import threading
 from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
 
-__all__ = ["FUSED_NAMES", "GATED_NAMES", "OP_NAMES", "ROTARY_NAMES", "ops"]
+__all__ = ["CROSS_ENTROPY_NAMES", "FUSED_NAMES", "GATED_NAMES", "OP_NAMES", "ROTARY_NAMES", "ops"]
 
 OP_NAMES = ("relu", "relu_backward", "gelu", "gelu_backward", "silu", "silu_backward", "softmax",
             "softmax_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward")
 # the gated activations (opsmith.ops._gated): Python CUDA implementations on every machine
-GATED_NAMES = ("silu_and_mul", "silu_and_mul_backward", "gelu_and_mul", "gelu_and_mul_backward")
+GATED_NAMES = ("silu_and_mul", "silu_and_mul_backward", "gelu_and_mul", "gelu_and_mul_backward", "silu_mul",
+               "silu_mul_backward", "gelu_mul", "gelu_mul_backward")
 FUSED_NAMES = ("add_rms_norm", "add_rms_norm_backward")  # opsmith.ops._fused: Python CUDA code too
 ROTARY_NAMES = ("rotary_embedding", "rotary_embedding_backward")  # opsmith.ops._rotary: likewise
+CROSS_ENTROPY_NAMES = ("cross_entropy", "cross_entropy_backward")  # opsmith.ops._cross_entropy: likewise
 
 _lock = threading.Lock()
 _done = False
@@ -250,10 +256,11 @@ def _register_all() -> None:
     rms.register_autograd(rms_b, args=("grad0", "x", "normalized_shape", "out1", "needs_grad(weight)", "weight"),
                           grads_for=("x", "weight"))
 
-    # gated activations (silu_and_mul, gelu_and_mul): their CUDA code is Python everywhere
-    from opsmith.ops import _fused, _gated, _rotary
+    # gated activations (silu_and_mul, gelu_and_mul, silu_mul, gelu_mul): their CUDA code is Python everywhere
+    from opsmith.ops import _cross_entropy, _fused, _gated, _rotary
     rms_parts = (_rms_norm_cpu, _rms_norm_backward_cpu, _rms_norm_fake, _rms_norm_backward_fake)
-    for op in [*_gated.define_all(define), *_fused.define_all(define, rms_parts), *_rotary.define_all(define)]:
+    for op in [*_gated.define_all(define), *_fused.define_all(define, rms_parts), *_rotary.define_all(define),
+               *_cross_entropy.define_all(define)]:
         op.register_kernel("cuda", python_cuda.pop(op))
 
     if native:

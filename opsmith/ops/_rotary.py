@@ -66,19 +66,39 @@ def _lead_strides(t, lead, what: str) -> tuple:
                         f"x's leading dims {tuple(lead)}") from None
 
 
-def _meta(x, cos, positions):
-    """(meta, positions pointer): the leading sizes (right-aligned, padded with 1), the element
-    strides of cos's rows and of positions along them (0 where broadcast), as rotary.cu reads."""
-    import torch
+def _lead(x, cos, positions) -> tuple:
+    """The leading sizes (right-aligned, padded with 1), and the element strides of cos's rows
+    and of positions along them (0 where broadcast), as rotary.cu takes them."""
     lead = tuple(x.shape[:-1])
-    pad = MAX_LEAD - len(lead)
     if positions is None:
         cstrides, pstrides = _lead_strides(cos[..., 0], lead, "cos"), (0,) * len(lead)
     else:
         cstrides, pstrides = (0,) * len(lead), _lead_strides(positions, lead, "positions")
-    meta = torch.tensor([*((1,) * pad + lead), *((0,) * pad + tuple(cstrides)), *((0,) * pad + tuple(pstrides))],
-                        dtype=torch.long).to(x.device)
-    return meta, (positions if positions is not None else meta)
+    # merge a dim into the next inner one where the strides allow (both broadcast, or contiguous
+    # across the two): fewer divisions per row in the kernel ([1, heads, seq] with cos [seq]
+    # becomes [heads * 1 (stride 0), seq])
+    dims = [[s, c, p] for s, c, p in zip(lead, cstrides, pstrides)]
+    merged: list = []
+    for s, c, p in dims:
+        if merged and merged[-1][1] == c * s and merged[-1][2] == p * s:
+            merged[-1] = [merged[-1][0] * s, c, p]
+        elif s != 1 or not merged:
+            merged.append([s, c, p])
+    merged = [[1, 0, 0]] * (MAX_LEAD - len(merged)) + merged
+    sizes, cs, ps = zip(*merged)
+    return (*sizes, *cs, *ps)
+
+
+_no_positions: dict = {}
+
+
+def _plan(rows: int, d: int, half: int, itemsize: int, props) -> "_launch.Plan":
+    """Threads a row from the 16-byte vectors (pairs) it holds; rows fill a block of EW_THREADS."""
+    vec = 16 // itemsize if half % (16 // itemsize) == 0 and d % (16 // itemsize) == 0 else 1
+    per_row = max(half // vec, (d - 2 * half) // vec, 1)
+    tpr = min(_launch.EW_THREADS, 1 << (per_row - 1).bit_length())
+    by = max(1, _launch.EW_THREADS // tpr)
+    return _launch.Plan("rows", (min(max(1, -(-rows // by)), 2**31 - 1),), (tpr, by), 0, 0)
 
 
 def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
@@ -94,11 +114,16 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
     cos, sin = cos.contiguous(), sin.contiguous()
     if positions is not None:
         positions = positions.to(device=x.device, dtype=torch.long).contiguous()
-    meta, pos = _meta(x, cos, positions)
-    plan = _launch.elementwise_plan(rows * max(half, d - 2 * half), x.element_size(), _launch.device_props(x.get_device()))
+        pos = positions
+    else:
+        pos = _no_positions.get(x.device)
+        if pos is None:
+            pos = _no_positions.setdefault(x.device, torch.zeros(1, dtype=torch.long, device=x.device))
+    lead = _lead(x, cos, positions)
+    plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()))
     k = _sources.kernel("rotary.cu", "rotary<{T}>", fn._dtype_name(x, "rotary_embedding"), x.get_device())
-    k.launch(_launch.launch_config(plan), x, cos, sin, pos, y, meta, rows, d, half, int(interleaved), sign,
-             int(positions is not None))
+    k.launch(_launch.launch_config(plan), x, cos, sin, pos, y, rows, d, half, int(interleaved), sign,
+             int(positions is not None), *lead)
     return y
 
 

@@ -1,9 +1,10 @@
 """The CUDA sources of opsmith.ops and their compiled modules.
 
 One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu``,
-``norm.cu``, ``gated.cu``, ``fused_norm.cu`` and ``rotary.cu`` for float32, float64, float16 and bfloat16, each with the name
-expressions of its kernels. The first use of any op on a dtype compiles that dtype's programs at once
-(:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all of them ahead of time.
+``norm.cu``, ``norm_long.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
+float16 and bfloat16, each with the name expressions of its kernels. The first use of any op on a dtype
+compiles that dtype's programs at once (:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all
+of them ahead of time.
 """
 from __future__ import annotations
 
@@ -26,16 +27,18 @@ FILES: dict[str, tuple[str, ...]] = {
     "elementwise.cu": tuple(f"{op}_{d}<{{T}}>" for op in ("relu", "gelu_erf", "gelu_tanh", "silu")
                             for d in ("fwd", "bwd")),
     "softmax.cu": tuple(f"softmax_{d}{s}<{{T}}>" for d in ("fwd", "bwd") for s in ("", "_long")),
-    "norm.cu": tuple(f"{op}_{d}{s}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
-                     for d in ("fwd", "bwd") for s in ("", "_long")) + ("norm_bwd_weight<{T}, {A}>",),
+    "norm.cu": tuple(f"{op}_{d}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for d in ("fwd", "bwd")),
+    "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
+                          for d in ("fwd", "bwd")) + ("norm_bwd_weight<{T}, {A}>",),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>",),
     "rotary.cu": ("rotary<{T}>",),
+    "cross_entropy.cu": tuple(f"cross_entropy_{k}<{{T}}, {{A}}>" for k in ("fwd", "finish", "bwd")),
 }
 
 # the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep
 # their Python CUDA implementations (opsmith/ops/_functional.py) on every machine
-NATIVE_FILES = ("elementwise.cu", "softmax.cu", "norm.cu")
+NATIVE_FILES = ("elementwise.cu", "softmax.cu", "norm.cu", "norm_long.cu")
 
 
 def kernel_names(file: str, dtype: str) -> list[str]:

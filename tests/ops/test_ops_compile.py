@@ -44,7 +44,7 @@ def test_every_source_compiles_for_every_arch_and_dtype():
         assert sorted(binary.lowered_names) == sorted(job["name_expressions"])
         assert "warning" not in binary.log.lower(), binary.log
     # every kernel's parsed signature: element pointers take the dtype, stats the accumulation dtype,
-    # index tables (rotary's positions and its shape/stride table) int64
+    # index tables (rotary's positions and its shape/stride table, cross_entropy's targets) int64
     for dtype, (ctype, acc) in _sources.DTYPES.items():
         for file in _sources.FILES:
             binary = next(b for j, b in zip(jobs, binaries)
@@ -54,7 +54,7 @@ def test_every_source_compiles_for_every_arch_and_dtype():
                 kernel = module.get_kernel(name)
                 dts = {p.dtypes[0] for p in _pointer_params(kernel)}
                 expected = {TORCH_DTYPE[dtype], "float64" if acc == "double" else "float32"}
-                expected |= {"int64"} if file == "rotary.cu" else set()
+                expected |= {"int64"} if file in ("rotary.cu", "cross_entropy.cu") else set()
                 assert dts <= expected, (name, dts)
                 assert TORCH_DTYPE[dtype] in dts
 
@@ -63,8 +63,8 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     text = (ROOT / "pyproject.toml").read_text()
     assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
-    assert names == ["activations.cuh", "common.cuh", "elementwise.cu", "fused_norm.cu", "gated.cu", "norm.cu",
-                     "rotary.cu", "softmax.cu"]
+    assert names == ["activations.cuh", "common.cuh", "cross_entropy.cu", "elementwise.cu", "fused_norm.cu", "gated.cu",
+                     "norm.cu", "norm_long.cu", "rotary.cu", "softmax.cu"]
     # the only includes are our own headers and CUDA's fp16/bf16 headers, behind __has_include
     for path in [*_sources.KERNEL_DIR.glob("*.cu"), _sources.KERNEL_DIR / "activations.cuh"]:
         includes = [line for line in path.read_text().splitlines() if line.startswith("#include")]
@@ -218,8 +218,8 @@ def test_cli_warm_ops_compiles_then_hits(fresh_cache):
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr
         outs.append(out.stdout)
-    assert "opsmith.ops for sm_90: 24 programs (116 kernels), 24 compiled, 0 from the cache" in outs[0]
-    assert "opsmith.ops for sm_90: 24 programs (116 kernels), 0 compiled, 24 from the cache" in outs[1]
+    assert "opsmith.ops for sm_90: 32 programs (128 kernels), 32 compiled, 0 from the cache" in outs[0]
+    assert "opsmith.ops for sm_90: 32 programs (128 kernels), 0 compiled, 32 from the cache" in outs[1]
     for out in outs:  # and the torch C++ libraries the ops run on, built once for this torch
         assert "opsmith.ops native CUDA kernels (opsmith/ops/native/osm_ops.cpp): ready for this torch" in out
         assert "opsmith.ops native Autograd kernels" in out
@@ -373,6 +373,11 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             cos = torch.randn(3, half, dtype=dt)
             assert _rotary.rotary_cuda(x, cos, cos, None, False, 1).shape == x.shape
             assert _rotary.rotary_cuda(x, cos, cos, torch.tensor([2, 0, 1]), True, -1).shape == x.shape
+        from opsmith.ops import _cross_entropy
+        target = torch.tensor([0, cols - 1, -100])
+        loss, lse, count = _cross_entropy.cross_entropy_cuda(x, target, -100, "mean", 0.1, 1e-4)
+        assert loss.shape == () and lse.shape == (3,) and count.shape == (1,)
+        assert _cross_entropy.cross_entropy_backward_cuda(loss, x, target, lse, count).shape == x.shape
         x2 = torch.randn(3, 2 * cols, dtype=dt)  # [gate | up]
         for op in ("silu", "gelu", "gelu_tanh"):
             y2 = fn.gated_fwd(op, x2)

@@ -1,6 +1,9 @@
-"""silu_and_mul / gelu_and_mul on CPU: values and gradients against torch's own functions,
-opcheck of the four operators, fake kernels, the nn.Modules, errors, and their CUDA kernels
-compiled by NVRTC for every dtype (no GPU needed)."""
+"""The gated activations on CPU: silu_and_mul / gelu_and_mul (packed [gate | up]) and silu_mul /
+gelu_mul (gate and up as two tensors, views included): values and gradients against torch's own
+functions, gradcheck, opcheck of the eight operators, fake kernels, compile, the nn.Modules,
+errors; the CUDA kernels compiled by NVRTC for every dtype, and the CUDA implementations run with
+each launch checked against its kernel's signature and then carried out on the CPU as the
+kernel would (pointers, row strides): what reaches the kernel is right, no GPU needed."""
 from __future__ import annotations
 
 import pytest
@@ -43,8 +46,11 @@ def test_opcheck_fake_and_modules():
     T = ops()
     x = torch.randn(4, 12, dtype=torch.float64)
     g = torch.randn(4, 6, dtype=torch.float64)
+    a, b = x[:, :6], x[:, 6:]  # two non-contiguous halves
     cases = {"silu_and_mul": (x.clone().requires_grad_(),), "gelu_and_mul": (x.clone().requires_grad_(), "tanh"),
-             "silu_and_mul_backward": (g, x), "gelu_and_mul_backward": (g, x, "none")}
+             "silu_and_mul_backward": (g, x), "gelu_and_mul_backward": (g, x, "none"),
+             "silu_mul": (a.clone().requires_grad_(), b), "gelu_mul": (a, b.clone().requires_grad_(), "tanh"),
+             "silu_mul_backward": (g, a, b), "gelu_mul_backward": (g, a.contiguous(), b, "none")}
     assert set(cases) == set(GATED_NAMES)
     for name, args in cases.items():
         assert set(torch.library.opcheck(getattr(T, name).default, args).values()) == {"SUCCESS"}, name
@@ -52,6 +58,9 @@ def test_opcheck_fake_and_modules():
     with FakeTensorMode():
         fx = torch.empty(2, 5, 14, dtype=torch.bfloat16)
         assert T.silu_and_mul(fx).shape == (2, 5, 7) and T.gelu_and_mul_backward(torch.empty(2, 5, 7), fx).shape == fx.shape
+        assert T.silu_mul(fx[..., :7], fx[..., 7:]).shape == (2, 5, 7)
+        dg, du = T.gelu_mul_backward(torch.empty(2, 5, 7), fx[..., :7], fx[..., 7:], "tanh")
+        assert dg.shape == du.shape == (2, 5, 7) and dg.is_contiguous()
     assert torch.equal(O.SiLUAndMul()(x), O.silu_and_mul(x))
     assert torch.equal(O.GELUAndMul("tanh")(x), O.gelu_and_mul(x, "tanh")) and "tanh" in repr(O.GELUAndMul("tanh"))
 
@@ -81,3 +90,212 @@ def test_gated_kernels_compile_for_every_dtype():
     for job in _sources.jobs("sm_90", files=("gated.cu",)):
         b = compile_request(make_request(**job))
         assert set(b.lowered_names) == set(job["name_expressions"]) and b.code[:4] == b"\x7fELF"
+
+
+# -- silu_mul / gelu_mul: gate and up as two tensors ---------------------------------------------------------------
+TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.float16: (2e-3, 2e-3),
+       torch.bfloat16: (1.6e-2, 1.6e-2)}  # (atol, rtol) against a float64 reference
+PAIRS = {"silu": lambda a, b: O.silu_mul(a, b), "gelu": lambda a, b: O.gelu_mul(a, b),
+         "gelu_tanh": lambda a, b: O.gelu_mul(a, b, "tanh")}
+
+
+def _act(kind):
+    if kind == "silu":
+        return F.silu
+    return lambda t: F.gelu(t, approximate="tanh" if kind == "gelu_tanh" else "none")
+
+
+def _layouts(d, dtype):
+    """(name, gate, up): two tensors, the halves of a packed tensor (2-d, and 3-d at an odd
+    offset), a transposed gate (its rows not evenly spaced: copied), an expanded up (row stride
+    0), 0-d tensors, empty ones."""
+    packed = torch.randn(5, 2 * d, dtype=dtype)
+    big = torch.randn(2, 3, 2 * d + 3, dtype=dtype)[..., 1:]
+    return [("two", torch.randn(5, d, dtype=dtype), torch.randn(5, d, dtype=dtype)),
+            ("halves", packed[:, :d], packed[:, d:]),
+            ("3-d halves", big[..., :d], big[..., d:2 * d]),
+            ("transposed", torch.randn(d, 5, dtype=dtype).t(), torch.randn(5, d, dtype=dtype)),
+            ("expanded", torch.randn(5, d, dtype=dtype), torch.randn(d, dtype=dtype).expand(5, d)),
+            ("0-d", torch.tensor(0.7, dtype=dtype), torch.tensor(-1.3, dtype=dtype)),
+            ("empty", torch.randn(0, d, dtype=dtype), torch.randn(0, d, dtype=dtype))]
+
+
+def _reference(kind, a, b, g):
+    """act(a) * b and its gradients for a and b, in float64."""
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    want = _act(kind)(a64) * b64
+    da, db = torch.autograd.grad(want, (a64, b64), g.double()) if want.numel() else (a64, b64)
+    return want.detach(), da, db
+
+
+@pytest.mark.parametrize("kind", sorted(PAIRS))
+@pytest.mark.parametrize("dtype", sorted(TOL, key=str))
+def test_pair_values_and_gradients_match_torch_for_every_layout(kind, dtype):
+    atol, rtol = TOL[dtype]
+    for name, a, b in _layouts(6, dtype):
+        a, b = a.clone().requires_grad_() if a.is_contiguous() else a.requires_grad_(), b.requires_grad_()
+        y = PAIRS[kind](a, b)
+        g = torch.randn(y.shape, dtype=dtype)
+        want, da, db = _reference(kind, a, b, g)
+        assert y.dtype == dtype and y.shape == want.shape, name
+        torch.testing.assert_close(y.double(), want, atol=atol, rtol=rtol, msg=name)
+        if y.numel():
+            got_a, got_b = torch.autograd.grad(y, (a, b), g)
+            torch.testing.assert_close(got_a.double(), da, atol=4 * atol, rtol=4 * rtol, msg=name)
+            torch.testing.assert_close(got_b.double(), db, atol=4 * atol, rtol=4 * rtol, msg=name)
+
+
+@pytest.mark.parametrize("kind", sorted(PAIRS))
+def test_pair_gradcheck_and_the_packed_ops_agree(kind):
+    x = torch.randn(4, 10, dtype=torch.float64, requires_grad=True)
+    f = PAIRS[kind]
+    assert torch.autograd.gradcheck(lambda t: f(t[:, :5], t[:, 5:]), (x,))  # through the halves of one leaf
+    a, b = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True), torch.randn(2, 3, 5, dtype=torch.float64,
+                                                                                       requires_grad=True)
+    assert torch.autograd.gradcheck(f, (a, b))
+    packed = {"silu": O.silu_and_mul, "gelu": O.gelu_and_mul, "gelu_tanh": lambda t: O.gelu_and_mul(t, "tanh")}[kind]
+    assert torch.equal(f(x[:, :5], x[:, 5:]), packed(x))
+
+
+def test_pair_compile_fullgraph_on_cpu():
+    f = torch.compile(lambda x: O.silu_mul(x[..., :4], x[..., 4:]) * 2 + O.gelu_mul(x[..., 4:], x[..., :4], "tanh"),
+                      fullgraph=True, dynamic=False)
+    x = torch.randn(3, 8)
+    want = _ref(x, "silu") * 2 + F.gelu(x[..., 4:], approximate="tanh") * x[..., :4]
+    torch.testing.assert_close(f(x), want)
+
+
+def test_pair_errors_name_the_fix():
+    a = torch.randn(3, 4)
+    with pytest.raises(SpecError, match=r"silu_mul: gate has shape \(3, 4\) and up \(3, 5\); they must be equal"):
+        O.silu_mul(a, torch.randn(3, 5))
+    with pytest.raises(SpecError, match=r"gelu_mul: gate has dtype torch.float32 and up torch.float64; convert one "
+                                        r"with \.to\(gate\.dtype\)"):
+        O.gelu_mul(a, a.double())
+    with pytest.raises(SpecError, match="gelu_mul: approximate must be 'none' or 'tanh'"):
+        O.gelu_mul(a, a, "fast")
+    from opsmith.ops import _functional as fn
+    from opsmith.ops._register import ops
+    with pytest.raises(SpecError, match="they must be equal"):  # the operator itself checks too
+        ops().silu_mul(a, torch.randn(4, 3))
+    with pytest.raises(SpecError, match=r"gate is on cpu and up on meta; move one with \.to\(gate\.device\)"):
+        fn._gated_pair(a, torch.empty(3, 4, device="meta"), "silu_mul")
+    with pytest.raises(SpecError, match=r"silu_mul: grad has shape \(2, 3\), expected \(3, 4\)"):
+        fn.gated_mul_bwd("silu", torch.randn(2, 3), a, a)
+
+
+# -- the CUDA implementations, their kernels carried out on the CPU ---------------------------------------------------
+class _Emulated:
+    """A gated.cu kernel stood in for on the CPU: checks a launch's arguments against the kernel's
+    parsed signature, then does what the kernel does with them -- reads and writes through the
+    pointers (1-d spans) with the row strides given, math in float64, one rounding."""
+
+    def __init__(self, kernel, calls):
+        self.kernel, self.calls = kernel, calls
+
+    def launch(self, config, *args):
+        from opsmith._runtime._launch_config import LaunchConfig
+        k = self.kernel
+        assert isinstance(config, LaunchConfig) and len(args) == len(k.params), (k.name, len(args))
+        for p, a in zip(k.params, args):
+            if p.kind == "tensor":
+                assert isinstance(a, torch.Tensor) and a.dim() == 1 and a.is_contiguous(), (k.name, p.name)
+                assert str(a.dtype).replace("torch.", "") in p.dtypes, (k.name, p.name, a.dtype)
+            else:
+                assert p.kind == "int" and type(a) is int and p.range[0] <= a <= p.range[1], (k.name, p.name, a)
+        v = {p.name: a for p, a in zip(k.params, args)}
+        rows, d = v["rows"], v["d"]
+
+        def rows_of(name, stride):
+            span = v[name]
+            assert (rows - 1) * stride + d <= span.numel(), (k.name, name)  # the kernel stays in its span
+            return span.as_strided((rows, d), (stride, 1))
+
+        op = k.name.split("<")[0].rsplit("_", 1)[0]
+        act = _act({"silu_and_mul": "silu", "gelu_and_mul": "gelu", "gelu_tanh_and_mul": "gelu_tanh"}[op])
+        gate = rows_of("gate", v["gate_stride"]).double().requires_grad_()
+        up = rows_of("up", v["up_stride"]).double()
+        if "grad_y" not in v:
+            rows_of("y", d).copy_(act(gate) * up)
+        else:
+            g = rows_of("grad_y", d).double()
+            (dg,) = torch.autograd.grad(act(gate), gate, g * up)
+            rows_of("d_gate", v["grad_stride"]).copy_(dg)
+            rows_of("d_up", v["grad_stride"]).copy_(g * act(gate.detach()))
+        self.calls.append((k.name, config, v))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_cuda_implementations_give_the_kernels_the_right_pointers_and_strides(dtype, monkeypatch):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import opsmith
+    from opsmith.ops import _functional as fn
+    from opsmith.ops import _launch, _sources
+    jobs = _sources.jobs("sm_90", (dtype,), files=("gated.cu",))
+    module = opsmith.CudaModule(opsmith.compile_many(jobs, progress=False)[0])
+    calls: list = []
+
+    def kernel(file, name, dt, device):
+        assert file == "gated.cu" and dt == dtype
+        t, a = _sources.DTYPES[dt]
+        return _Emulated(module.get_kernel(name.format(T=t, A=a)), calls)
+
+    monkeypatch.setattr(_sources, "kernel", kernel)
+    monkeypatch.setattr(_launch, "device_props", lambda device: _launch.DeviceProps(132, 1024, 2048, 232448, 233472))
+    dt = getattr(torch, dtype)
+    atol, rtol = TOL[dt]
+    for d in (8, 7, 64):
+        for name, a, b in _layouts(d, dt):
+            for kind in PAIRS:
+                g = torch.randn(a.shape, dtype=dt)
+                want, da, db = _reference(kind, a, b, g)
+                before = len(calls)
+                y = fn.gated_mul_fwd(kind, a, b)
+                dg, du = fn.gated_mul_bwd(kind, g, a, b)
+                assert y.is_contiguous() and dg.is_contiguous() and y.shape == dg.shape == du.shape == a.shape
+                assert len(calls) - before == (2 if a.numel() else 0), name
+                torch.testing.assert_close(y.double(), want, atol=atol, rtol=rtol, msg=f"{name} {kind}")
+                torch.testing.assert_close(dg.double(), da, atol=2 * atol, rtol=2 * rtol, msg=f"{name} {kind}")
+                torch.testing.assert_close(du.double(), db, atol=2 * atol, rtol=2 * rtol, msg=f"{name} {kind}")
+                if name == "halves":  # read in place: the kernel gets the halves' own addresses and strides
+                    v = calls[-2][2]
+                    assert v["gate"].data_ptr() == a.data_ptr() and v["up"].data_ptr() == b.data_ptr()
+                    assert v["gate_stride"] == v["up_stride"] == 2 * d
+                if name == "expanded":
+                    assert calls[-1][2]["up_stride"] == 0
+        x = torch.randn(2, 3, 2 * d + 1, dtype=dt)[..., 1:]  # packed, at an odd offset
+        for kind in fn.GATED_KERNELS:
+            for packed in (x, x.contiguous(), x.transpose(0, 1)):
+                g = torch.randn(*packed.shape[:-1], d, dtype=dt)
+                want, da, db = _reference(kind, packed[..., :d], packed[..., d:], g)
+                y, dx = fn.gated_fwd(kind, packed), fn.gated_bwd(kind, g, packed)
+                torch.testing.assert_close(y.double(), want, atol=atol, rtol=rtol)
+                torch.testing.assert_close(dx.double(), torch.cat([da, db], -1), atol=2 * atol, rtol=2 * rtol)
+                v = calls[-2][2]
+                if packed is x:  # its rows are evenly spaced: read in place, the halves d apart
+                    assert v["gate"].data_ptr() == x.data_ptr() and v["up"].data_ptr() == x[..., d:].data_ptr()
+                    assert v["gate_stride"] == v["up_stride"] == 2 * d + 1
+                assert calls[-1][2]["grad_stride"] == 2 * d
+    assert {n.split("<")[0] for n, _, _ in calls} == {n.split("<")[0] for n in _sources.FILES["gated.cu"]}
+
+
+def test_gated_plan_covers_every_row_and_column():
+    import re
+
+    from opsmith.ops import _launch, _sources
+    source = (_sources.KERNEL_DIR / "gated.cu").read_text()  # the plan and the kernel agree on their numbers
+    assert re.search(r"#define OPSMITH_GATED_ROWS (\d+)", source).group(1) == str(_launch.GATED_ROWS)
+    assert re.search(r"#define OPSMITH_EW_THREADS (\d+)", source).group(1) == str(_launch.EW_THREADS)
+    h100 = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
+    small = _launch.DeviceProps(8, 1024, 1536, 49152, 65536)
+    for props in (h100, small):
+        for rows, d, itemsize in [(1, 1, 4), (4096, 5632, 2), (4096, 11008, 4), (3, 100000, 2), (10**6, 8, 2),
+                                  (10**7, 4, 8), (7, 3, 2)]:
+            plan = _launch.gated_plan(rows, d, itemsize, props)
+            (gx, gy), (tx, ty) = plan.grid, plan.block
+            assert tx * ty <= _launch.EW_THREADS and tx & (tx - 1) == 0
+            assert gx * tx * (16 // itemsize) >= d  # one trip covers a row
+            assert gy * ty * _launch.GATED_ROWS >= rows or gy == 65535  # else the row loop strides
+    plan = _launch.gated_plan(4096, 5632, 2, h100)  # a Llama MLP's tokens: whole warps along the rows
+    assert plan.block == (256, 1) and plan.grid == (3, 1024)
+    assert _launch.gated_plan(8, 5632, 2, h100).grid == (3, 8)  # few rows: one a thread, more blocks

@@ -37,7 +37,8 @@ EW_OPS = {
 # (rows, cols): 1, odd, non-powers of two, warp / block / long rows, long rows that do not fit
 # in shared memory (fp32 backward: 2 x 70001 x 4 bytes), empty
 ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000), (4, 1024), (3, 3001),
-              (2, 4096), (2, 4097), (3, 8193), (2, 20000), (1, 32768), (2, 70001), (0, 64), (300, 33)]
+              (2, 4096), (2, 4097), (3, 8193), (2, 20000), (1, 32768), (2, 70001), (0, 64), (300, 33),
+              (4099, 256), (2500, 3000)]  # the persistent norm backwards: many trips a block
 
 
 def _close(actual, expected, dtype, scale=1.0, what=""):
@@ -241,7 +242,11 @@ def test_the_sweep_covers_every_strategy():
         for arrays, itemsize in ((1, 4), (2, 4), (1, 2)):
             plan = _launch.row_plan(max(rows, 1), cols, itemsize, arrays, props)
             seen.add((plan.strategy, plan.cache))
-    assert {("warp", 0), ("block", 0), ("long", 1), ("long", 0)} <= seen
+            plan = _launch.norm_bwd_plan(max(rows, 1), cols, itemsize, props)
+            seen.add((plan.strategy, plan.cache))
+            if plan.strategy == "persistent" and rows > plan.grid[0] * plan.block[1]:
+                seen.add("several trips")
+    assert {("warp", 0), ("block", 0), ("long", 1), ("long", 0), ("persistent", 0), "several trips"} <= seen
 
 
 def test_benchmark_helper_reports_bandwidth():

@@ -91,3 +91,39 @@ def test_rotary_kernel_compiles_for_every_dtype():
     for job in _sources.jobs("sm_90", files=("rotary.cu",)):
         b = compile_request(make_request(**job))
         assert set(b.lowered_names) == set(job["name_expressions"]) and b.code[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("case", ["bhsd_cos_s", "bshd_cos_s1", "bhsd_cos_b1s", "bhsd_pos_b1s", "sd_cos_s",
+                                  "bhsd_cos_bhs", "thd_pos_t1"])
+def test_merged_leading_dims_find_every_rows_cos_row(case):
+    """rotary.cu's row -> cos/sin row arithmetic on the merged dims _lead hands it, emulated here,
+    against each row's index through broadcasting (no GPU needed)."""
+    from opsmith.ops._rotary import _lead
+    shapes = {"bhsd_cos_s": ((2, 3, 5, 8), (5, 4), None), "bshd_cos_s1": ((2, 5, 3, 8), (5, 1, 4), None),
+              "bhsd_cos_b1s": ((2, 3, 5, 8), (2, 1, 5, 4), None), "bhsd_pos_b1s": ((2, 3, 5, 8), (11, 4), (2, 1, 5)),
+              "sd_cos_s": ((5, 8), (5, 4), None), "bhsd_cos_bhs": ((2, 3, 5, 8), (2, 3, 5, 4), None),
+              "thd_pos_t1": ((7, 3, 8), (9, 4), (7, 1))}
+    xs, cs, ps = shapes[case]
+    x, cos = torch.zeros(xs), torch.zeros(cs)
+    pos = torch.randint(0, cs[0], ps) if ps else None
+    lead = _lead(x, cos, pos)
+    sizes, cstr, pstr = lead[:4], lead[4:8], lead[8:]
+    rows = x.numel() // x.shape[-1]
+    # the expected cos row of every x row, through broadcasting
+    if pos is None:
+        idx = torch.arange(cos[..., 0].numel()).reshape(cos.shape[:-1]).expand(xs[:-1]).reshape(-1) * cs[-1]
+    else:
+        idx = pos.expand(xs[:-1]).reshape(-1) * cs[-1]
+    flat_pos = pos.reshape(-1) if pos is not None else None
+    for r in range(rows):
+        rest, i = r, [0] * 4
+        for k in (3, 2, 1):
+            i[k], rest = rest % sizes[k], rest // sizes[k]
+        i[0] = rest
+        if pos is None:
+            coff = sum(a * b for a, b in zip(i, cstr))
+        else:
+            coff = int(flat_pos[sum(a * b for a, b in zip(i, pstr))]) * cs[-1]
+        assert coff == int(idx[r]), (case, r, lead)
+    if case in ("bhsd_cos_s", "bhsd_cos_bhs", "sd_cos_s"):  # [b * h (stride 0), s], [b * h * s], [s]
+        assert sum(s != 1 for s in sizes) == {"bhsd_cos_s": 2, "bhsd_cos_bhs": 1, "sd_cos_s": 1}[case]

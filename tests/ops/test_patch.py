@@ -1,14 +1,20 @@
-"""opsmith.ops.patch on CPU: torch's own modules, tiny random-initialised Hugging Face models of
-the Llama, Mistral, Qwen2/3 and Gemma families (no weights downloaded), a module that only looks
-like an RMS norm, meta models, idempotence."""
+"""opsmith.ops.patch on CPU: torch's own modules, SwiGLU/GeGLU MLPs (by structure: the bench
+model's; by class name: transformers'), tiny random-initialised Hugging Face models of the Llama,
+Mistral, Qwen2/3, Gemma 1/2/3 and Phi-3 families (no weights downloaded), modules that only look
+like an RMS norm or an MLP, meta models, idempotence."""
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from opsmith import ops  # noqa: E402
+from opsmith._errors import SpecError  # noqa: E402
 from opsmith.ops import _modules  # noqa: E402
+from opsmith.ops._patch import GatedMLP  # noqa: E402
 
 
 def test_torch_modules_are_replaced_keeping_their_parameters():
@@ -89,20 +95,23 @@ def test_bad_argument():
 
 
 FAMILIES = {
-    # family: (config class, extra config, RMS norm class)
-    "llama": ("LlamaConfig", {}, "LlamaRMSNorm"),
-    "mistral": ("MistralConfig", {}, "MistralRMSNorm"),
-    "qwen2": ("Qwen2Config", {}, "Qwen2RMSNorm"),
-    "qwen3": ("Qwen3Config", {"head_dim": 16}, "Qwen3RMSNorm"),
-    "gemma": ("GemmaConfig", {"head_dim": 16}, "GemmaRMSNorm"),
-    "gemma2": ("Gemma2Config", {"head_dim": 16}, "Gemma2RMSNorm"),
+    # family: (config class, extra config, RMS norm class, MLP class, (activation, approximate))
+    "llama": ("LlamaConfig", {}, "LlamaRMSNorm", "LlamaMLP", ("silu", "none")),
+    "mistral": ("MistralConfig", {}, "MistralRMSNorm", "MistralMLP", ("silu", "none")),
+    "qwen2": ("Qwen2Config", {}, "Qwen2RMSNorm", "Qwen2MLP", ("silu", "none")),
+    "qwen3": ("Qwen3Config", {"head_dim": 16}, "Qwen3RMSNorm", "Qwen3MLP", ("silu", "none")),
+    "gemma": ("GemmaConfig", {"head_dim": 16}, "GemmaRMSNorm", "GemmaMLP", ("gelu", "tanh")),
+    "gemma2": ("Gemma2Config", {"head_dim": 16}, "Gemma2RMSNorm", "Gemma2MLP", ("gelu", "tanh")),
+    "gemma3": ("Gemma3TextConfig", {"head_dim": 16}, "Gemma3RMSNorm", "Gemma3MLP", ("gelu", "tanh")),
+    "phi3": ("Phi3Config", {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 1}, "Phi3RMSNorm", "Phi3MLP",
+             ("silu", "none")),  # gate and up packed in one projection: silu_and_mul
 }
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_tiny_transformers_models_keep_their_outputs(family):
     transformers = pytest.importorskip("transformers")
-    cfg_name, extra, norm_name = FAMILIES[family]
+    cfg_name, extra, norm_name, mlp_name, act = FAMILIES[family]
     cfg_cls = getattr(transformers, cfg_name, None)
     if cfg_cls is None:
         pytest.skip(f"transformers {transformers.__version__} has no {cfg_name}")
@@ -118,12 +127,155 @@ def test_tiny_transformers_models_keep_their_outputs(family):
     with torch.no_grad():
         want = model(ids).logits
     norms_before = sum(type(m).__name__ == norm_name for m in model.modules())
+    state = dict(model.state_dict(keep_vars=True))
     done = ops.patch(model)
-    kinds = {type(r.old).__name__ for r in done}
-    assert norm_name in kinds and sum(type(r.old).__name__ == norm_name for r in done) == norms_before
-    assert not any(type(m).__name__ == norm_name for m in model.modules())
-    assert any("mlp.act_fn" in r.name for r in done), [r.name for r in done]
+    assert {type(r.old).__name__ for r in done} == {norm_name, mlp_name}, [r.name for r in done]
+    assert sum(type(r.old).__name__ == norm_name for r in done) == norms_before
+    assert not any(type(m).__name__ in (norm_name, mlp_name) for m in model.modules())
+    mlps = [r for r in done if type(r.old).__name__ == mlp_name]
+    assert [r.name for r in mlps] == [f"model.layers.{i}.mlp" for i in range(2)]  # act_fn not replaced on its own
+    assert all(isinstance(r.new, GatedMLP) and (r.new.activation, r.new.approximate) == act for r in mlps)
+    assert all(getattr(r.new, n) is getattr(r.old, n) for r in mlps for n in r.new.projections)  # same Linears
+    after = dict(model.state_dict(keep_vars=True))
+    assert list(after) == list(state) and all(after[k] is state[k] for k in state)  # the same Parameter objects
     with torch.no_grad():
         got = model(ids).logits
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert ops.patch(model) == []
+
+
+# -- gated MLPs ---------------------------------------------------------------------------------------------------
+def _bench_module():
+    """bench/bench_llama_step.py, imported from its path (its model is written out there)."""
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_llama_step.py"
+    spec = importlib.util.spec_from_file_location("bench_llama_step", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_bench_models_mlp_is_fused_and_trains_the_same():
+    bench = _bench_module()
+    torch.manual_seed(0)
+    model = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=2, seq=16)
+    ref = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=2, seq=16)
+    ref.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, 64, (2, 16))
+    labels = torch.roll(tokens, -1, dims=1)
+    mlp = model.layers[0].mlp
+    done = ops.patch(model)
+    assert sorted(r.name for r in done if isinstance(r.new, GatedMLP)) == ["layers.0.mlp", "layers.1.mlp"]
+    assert sum(isinstance(r.new, _modules.RMSNorm) for r in done) == 5 and len(done) == 8
+    assert [r.name for r in done if isinstance(r.new, _modules.CrossEntropyLoss)] == ["loss"]
+    new = model.layers[0].mlp
+    assert new.projections == ("gate", "up", "down") and new.gate is mlp.gate and new.down is mlp.down
+    assert not hasattr(new, "act") and new.activation == "silu"
+    loss, want = model(tokens, labels), ref(tokens, labels)
+    torch.testing.assert_close(loss, want)
+    loss.backward()
+    want.backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
+class _Proj(torch.nn.Module):
+    """gate_proj/up_proj/down_proj and an act_fn, with a forward of the caller's choosing."""
+
+    def __init__(self, forward, extra: bool = False):
+        super().__init__()
+        self.gate_proj, self.up_proj = torch.nn.Linear(8, 16), torch.nn.Linear(8, 16)
+        self.down_proj, self.act_fn = torch.nn.Linear(16, 8), torch.nn.SiLU()
+        if extra:
+            self.dropout = torch.nn.Dropout(0.0)
+        self._f = forward
+
+    def forward(self, *args):
+        return self._f(self, *args)
+
+
+def test_mlps_are_checked_by_running_both():
+    swiglu = _Proj(lambda m, x: m.down_proj(m.act_fn(m.gate_proj(x)) * m.up_proj(x)))
+    added = _Proj(lambda m, x: m.down_proj(m.act_fn(m.gate_proj(x)) + m.up_proj(x)))  # other math
+    two_args = _Proj(lambda m, x, mask: m.down_proj(m.act_fn(m.gate_proj(x)) * m.up_proj(x) * mask))
+    dropout = _Proj(lambda m, x: m.dropout(m.down_proj(m.act_fn(m.gate_proj(x)) * m.up_proj(x))), extra=True)
+    model = torch.nn.ModuleDict({"a": swiglu, "b": added, "c": two_args, "d": dropout})
+    skipped = []
+    done = ops.patch(model, skipped=skipped)
+    assert [r.name for r in done] == ["a", "b.act_fn", "c.act_fn", "d.act_fn"]  # the others keep a SiLU swap only
+    assert isinstance(model["a"], GatedMLP) and isinstance(model["b"], _Proj) and isinstance(model["d"], _Proj)
+    assert [(n, why) for n, _, why in skipped] == [
+        ("b", "its output differs from opsmith's on a random input"),
+        ("c", "its forward raised TypeError on a random input of shape (3, 8)")]
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(model["a"](x), swiglu.down_proj(torch.nn.functional.silu(swiglu.gate_proj(x))
+                                                               * swiglu.up_proj(x)))
+    assert ops.patch(torch.nn.ModuleDict({"m": _Proj(swiglu._f)}), mlps=False)[0].name == "m.act_fn"
+
+
+def test_gelu_mlps_meta_models_and_compile():
+    gelu = _Proj(lambda m, x: m.down_proj(m.act_fn(m.gate_proj(x)) * m.up_proj(x)))
+    gelu.act_fn = torch.nn.GELU("tanh")
+    (r,) = ops.patch(torch.nn.Sequential(gelu))
+    assert (r.new.activation, r.new.approximate) == ("gelu", "tanh") and "approximate='tanh'" in repr(r.new)
+    x = torch.randn(4, 8)
+    f = torch.compile(r.new, fullgraph=True, dynamic=False)
+    torch.testing.assert_close(f(x), gelu(x))
+    with torch.device("meta"):  # no data: the structure alone is not trusted
+        meta = torch.nn.Sequential(_Proj(gelu._f))
+    skipped = []
+    assert [r.name for r in ops.patch(meta, skipped=skipped)] == ["0.act_fn"]  # nn.SiLU: known by its type
+    assert [n for n, _, _ in skipped] == ["0"]
+    with pytest.raises(SpecError, match="GatedMLP takes 2 or 3 projections"):
+        GatedMLP({"gate_proj": torch.nn.Linear(2, 2)}, "relu")
+
+
+def test_known_mlp_class_names_are_trusted_on_meta():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    names = [r.name for r in ops.patch(model)]
+    assert "model.layers.0.mlp" in names and not any("act_fn" in n for n in names)
+
+
+def test_cross_entropy_loss_modules_run_opsmith_and_fall_back_to_torch():
+    from opsmith.ops._patch import CrossEntropyLoss
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 13, dtype=torch.float64)
+            self.loss = torch.nn.CrossEntropyLoss(ignore_index=3, label_smoothing=0.1)
+            self.weighted = torch.nn.CrossEntropyLoss(weight=torch.ones(13))  # class weights: torch's alone
+
+        def forward(self, x, y):
+            return self.loss(self.proj(x), y)
+
+    torch.manual_seed(0)
+    model = Head()
+    x, y = torch.randn(10, 8, dtype=torch.float64), torch.randint(0, 13, (10,))
+    y[4] = 3
+    want = model(x, y)
+    want.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    skipped = []
+    done = ops.patch(model, skipped=skipped)
+    assert [(r.name, type(r.new)) for r in done] == [("loss", CrossEntropyLoss)] and not skipped
+    assert isinstance(model.weighted, torch.nn.CrossEntropyLoss)
+    got = model(x, y)
+    got.backward()
+    torch.testing.assert_close(got, want)
+    for p, g in zip(model.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)
+    # inputs opsmith's kernel does not take: torch's cross-entropy, the same answer as the original
+    box = torch.nn.ModuleDict({"ce": torch.nn.CrossEntropyLoss(label_smoothing=0.1)})
+    orig = box["ce"]
+    assert [r.name for r in ops.patch(box)] == ["ce"]
+    z, t = torch.randn(2, 13, 5, dtype=torch.float64), torch.randint(0, 13, (2, 5))
+    torch.testing.assert_close(box["ce"](z, t), orig(z, t))
+    logits, probs = torch.randn(4, 13, dtype=torch.float64), torch.softmax(torch.randn(4, 13, dtype=torch.float64), -1)
+    torch.testing.assert_close(box["ce"](logits, probs), orig(logits, probs))
+    assert ops.patch(model) == []  # patched already
+    assert ops.patch(Head(), losses=False) == []

@@ -121,18 +121,18 @@ template <class A, class Op> __device__ __forceinline__ A warp_allreduce(A v, Op
 }
 
 // Reduce across the `tpr` threads of a row (threadIdx.x < tpr), every thread gets the result.
-// Above 32 threads a block holds one row: the warps meet in shared memory. Every thread of
-// the block must call this (it synchronises).
+// Above 32 threads a row's warps meet in shared memory (blockDim.y rows a block, each its own
+// tpr / 32 slots). Every thread of the block must call this (it synchronises).
 template <class A, class Op>
 __device__ __forceinline__ A row_allreduce(A v, Op op, A identity, int tpr) {
     __shared__ A partial[32];
     v = warp_allreduce(v, op, tpr < 32 ? tpr : 32);
     if (tpr <= 32) return v;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
     __syncthreads();  // the previous call's readers are done with `partial`
-    if (lane == 0) partial[warp] = v;
+    if (lane == 0) partial[first + (threadIdx.x >> 5)] = v;
     __syncthreads();
-    v = lane < (tpr >> 5) ? partial[lane] : identity;
+    v = lane < warps ? partial[first + lane] : identity;
     return warp_allreduce(v, op, 32);
 }
 
@@ -164,6 +164,31 @@ __device__ __forceinline__ void store_vec(T* row, long long j, long long n, bool
 #pragma unroll
         for (int k = 0; k < N; ++k)
             if (j + k < n) row[j + k] = Elem<T>::store(in[k]);
+    }
+}
+
+// A chunk of a row kept as loaded, in T (for 16-bit types half the registers of the row in
+// floats, which lets more blocks run on an SM); past the row's end: zeros.
+template <class T>
+__device__ __forceinline__ void load_raw(const T* row, long long j, long long n, bool vec, Vec<T>& out) {
+    constexpr int N = Vec<T>::N;
+    if (vec && j + N <= n) {
+        out = *reinterpret_cast<const Vec<T>*>(row + j);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) out.v[k] = (j + k < n) ? row[j + k] : Elem<T>::store(typename Elem<T>::acc(0));
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void store_raw(T* row, long long j, long long n, bool vec, const Vec<T>& in) {
+    constexpr int N = Vec<T>::N;
+    if (vec && j + N <= n) {
+        *reinterpret_cast<Vec<T>*>(row + j) = in;
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            if (j + k < n) row[j + k] = in.v[k];
     }
 }
 

@@ -22,30 +22,39 @@ add_rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const 
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(residual) && aligned16(y) &&
                      aligned16(residual_out) && aligned16(w);
-    A v[C * N];
+    // the row (s = x + residual, rounded to T as the residual stream holds it) and the weight
+    // stay in T: half the registers of floats for 16-bit types
+    Vec<T> sr[C], wr[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         const long long j = (long long)(c * tpr + t) * N;
-        A rv[N];
-        load_vec(x + base, j, n, vec, v + c * N, A(0));
-        load_vec(residual + base, j, n, vec, rv, A(0));
+        Vec<T> rr;
+        load_raw(x + base, j, n, vec, sr[c]);
+        load_raw(residual + base, j, n, vec, rr);
+        if (has_w) load_raw(w, j, (long long)cols, vec, wr[c]);  // read before the reduction
 #pragma unroll
-        for (int k = 0; k < N; ++k) v[c * N + k] = Elem<T>::load(Elem<T>::store(v[c * N + k] + rv[k]));
-        store_vec(residual_out + base, j, n, vec, v + c * N);  // n = 0 on idle rows: nothing written
+        for (int k = 0; k < N; ++k) sr[c].v[k] = Elem<T>::store(Elem<T>::load(sr[c].v[k]) + Elem<T>::load(rr.v[k]));
+        store_raw(residual_out + base, j, n, vec, sr[c]);  // n = 0 on idle rows: nothing written
     }
     A q = A(0);
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) q += v[i] * v[i] + nonfinite(v[i]);
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const A v = Elem<T>::load(sr[c].v[k]);
+            q += v * v + nonfinite(v);
+        }
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;
     if (t == 0) rstd[row] = r;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        A wv[N];
-        if (has_w) load_vec(w, j, n, vec, wv, A(1));
+        A o[N];
 #pragma unroll
-        for (int k = 0; k < N; ++k) v[c * N + k] = has_w ? v[c * N + k] * r * wv[k] : v[c * N + k] * r;
-        store_vec(y + base, j, n, vec, v + c * N);
+        for (int k = 0; k < N; ++k) {
+            const A v = Elem<T>::load(sr[c].v[k]) * r;
+            o[k] = has_w ? v * Elem<T>::load(wr[c].v[k]) : v;
+        }
+        store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, o);
     }
 }

@@ -1,27 +1,37 @@
-// opsmith.ops gated activations (the SwiGLU / GeGLU MLP's middle): silu_and_mul, gelu_and_mul.
+// opsmith.ops gated activations (the SwiGLU / GeGLU MLP's middle): y = act(gate) * up.
 //
-// The input is packed: each row of x holds [gate | up], 2*d values; the output row holds d
-// values, y = act(gate) * up (vLLM's and FlashInfer's layout). The backward takes grad_y (d a
-// row) and x and writes grad_x (2*d a row): d_gate = grad_y * up * act'(gate), d_up =
-// grad_y * act(gate). Math in float (double for double).
+// gate and up are [rows, d] arrays, each with its own row stride (in elements; columns are
+// contiguous): the two halves of a packed [gate | up] row (vLLM's and FlashInfer's layout, the
+// silu_and_mul op: up = gate + d, both strides 2*d), or two tensors such as the outputs of a
+// gate and an up projection (the silu_mul op: strides d, or a view's own). y is [rows, d],
+// contiguous. The backward takes grad_y (contiguous) and writes d_gate = grad_y * up *
+// act'(gate) and d_up = grad_y * act(gate), two arrays of one row stride (2*d: the halves of
+// a packed gradient; d: two tensors). Math in float (double for double).
 //
-// One pattern: a grid-stride loop over 16-byte vectors of the output's columns (8 halves,
-// 4 floats, 2 doubles), each vector reading the matching gate and up vectors of its row, when
-// d is a multiple of the vector width and every pointer is 16-byte aligned; else one element
-// at a time. The launch is the elementwise plan (opsmith/ops/_launch.py) over rows * d.
+// Launch (opsmith/ops/_launch.py, gated_plan): a 2-D grid. threadIdx.x / blockIdx.x walk a
+// row's columns, threadIdx.y / blockIdx.y its rows; both loops stride by the whole grid, so
+// any grid is correct and no element index is divided. Each trip loads OPSMITH_GATED_ROWS rows
+// (rstep apart) before it computes, so that many loads are in flight. 16-byte vectors (8
+// halves, 4 floats, 2 doubles) when d and every row stride are multiples of the vector width
+// and every pointer is 16-byte aligned; else the same loops one element at a time.
 //
-// Kernels: <op>_fwd<T>(x, y, rows, d) and <op>_bwd<T>(grad_y, x, grad_x, rows, d), op in
-// silu_and_mul, gelu_and_mul (erf), gelu_tanh_and_mul; T in {float, double, __half, __nv_bfloat16}.
+// Kernels: <op>_fwd<T>(gate, up, y, rows, d, gate_stride, up_stride) and
+// <op>_bwd<T>(grad_y, gate, up, d_gate, d_up, rows, d, gate_stride, up_stride, grad_stride),
+// op in silu_and_mul, gelu_and_mul (erf), gelu_tanh_and_mul; T in {float, double, __half,
+// __nv_bfloat16}.
 #include "common.cuh"
 #include "activations.cuh"
 
 #ifndef OPSMITH_EW_THREADS
 #define OPSMITH_EW_THREADS 256
 #endif
+#ifndef OPSMITH_GATED_ROWS
+#define OPSMITH_GATED_ROWS 4  // rows a thread loads per trip (opsmith/ops/_launch.py reads it too)
+#endif
 
 namespace opsmith {
 
-// one output element: y = act(gate) * up; or, when G, the two input gradients
+// one element: y = act(gate) * up; or, when G, the two input gradients
 template <class Op, class A>
 __device__ __forceinline__ A gated_fwd1(A gate, A up) { return Op::fwd(gate) * up; }
 
@@ -31,53 +41,76 @@ __device__ __forceinline__ void gated_bwd1(A g, A gate, A up, A& d_gate, A& d_up
     d_up = g * Op::fwd(gate);
 }
 
+// N elements (one 16-byte vector) of one row: y, or (G) d_gate and d_up
 template <class Op, bool G, class T>
-__device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restrict__ x, T* __restrict__ out,
-                                      long long rows, long long d) {
+__device__ __forceinline__ void gated_vec(const Vec<T>& gv, const Vec<T>& a, const Vec<T>& b, Vec<T>& o0,
+                                          Vec<T>& o1) {
+#pragma unroll
+    for (int k = 0; k < Vec<T>::N; ++k) {
+        if (G) {
+            typename Elem<T>::acc da, db;
+            gated_bwd1<Op>(Elem<T>::load(gv.v[k]), Elem<T>::load(a.v[k]), Elem<T>::load(b.v[k]), da, db);
+            o0.v[k] = Elem<T>::store(da);
+            o1.v[k] = Elem<T>::store(db);
+        } else {
+            o0.v[k] = Elem<T>::store(gated_fwd1<Op>(Elem<T>::load(a.v[k]), Elem<T>::load(b.v[k])));
+        }
+    }
+}
+
+// g: grad_y (G) or unused; out: y (!G, row stride d) or d_gate (G, row stride os); out1: d_up (G).
+template <class Op, bool G, class T>
+__device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restrict__ gate, const T* __restrict__ up,
+                                      T* __restrict__ out, T* __restrict__ out1, long long rows, long long d,
+                                      long long gs, long long us, long long os) {
     typedef typename Elem<T>::acc A;
-    constexpr int N = Vec<T>::N;
-    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    const long long in_row = 2 * d;
-    if (d % N == 0 && aligned16(x) && aligned16(out) && (!G || aligned16(g))) {
-        const long long per_row = d / N, total = rows * per_row;
-        for (long long v = tid; v < total; v += stride) {
-            const long long r = v / per_row, c = v - r * per_row;
-            const Vec<T> a = reinterpret_cast<const Vec<T>*>(x + r * in_row)[c];      // gate
-            const Vec<T> b = reinterpret_cast<const Vec<T>*>(x + r * in_row + d)[c];  // up
-            if (G) {
-                const Vec<T> gv = reinterpret_cast<const Vec<T>*>(g + r * d)[c];
-                Vec<T> dg, du;
+    constexpr int N = Vec<T>::N, R = OPSMITH_GATED_ROWS;
+    const long long r0 = blockIdx.y * (long long)blockDim.y + threadIdx.y;
+    const long long rstep = (long long)gridDim.y * blockDim.y;
+    const long long c0 = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long cstep = (long long)gridDim.x * blockDim.x;
+    if (!G) os = d;
+    const bool vec = d % N == 0 && gs % N == 0 && us % N == 0 && os % N == 0 && aligned16(gate) &&
+                     aligned16(up) && aligned16(out) && (!G || (aligned16(g) && aligned16(out1)));
+    if (vec) {
+        const long long cols = d / N;  // N is a power of two: a shift, once
+        for (long long r = r0; r < rows; r += R * rstep) {
+            for (long long c = c0; c < cols; c += cstep) {
+                Vec<T> a[R], b[R], gv[R];
 #pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    A da, db;
-                    gated_bwd1<Op>(Elem<T>::load(gv.v[k]), Elem<T>::load(a.v[k]), Elem<T>::load(b.v[k]), da, db);
-                    dg.v[k] = Elem<T>::store(da);
-                    du.v[k] = Elem<T>::store(db);
+                for (int k = 0; k < R; ++k) {  // every load of the trip first
+                    const long long rk = r + k * rstep;
+                    if (rk < rows) {
+                        a[k] = reinterpret_cast<const Vec<T>*>(gate + rk * gs)[c];
+                        b[k] = reinterpret_cast<const Vec<T>*>(up + rk * us)[c];
+                        if (G) gv[k] = reinterpret_cast<const Vec<T>*>(g + rk * d)[c];
+                    }
                 }
-                reinterpret_cast<Vec<T>*>(out + r * in_row)[c] = dg;
-                reinterpret_cast<Vec<T>*>(out + r * in_row + d)[c] = du;
-            } else {
-                Vec<T> o;
 #pragma unroll
-                for (int k = 0; k < N; ++k)
-                    o.v[k] = Elem<T>::store(gated_fwd1<Op>(Elem<T>::load(a.v[k]), Elem<T>::load(b.v[k])));
-                reinterpret_cast<Vec<T>*>(out + r * d)[c] = o;
+                for (int k = 0; k < R; ++k) {
+                    const long long rk = r + k * rstep;
+                    if (rk < rows) {
+                        Vec<T> o0, o1;
+                        gated_vec<Op, G, T>(gv[k], a[k], b[k], o0, o1);
+                        reinterpret_cast<Vec<T>*>(out + rk * os)[c] = o0;
+                        if (G) reinterpret_cast<Vec<T>*>(out1 + rk * os)[c] = o1;
+                    }
+                }
             }
         }
         return;
     }
-    const long long total = rows * d;
-    for (long long i = tid; i < total; i += stride) {  // unaligned, or d not a multiple of N
-        const long long r = i / d, j = i - r * d;
-        const A gate = Elem<T>::load(x[r * in_row + j]), up = Elem<T>::load(x[r * in_row + d + j]);
-        if (G) {
-            A da, db;
-            gated_bwd1<Op>(Elem<T>::load(g[i]), gate, up, da, db);
-            out[r * in_row + j] = Elem<T>::store(da);
-            out[r * in_row + d + j] = Elem<T>::store(db);
-        } else {
-            out[i] = Elem<T>::store(gated_fwd1<Op>(gate, up));
+    for (long long r = r0; r < rows; r += rstep) {  // unaligned, or d or a stride not a multiple of N
+        for (long long j = c0; j < d; j += cstep) {
+            const A a = Elem<T>::load(gate[r * gs + j]), b = Elem<T>::load(up[r * us + j]);
+            if (G) {
+                A da, db;
+                gated_bwd1<Op>(Elem<T>::load(g[r * d + j]), a, b, da, db);
+                out[r * os + j] = Elem<T>::store(da);
+                out1[r * os + j] = Elem<T>::store(db);
+            } else {
+                out[r * d + j] = Elem<T>::store(gated_fwd1<Op>(a, b));
+            }
         }
     }
 }
@@ -88,39 +121,48 @@ __device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restri
 
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
-silu_and_mul_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, long long d) {
-    opsmith::gated<opsmith::Silu, false, T>(nullptr, x, y, rows, d);
+silu_and_mul_fwd(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, long long rows,
+                 long long d, long long gate_stride, long long up_stride) {
+    opsmith::gated<opsmith::Silu, false, T>(nullptr, gate, up, y, nullptr, rows, d, gate_stride, up_stride, d);
 }
 
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
-silu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, T* __restrict__ grad_x, long long rows,
-                 long long d) {
-    opsmith::gated<opsmith::Silu, true, T>(grad_y, x, grad_x, rows, d);
+silu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
+                 T* __restrict__ d_gate, T* __restrict__ d_up, long long rows, long long d, long long gate_stride,
+                 long long up_stride, long long grad_stride) {
+    opsmith::gated<opsmith::Silu, true, T>(grad_y, gate, up, d_gate, d_up, rows, d, gate_stride, up_stride,
+                                           grad_stride);
 }
 
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
-gelu_and_mul_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, long long d) {
-    opsmith::gated<opsmith::GeluErf, false, T>(nullptr, x, y, rows, d);
+gelu_and_mul_fwd(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, long long rows,
+                 long long d, long long gate_stride, long long up_stride) {
+    opsmith::gated<opsmith::GeluErf, false, T>(nullptr, gate, up, y, nullptr, rows, d, gate_stride, up_stride, d);
 }
 
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
-gelu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, T* __restrict__ grad_x, long long rows,
-                 long long d) {
-    opsmith::gated<opsmith::GeluErf, true, T>(grad_y, x, grad_x, rows, d);
+gelu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
+                 T* __restrict__ d_gate, T* __restrict__ d_up, long long rows, long long d, long long gate_stride,
+                 long long up_stride, long long grad_stride) {
+    opsmith::gated<opsmith::GeluErf, true, T>(grad_y, gate, up, d_gate, d_up, rows, d, gate_stride, up_stride,
+                                              grad_stride);
 }
 
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
-gelu_tanh_and_mul_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, long long d) {
-    opsmith::gated<opsmith::GeluTanh, false, T>(nullptr, x, y, rows, d);
+gelu_tanh_and_mul_fwd(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, long long rows,
+                      long long d, long long gate_stride, long long up_stride) {
+    opsmith::gated<opsmith::GeluTanh, false, T>(nullptr, gate, up, y, nullptr, rows, d, gate_stride, up_stride, d);
 }
 
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
-gelu_tanh_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, T* __restrict__ grad_x,
-                      long long rows, long long d) {
-    opsmith::gated<opsmith::GeluTanh, true, T>(grad_y, x, grad_x, rows, d);
+gelu_tanh_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
+                      T* __restrict__ d_gate, T* __restrict__ d_up, long long rows, long long d,
+                      long long gate_stride, long long up_stride, long long grad_stride) {
+    opsmith::gated<opsmith::GeluTanh, true, T>(grad_y, gate, up, d_gate, d_up, rows, d, gate_stride, up_stride,
+                                               grad_stride);
 }

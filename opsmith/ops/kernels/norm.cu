@@ -6,12 +6,16 @@
 //   layer_norm: grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)),  gw = grad_y * w,
 //               xhat = (x - mean) * rstd
 //   rms_norm:   grad_x = rstd * (gw - x * rstd^2 * mean(gw * x))
-// grad_w and grad_b are column sums over the rows: norm_bwd_weight writes partial sums per
-// chunk of rows (one block per 32 columns x chunk), which the caller adds up.
+// grad_w and grad_b are column sums over the rows. The register-row backwards (*_bwd) are
+// persistent: their blocks stride over the rows, read grad and x once, and add each row's
+// terms into per-thread sums; each block writes one row of partial sums (part[gridDim.x][cols],
+// a few rows per SM) which the caller adds up. After the long-row backwards, norm_bwd_weight
+// reads grad and x again and writes partial sums per chunk of rows (one block per 32 columns x
+// chunk).
 //
-// The strategies are softmax.cu's: the row in registers (*_fwd, *_bwd; tpr threads per row,
-// tpr <= 32 is one warp per row), or one block per long row (*_long) with the row copied into
-// shared memory on the first pass when the launch gave room (`cache` = 1), else read again.
+// The strategies are softmax.cu's: the row in registers (*_fwd, *_bwd here; tpr threads per
+// row, tpr <= 32 is one warp per row), or one block per long row (*_long, in norm_long.cu) with
+// the row copied into shared memory on the first pass when the launch gave room (`cache` = 1).
 // The variance is the mean of squared deviations from the mean (two passes over the row),
 // not E[x^2] - E[x]^2, which cancels catastrophically for rows with a large mean.
 // `has_w` / `has_b` = 0: no weight / bias (the pointer is then any tensor and is not read).
@@ -23,32 +27,56 @@
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
 #endif
-#ifndef OPSMITH_LONG_THREADS
-#define OPSMITH_LONG_THREADS 1024
+// blocks of OPSMITH_ROW_THREADS an SM must hold at once (the registers a thread may use), measured
+// on an H100 with bench/diag_norm_occupancy.py: 2 for the forwards and rms_norm's backward (at
+// 3 or more the forwards spill and run at half speed), 1 for layer_norm's backward (at 2 it
+// spills 1.6 KB a thread and runs at 40 %)
+#ifndef OPSMITH_ROW_FWD_BLOCKS
+#define OPSMITH_ROW_FWD_BLOCKS 2
+#endif
+#ifndef OPSMITH_ROW_BWD_BLOCKS
+#define OPSMITH_ROW_BWD_BLOCKS 2
+#endif
+#ifndef OPSMITH_LN_BWD_BLOCKS
+#define OPSMITH_LN_BWD_BLOCKS 1
 #endif
 
 using namespace opsmith;
 
+// Register-row kernels: a thread keeps its chunks of the row (and of grad, weight, bias) as
+// loaded, in T, and converts each element where it is used: for 16-bit types half the registers
+// of floats, so that more rows are in flight on an SM. `pos` of chunk c: (c * tpr + t) * N.
+#define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
+#define OPSMITH_E(a, c, k) Elem<T>::load((a)[c].v[k])
+
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_FWD_BLOCKS)
 layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                int has_b) {
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    A v[C * N];
+    Vec<T> xr[C], wr[C], br[C];
 #pragma unroll
-    for (int c = 0; c < C; ++c) load_vec(x + base, (long long)(c * tpr + t) * N, n, vec, v + c * N, A(0));
+    for (int c = 0; c < C; ++c) {
+        load_raw(x + base, OPSMITH_J(c), n, vec, xr[c]);
+        if (has_w) load_raw(w, OPSMITH_J(c), (long long)cols, vec, wr[c]);  // read before the reductions
+        if (has_b) load_raw(b, OPSMITH_J(c), (long long)cols, vec, br[c]);
+    }
     A s = A(0);
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) s += v[i];
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < N; ++k) s += OPSMITH_E(xr, c, k);
     const A mu = row_allreduce(s, SumOp(), A(0), tpr) / A(cols);
     A q = A(0);
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) {
-        const A d = OPSMITH_COL(i) < n ? v[i] - mu : A(0);
-        q += d * d;
-    }
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const A d = OPSMITH_J(c) + k < n ? OPSMITH_E(xr, c, k) - mu : A(0);
+            q += d * d;
+        }
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;  // no reduction follows
     if (t == 0) {
@@ -57,307 +85,195 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        A wv[N], bv[N];
-        if (has_w) load_vec(w, j, n, vec, wv, A(1));
-        if (has_b) load_vec(b, j, n, vec, bv, A(0));
+        A o[N];
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            A o = (v[c * N + k] - mu) * r;
-            if (has_w) o *= wv[k];
-            if (has_b) o += bv[k];
-            v[c * N + k] = o;
+            o[k] = (OPSMITH_E(xr, c, k) - mu) * r;
+            if (has_w) o[k] *= OPSMITH_E(wr, c, k);
+            if (has_b) o[k] += OPSMITH_E(br, c, k);
         }
-        store_vec(y + base, j, n, vec, v + c * N);
+        store_vec(y + base, OPSMITH_J(c), n, vec, o);
     }
 }
 
+// The backwards' weight (and bias) gradients: each thread adds its columns' terms of every row
+// it visits (the blocks stride over the rows); at the end the blockDim.y rows of a block meet
+// in shared memory and the block writes one row of partial sums, part[blockIdx.x][cols], which
+// the caller adds up (gridDim.x rows: a few per SM). grad and x are read once.
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+__device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, int cols) {
+    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    __shared__ A red[OPSMITH_ROW_THREADS];
+    if (blockDim.y > 1) {
+#pragma unroll
+        for (int i = 0; i < C * N; ++i) {
+            __syncthreads();
+            red[threadIdx.y * tpr + t] = acc[i];
+            __syncthreads();
+            if (threadIdx.y == 0) {
+                A s = A(0);
+                for (int yy = 0; yy < (int)blockDim.y; ++yy) s += red[yy * tpr + t];
+                acc[i] = s;
+            }
+        }
+    }
+    if (threadIdx.y == 0) {  // no early return: the caller may call again (it synchronises)
+#pragma unroll
+        for (int i = 0; i < C * N; ++i) {
+            const long long col = OPSMITH_COL(i);
+            if (col < cols) part[blockIdx.x * (long long)cols + col] = acc[i];
+        }
+    }
+}
+
+// The persistent backwards' row loop: every thread of a block runs the same trips (the
+// reductions synchronise), rows past the end are idle (n = 0).
+#define OPSMITH_ROW_LOOP                                                                   \
+    for (long long row0 = blockIdx.x * (long long)blockDim.y; row0 < rows;                 \
+         row0 += (long long)gridDim.x * blockDim.y)
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_LN_BWD_BLOCKS)
 layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
-               const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x, long long rows,
-               int cols, int has_w) {
-    OPSMITH_ROW_SETUP
+               const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+               A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w, int want_w,
+               int want_b) {
+    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    const int tpr = blockDim.x, t = threadIdx.x;
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
-    const A mu = active ? mean[row] : A(0), r = active ? rstd[row] : A(0);
-    A gw[C * N], xh[C * N];
+    Vec<T> wr[C];
+    A dw[C * N], db[C * N];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        load_vec(grad_y + base, j, n, vec, gw + c * N, A(0));
-        load_vec(x + base, j, n, vec, xh + c * N, A(0));
-        if (has_w) {
-            A wv[N];
-            load_vec(w, j, n, vec, wv, A(0));
+        if (has_w) load_raw(w, OPSMITH_J(c), (long long)cols, vec, wr[c]);
 #pragma unroll
-            for (int k = 0; k < N; ++k) gw[c * N + k] *= wv[k];
+        for (int k = 0; k < N; ++k) dw[c * N + k] = db[c * N + k] = A(0);
+    }
+    OPSMITH_ROW_LOOP {
+        const long long row = row0 + threadIdx.y;
+        const bool active = row < rows;
+        const long long n = active ? cols : 0, base = (active ? row : 0) * (long long)cols;
+        const A mu = active ? mean[row] : A(0), r = active ? rstd[row] : A(0);
+        Vec<T> gr[C], xr[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            load_raw(grad_y + base, OPSMITH_J(c), n, vec, gr[c]);
+            load_raw(x + base, OPSMITH_J(c), n, vec, xr[c]);
+        }
+        A s1 = A(0), s2 = A(0);
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A g = OPSMITH_E(gr, c, k), xh = (OPSMITH_E(xr, c, k) - mu) * r;
+                const A gw = has_w ? g * OPSMITH_E(wr, c, k) : g;
+                dw[c * N + k] += g * xh;  // padding and idle rows: g is 0
+                db[c * N + k] += g;
+                s1 += gw;
+                s2 += gw * xh;
+            }
+        s1 = row_allreduce(s1, SumOp(), A(0), tpr) / A(cols);
+        s2 = row_allreduce(s2, SumOp(), A(0), tpr) / A(cols);
+        if (active) {
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+                A o[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A g = OPSMITH_E(gr, c, k), xh = (OPSMITH_E(xr, c, k) - mu) * r;
+                    o[k] = r * ((has_w ? g * OPSMITH_E(wr, c, k) : g) - s1 - xh * s2);
+                }
+                store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
+            }
         }
     }
-    A s1 = A(0), s2 = A(0);
-#pragma unroll
-    for (int i = 0; i < C * N; ++i) {
-        xh[i] = (xh[i] - mu) * r;
-        s1 += gw[i];
-        s2 += gw[i] * xh[i];  // padding: gw is 0
-    }
-    s1 = row_allreduce(s1, SumOp(), A(0), tpr) / A(cols);
-    s2 = row_allreduce(s2, SumOp(), A(0), tpr) / A(cols);
-    if (!active) return;
-#pragma unroll
-    for (int i = 0; i < C * N; ++i) gw[i] = r * (gw[i] - s1 - xh[i] * s2);
-#pragma unroll
-    for (int c = 0; c < C; ++c) store_vec(grad_x + base, (long long)(c * tpr + t) * N, n, vec, gw + c * N);
+    if (want_w) write_partial<T>(dw, dw_part, cols);
+    if (want_b) write_partial<T>(db, db_part, cols);
 }
 
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_FWD_BLOCKS)
 rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
              long long rows, int cols, A eps, int has_w) {
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w);
-    A v[C * N];
+    Vec<T> xr[C], wr[C];
 #pragma unroll
-    for (int c = 0; c < C; ++c) load_vec(x + base, (long long)(c * tpr + t) * N, n, vec, v + c * N, A(0));
+    for (int c = 0; c < C; ++c) {
+        load_raw(x + base, OPSMITH_J(c), n, vec, xr[c]);
+        if (has_w) load_raw(w, OPSMITH_J(c), (long long)cols, vec, wr[c]);  // read before the reduction
+    }
     A q = A(0);
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) q += v[i] * v[i] + nonfinite(v[i]);
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const A v = OPSMITH_E(xr, c, k);
+            q += v * v + nonfinite(v);
+        }
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;
     if (t == 0) rstd[row] = r;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        A wv[N];
-        if (has_w) load_vec(w, j, n, vec, wv, A(1));
+        A o[N];
 #pragma unroll
-        for (int k = 0; k < N; ++k) v[c * N + k] = has_w ? v[c * N + k] * r * wv[k] : v[c * N + k] * r;
-        store_vec(y + base, j, n, vec, v + c * N);
+        for (int k = 0; k < N; ++k) o[k] = has_w ? OPSMITH_E(xr, c, k) * r * OPSMITH_E(wr, c, k) : OPSMITH_E(xr, c, k) * r;
+        store_vec(y + base, OPSMITH_J(c), n, vec, o);
     }
 }
 
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS)
 rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
-             const A* __restrict__ rstd, T* __restrict__ grad_x, long long rows, int cols, int has_w) {
-    OPSMITH_ROW_SETUP
+             const A* __restrict__ rstd, T* __restrict__ grad_x, A* __restrict__ dw_part, long long rows, int cols,
+             int has_w, int want_w) {
+    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    const int tpr = blockDim.x, t = threadIdx.x;
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
-    const A r = active ? rstd[row] : A(0);
-    A gw[C * N], v[C * N];
+    Vec<T> wr[C];
+    A dw[C * N];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        load_vec(grad_y + base, j, n, vec, gw + c * N, A(0));
-        load_vec(x + base, j, n, vec, v + c * N, A(0));
-        if (has_w) {
-            A wv[N];
-            load_vec(w, j, n, vec, wv, A(0));
+        if (has_w) load_raw(w, OPSMITH_J(c), (long long)cols, vec, wr[c]);
 #pragma unroll
-            for (int k = 0; k < N; ++k) gw[c * N + k] *= wv[k];
-        }
+        for (int k = 0; k < N; ++k) dw[c * N + k] = A(0);
     }
-    A d = A(0);
+    OPSMITH_ROW_LOOP {
+        const long long row = row0 + threadIdx.y;
+        const bool active = row < rows;
+        const long long n = active ? cols : 0, base = (active ? row : 0) * (long long)cols;
+        const A r = active ? rstd[row] : A(0);
+        Vec<T> gr[C], xr[C];
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) d += gw[i] * v[i];
-    d = row_allreduce(d, SumOp(), A(0), tpr) / A(cols);
-    if (!active) return;
-#pragma unroll
-    for (int i = 0; i < C * N; ++i) gw[i] = r * (gw[i] - v[i] * r * r * d);
-#pragma unroll
-    for (int c = 0; c < C; ++c) store_vec(grad_x + base, (long long)(c * tpr + t) * N, n, vec, gw + c * N);
-}
-
-// -- long rows: one block per row, the row cached in shared memory when it fits --------------------
-#define OPSMITH_LONG_LOOP(j) for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N)
-#define OPSMITH_SMEM2 (reinterpret_cast<T*>(opsmith_dyn_smem) + ((cols * sizeof(T) + 15) / 16) * 16 / sizeof(T))
-
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
-layer_norm_fwd_long(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                    T* __restrict__ y, A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols,
-                    A eps, int has_w, int has_b, int cache) {
-    constexpr int N = Vec<T>::N;
-    const int tpr = blockDim.x, t = threadIdx.x;
-    T* sm = reinterpret_cast<T*>(opsmith_dyn_smem);
-    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const T* xr = x + row * cols;
-        A s = A(0);
-        OPSMITH_LONG_LOOP(j) {
-            A v[N];
-            load_row(xr, sm, cache ? 1 : 0, j, cols, vec, v, A(0));
-#pragma unroll
-            for (int k = 0; k < N; ++k) s += v[k];
+        for (int c = 0; c < C; ++c) {
+            load_raw(grad_y + base, OPSMITH_J(c), n, vec, gr[c]);
+            load_raw(x + base, OPSMITH_J(c), n, vec, xr[c]);
         }
-        const A mu = row_allreduce(s, SumOp(), A(0), tpr) / A(cols);
-        A q = A(0);
-        OPSMITH_LONG_LOOP(j) {
-            A v[N];
-            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, mu);  // padding: mu, adds 0
-#pragma unroll
-            for (int k = 0; k < N; ++k) q += (v[k] - mu) * (v[k] - mu);
-        }
-        const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
-        if (t == 0) {
-            mean[row] = mu;
-            rstd[row] = r;
-        }
-        OPSMITH_LONG_LOOP(j) {
-            A v[N], wv[N], bv[N];
-            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, A(0));
-            if (has_w) load_vec(w, j, cols, vec, wv, A(1));
-            if (has_b) load_vec(b, j, cols, vec, bv, A(0));
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                A o = (v[k] - mu) * r;
-                if (has_w) o *= wv[k];
-                if (has_b) o += bv[k];
-                v[k] = o;
-            }
-            store_vec(y + row * cols, j, cols, vec, v);
-        }
-    }
-}
-
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
-layer_norm_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
-                    const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
-                    long long rows, int cols, int has_w, int cache) {
-    constexpr int N = Vec<T>::N;
-    const int tpr = blockDim.x, t = threadIdx.x;
-    T* smg = reinterpret_cast<T*>(opsmith_dyn_smem);
-    T* smx = OPSMITH_SMEM2;
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const long long base = row * cols;
-        const A mu = mean[row], r = rstd[row];
-        A s1 = A(0), s2 = A(0);
-        OPSMITH_LONG_LOOP(j) {
-            A g[N], v[N], wv[N];
-            load_row(grad_y + base, smg, cache ? 1 : 0, j, cols, vec, g, A(0));
-            load_row(x + base, smx, cache ? 1 : 0, j, cols, vec, v, A(0));
-            if (has_w) load_vec(w, j, cols, vec, wv, A(0));
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A gw = has_w ? g[k] * wv[k] : g[k];
-                s1 += gw;
-                s2 += gw * (v[k] - mu) * r;
-            }
-        }
-        s1 = row_allreduce(s1, SumOp(), A(0), tpr) / A(cols);
-        s2 = row_allreduce(s2, SumOp(), A(0), tpr) / A(cols);
-        OPSMITH_LONG_LOOP(j) {
-            A g[N], v[N], wv[N];
-            load_row(grad_y + base, smg, cache ? 2 : 0, j, cols, vec, g, A(0));
-            load_row(x + base, smx, cache ? 2 : 0, j, cols, vec, v, A(0));
-            if (has_w) load_vec(w, j, cols, vec, wv, A(0));
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A gw = has_w ? g[k] * wv[k] : g[k];
-                g[k] = r * (gw - s1 - (v[k] - mu) * r * s2);
-            }
-            store_vec(grad_x + base, j, cols, vec, g);
-        }
-    }
-}
-
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
-rms_norm_fwd_long(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
-                  long long rows, int cols, A eps, int has_w, int cache) {
-    constexpr int N = Vec<T>::N;
-    const int tpr = blockDim.x, t = threadIdx.x;
-    T* sm = reinterpret_cast<T*>(opsmith_dyn_smem);
-    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w);
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const T* xr = x + row * cols;
-        A q = A(0);
-        OPSMITH_LONG_LOOP(j) {
-            A v[N];
-            load_row(xr, sm, cache ? 1 : 0, j, cols, vec, v, A(0));
-#pragma unroll
-            for (int k = 0; k < N; ++k) q += v[k] * v[k] + nonfinite(v[k]);
-        }
-        const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
-        if (t == 0) rstd[row] = r;
-        OPSMITH_LONG_LOOP(j) {
-            A v[N], wv[N];
-            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, A(0));
-            if (has_w) load_vec(w, j, cols, vec, wv, A(1));
-#pragma unroll
-            for (int k = 0; k < N; ++k) v[k] = has_w ? v[k] * r * wv[k] : v[k] * r;
-            store_vec(y + row * cols, j, cols, vec, v);
-        }
-    }
-}
-
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
-rms_norm_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
-                  const A* __restrict__ rstd, T* __restrict__ grad_x, long long rows, int cols, int has_w,
-                  int cache) {
-    constexpr int N = Vec<T>::N;
-    const int tpr = blockDim.x, t = threadIdx.x;
-    T* smg = reinterpret_cast<T*>(opsmith_dyn_smem);
-    T* smx = OPSMITH_SMEM2;
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const long long base = row * cols;
-        const A r = rstd[row];
         A d = A(0);
-        OPSMITH_LONG_LOOP(j) {
-            A g[N], v[N], wv[N];
-            load_row(grad_y + base, smg, cache ? 1 : 0, j, cols, vec, g, A(0));
-            load_row(x + base, smx, cache ? 1 : 0, j, cols, vec, v, A(0));
-            if (has_w) load_vec(w, j, cols, vec, wv, A(0));
 #pragma unroll
-            for (int k = 0; k < N; ++k) d += (has_w ? g[k] * wv[k] : g[k]) * v[k];
-        }
+        for (int c = 0; c < C; ++c)
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A g = OPSMITH_E(gr, c, k), v = OPSMITH_E(xr, c, k);
+                dw[c * N + k] += g * v * r;  // padding and idle rows: g is 0
+                d += (has_w ? g * OPSMITH_E(wr, c, k) : g) * v;
+            }
         d = row_allreduce(d, SumOp(), A(0), tpr) / A(cols);
-        OPSMITH_LONG_LOOP(j) {
-            A g[N], v[N], wv[N];
-            load_row(grad_y + base, smg, cache ? 2 : 0, j, cols, vec, g, A(0));
-            load_row(x + base, smx, cache ? 2 : 0, j, cols, vec, v, A(0));
-            if (has_w) load_vec(w, j, cols, vec, wv, A(0));
+        if (active) {
 #pragma unroll
-            for (int k = 0; k < N; ++k) g[k] = r * ((has_w ? g[k] * wv[k] : g[k]) - v[k] * r * r * d);
-            store_vec(grad_x + base, j, cols, vec, g);
+            for (int c = 0; c < C; ++c) {
+                A o[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A g = OPSMITH_E(gr, c, k), v = OPSMITH_E(xr, c, k);
+                    o[k] = r * ((has_w ? g * OPSMITH_E(wr, c, k) : g) - v * r * r * d);
+                }
+                store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
+            }
         }
     }
+    if (want_w) write_partial<T>(dw, dw_part, cols);
 }
 
-// -- grad_w and grad_b: column sums over the rows ---------------------------------------------------
-// Block (32, 8): 32 columns, 8 row lanes; blockIdx.y is a chunk of `rows_per_chunk` rows.
-// dw_part[chunk][col] = sum over the chunk of grad_y * xhat; db_part[chunk][col] = sum of grad_y.
-// has_mean = 0 (rms_norm): xhat = x * rstd.
-template <class T, class A>
-__global__ void __launch_bounds__(256)
-norm_bwd_weight(const T* __restrict__ grad_y, const T* __restrict__ x, const A* __restrict__ mean,
-                const A* __restrict__ rstd, A* __restrict__ dw_part, A* __restrict__ db_part, long long rows,
-                int cols, int rows_per_chunk, int has_mean) {
-    __shared__ A sw[8][33], sb[8][33];
-    const int col = blockIdx.x * 32 + threadIdx.x;
-    const long long r0 = (long long)blockIdx.y * rows_per_chunk;
-    const long long r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-    A dw = A(0), db = A(0);
-    if (col < cols) {
-        for (long long r = r0 + threadIdx.y; r < r1; r += 8) {
-            const A g = Elem<T>::load(grad_y[r * cols + col]);
-            const A xh = (Elem<T>::load(x[r * cols + col]) - (has_mean ? mean[r] : A(0))) * rstd[r];
-            dw += g * xh;
-            db += g;
-        }
-    }
-    sw[threadIdx.y][threadIdx.x] = dw;
-    sb[threadIdx.y][threadIdx.x] = db;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < cols) {
-#pragma unroll
-        for (int i = 1; i < 8; ++i) {
-            dw += sw[i][threadIdx.x];
-            db += sb[i][threadIdx.x];
-        }
-        dw_part[(long long)blockIdx.y * cols + col] = dw;
-        db_part[(long long)blockIdx.y * cols + col] = db;
-    }
-}

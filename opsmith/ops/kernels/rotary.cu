@@ -4,12 +4,19 @@
 // neox layout: pairs (j, j + half); gptj (interleaved): pairs (2j, 2j + 1). Elements from
 // 2*half to d are copied.
 //
-// x is rows x d (rows: the leading dims, at most 4, sizes in meta[0..3] right-aligned and
-// padded with 1). cos/sin hold `half` values per row of their own: without positions their
-// row of x's row (i0..i3) starts at sum(i_k * meta[4 + k]) (0 strides broadcast); with
-// positions, at positions[sum(i_k * meta[8 + k])] * half of a [max_position, half] table.
+// x is rows x d (rows: the leading dims, at most 4, sizes s0..s3 right-aligned and padded with
+// 1). cos/sin hold `half` values per row of their own: without positions their row of x's row
+// (i0..i3) starts at sum(i_k * c_k) (0 strides broadcast); with positions, at
+// positions[sum(i_k * p_k)] * half of a [max_position, half] table.
 //
-// Kernel: rotary<T>(x, cos, sin, positions, y, meta, rows, d, half, interleaved, sign, has_pos),
+// Launch: blockDim.x threads share a row, blockDim.y rows a block, grid-stride over row groups.
+// A row's position (the 4 divisions) is found once per row, not per element. Each thread
+// rotates P pairs a trip: P = 16 bytes of T when `vec` (half and d multiples of P, every
+// pointer 16-byte aligned): neox reads one vector of a, one of b, one of cos and one of sin;
+// interleaved two vectors of x; else P = 1, element by element.
+//
+// Kernel: rotary<T>(x, cos, sin, positions, y, rows, d, half, interleaved, sign, has_pos,
+//                   s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3),
 // T in {float, double, __half, __nv_bfloat16}; math in float (double for double).
 #include "common.cuh"
 
@@ -19,36 +26,138 @@
 
 using namespace opsmith;
 
+namespace {
+
+template <class T, int P>
+struct Pack {  // P consecutive elements: one 16-byte vector, or one element
+    T v[P];
+};
+
+template <class T, int P>
+__device__ __forceinline__ Pack<T, P> ld(const T* p) {
+    if constexpr (P == Vec<T>::N) {
+        const Vec<T> w = *reinterpret_cast<const Vec<T>*>(p);
+        Pack<T, P> r;
+#pragma unroll
+        for (int k = 0; k < P; ++k) r.v[k] = w.v[k];
+        return r;
+    } else {
+        Pack<T, P> r;
+#pragma unroll
+        for (int k = 0; k < P; ++k) r.v[k] = p[k];
+        return r;
+    }
+}
+
+template <class T, int P>
+__device__ __forceinline__ void st(T* p, const Pack<T, P>& r) {
+    if constexpr (P == Vec<T>::N) {
+        Vec<T> w;
+#pragma unroll
+        for (int k = 0; k < P; ++k) w.v[k] = r.v[k];
+        *reinterpret_cast<Vec<T>*>(p) = w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < P; ++k) p[k] = r.v[k];
+    }
+}
+
+template <class T, int P>
+__device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __restrict__ cos_t,
+                                            const T* __restrict__ sin_t, const long long* __restrict__ positions,
+                                            T* __restrict__ y, long long rows, int d, int half, int interleaved,
+                                            int sign, int has_pos, int s1, int s2, int s3, long long c0,
+                                            long long c1, long long c2, long long c3, long long p0, long long p1,
+                                            long long p2, long long p3) {
+    typedef typename Elem<T>::acc A;
+    const int chunks = half / P, tail = (d - 2 * half) / P;
+    for (long long r = blockIdx.x * (long long)blockDim.y + threadIdx.y; r < rows;
+         r += (long long)gridDim.x * blockDim.y) {
+        // r's index along each leading dim (innermost s3), then its cos/sin row; the caller merged
+        // the dims it could, so most rows need one or two 32-bit divisions (none for size 1)
+        long long i0, i1, i2, i3;
+        if (rows <= 0xffffffffLL) {
+            unsigned int rest = (unsigned int)r;
+            i3 = s3 == 1 ? 0 : rest % (unsigned)s3;
+            rest = s3 == 1 ? rest : rest / (unsigned)s3;
+            i2 = s2 == 1 ? 0 : rest % (unsigned)s2;
+            rest = s2 == 1 ? rest : rest / (unsigned)s2;
+            i1 = s1 == 1 ? 0 : rest % (unsigned)s1;
+            i0 = s1 == 1 ? rest : rest / (unsigned)s1;
+        } else {
+            unsigned long long rest = (unsigned long long)r;
+            i3 = (long long)(rest % (unsigned)s3);
+            rest /= (unsigned)s3;
+            i2 = (long long)(rest % (unsigned)s2);
+            rest /= (unsigned)s2;
+            i1 = (long long)(rest % (unsigned)s1);
+            i0 = (long long)(rest / (unsigned)s1);
+        }
+        long long coff;
+        if (has_pos)
+            coff = positions[i0 * p0 + i1 * p1 + i2 * p2 + i3 * p3] * half;
+        else
+            coff = i0 * c0 + i1 * c1 + i2 * c2 + i3 * c3;
+        const T* xr = x + r * d;
+        T* yr = y + r * d;
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+            const int j = c * P;
+            const Pack<T, P> cv = ld<T, P>(cos_t + coff + j), sv = ld<T, P>(sin_t + coff + j);
+            Pack<T, P> a, b;
+            if (interleaved) {  // 2P elements: pairs (2k, 2k + 1)
+                const Pack<T, P> lo = ld<T, P>(xr + 2 * j), hi = ld<T, P>(xr + 2 * j + P);
+#pragma unroll
+                for (int k = 0; k < P; ++k) {
+                    a.v[k] = 2 * k < P ? lo.v[2 * k] : hi.v[2 * k - P];
+                    b.v[k] = 2 * k + 1 < P ? lo.v[2 * k + 1] : hi.v[2 * k + 1 - P];
+                }
+            } else {
+                a = ld<T, P>(xr + j);
+                b = ld<T, P>(xr + half + j);
+            }
+            Pack<T, P> ra, rb;
+#pragma unroll
+            for (int k = 0; k < P; ++k) {
+                const A cc = Elem<T>::load(cv.v[k]), ss = A(sign) * Elem<T>::load(sv.v[k]);
+                const A av = Elem<T>::load(a.v[k]), bv = Elem<T>::load(b.v[k]);
+                ra.v[k] = Elem<T>::store(av * cc - bv * ss);
+                rb.v[k] = Elem<T>::store(bv * cc + av * ss);
+            }
+            if (interleaved) {
+                Pack<T, P> lo, hi;
+#pragma unroll
+                for (int k = 0; k < P; ++k) {
+                    if (2 * k < P) lo.v[2 * k] = ra.v[k]; else hi.v[2 * k - P] = ra.v[k];
+                    if (2 * k + 1 < P) lo.v[2 * k + 1] = rb.v[k]; else hi.v[2 * k + 1 - P] = rb.v[k];
+                }
+                st<T, P>(yr + 2 * j, lo);
+                st<T, P>(yr + 2 * j + P, hi);
+            } else {
+                st<T, P>(yr + j, ra);
+                st<T, P>(yr + half + j, rb);
+            }
+        }
+        for (int c = threadIdx.x; c < tail; c += blockDim.x)  // the dims beyond the rotary ones
+            st<T, P>(yr + 2 * half + c * P, ld<T, P>(xr + 2 * half + c * P));
+    }
+}
+
+}  // namespace
+
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
 rotary(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __restrict__ sin_t,
-       const long long* __restrict__ positions, T* __restrict__ y, const long long* __restrict__ meta,
-       long long rows, int d, int half, int interleaved, int sign, int has_pos) {
-    typedef typename Elem<T>::acc A;
-    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = tid; i < rows * half; i += stride) {
-        const long long r = i / half;
-        const int j = (int)(i - r * half);
-        long long rest = r, coff = 0, poff = 0;
-#pragma unroll
-        for (int k = 3; k >= 0; --k) {  // r's index along each leading dim, innermost last
-            const long long idx = rest % meta[k];
-            rest /= meta[k];
-            coff += idx * meta[4 + k];
-            poff += idx * meta[8 + k];
-        }
-        if (has_pos) coff = positions[poff] * half;
-        const A c = Elem<T>::load(cos_t[coff + j]);
-        const A s = A(sign) * Elem<T>::load(sin_t[coff + j]);
-        const long long ia = r * d + (interleaved ? 2 * j : j), ib = ia + (interleaved ? 1 : half);
-        const A a = Elem<T>::load(x[ia]), b = Elem<T>::load(x[ib]);
-        y[ia] = Elem<T>::store(a * c - b * s);
-        y[ib] = Elem<T>::store(b * c + a * s);
-    }
-    const int tail = d - 2 * half;  // the dims beyond the rotary ones: copied
-    for (long long i = tid; tail > 0 && i < rows * tail; i += stride) {
-        const long long r = i / tail, k = 2 * half + (i - r * tail);
-        y[r * d + k] = x[r * d + k];
-    }
+       const long long* __restrict__ positions, T* __restrict__ y, long long rows, int d, int half, int interleaved,
+       int sign, int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1, long long c2, long long c3,
+       long long p0, long long p1, long long p2, long long p3) {
+    (void)s0;  // the outermost size bounds nothing: rows does
+    constexpr int N = Vec<T>::N;
+    const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
+                     aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
+    if (vec)
+        rotate_rows<T, N>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
+                          c1, c2, c3, p0, p1, p2, p3);
+    else
+        rotate_rows<T, 1>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
+                          c1, c2, c3, p0, p1, p2, p3);
 }

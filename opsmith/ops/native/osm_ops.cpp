@@ -143,20 +143,6 @@ at::Tensor softmax_backward(const at::Tensor &grad, const at::Tensor &y, int64_t
 }
 
 // -- layer_norm and rms_norm -----------------------------------------------------------------------------
-std::pair<at::Tensor, at::Tensor> weight_grads(const at::Tensor &g, const at::Tensor &x, const at::Tensor *mean,
-                                               const at::Tensor &rstd, long long rows, int cols, int dt, int dev) {
-    function(NORM_BWD_WEIGHT, dt, dev);
-    const Plan p = weight_grad_plan(rows, cols, props[dev]);
-    at::Tensor dw = at::empty({p.gy, (int64_t)cols}, rstd.options());
-    at::Tensor db = at::empty_like(dw);
-    void *gp = g.data_ptr(), *xp = x.data_ptr(), *mp = (mean ? *mean : rstd).data_ptr(), *rp = rstd.data_ptr();
-    void *wp = dw.data_ptr(), *bp = db.data_ptr();
-    int per_chunk = (int)p.per_chunk, has_mean = mean != nullptr;
-    void *params[] = {&gp, &xp, &mp, &rp, &wp, &bp, &rows, &cols, &per_chunk, &has_mean};
-    launch(NORM_BWD_WEIGHT, dt, dev, p, params);
-    return {dw.sum(0), db};
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, at::IntArrayRef shape,
                                                           const std::optional<at::Tensor> &weight,
                                                           const std::optional<at::Tensor> &bias, double eps) {
@@ -207,18 +193,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     long long rows = r;
     int cols = cols32(c, op), has_w = given(weight), cache;
     function(LN_BWD, dt, dev);
-    const Plan p = row_plan(r, c, x.element_size(), 2, props[dev]);
+    const Plan p = norm_bwd_plan(r, c, x.element_size(), props[dev]);
     cache = p.cache;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *mp = m.data_ptr(), *rp = s.data_ptr();
     void *dp = dx.data_ptr();
-    void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
-    launch(p.strategy == S_LONG ? LN_BWD_LONG : LN_BWD, dt, dev, p, params);
     at::Tensor dw = none, db = none.clone();
-    if (want_w || want_b) {
-        auto [sw, parts_b] = weight_grads(g, x, &m, s, rows, cols, dt, dev);
+    if (p.strategy == S_LONG) {
+        void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
+        launch(LN_BWD_LONG, dt, dev, p, params);
+        auto [sw, parts_b] = (want_w || want_b) ? weight_grads(g, x, &m, s, rows, cols, dt, dev)
+                                                 : std::pair<at::Tensor, at::Tensor>{none, none};
         if (want_w) dw = sw.to(x.scalar_type()).reshape(shape);
         if (want_b) db = parts_b.sum(0).to(x.scalar_type()).reshape(shape);
+        return {dx, dw, db};
     }
+    at::Tensor pw = want_w ? at::empty({p.gx, (int64_t)cols}, s.options()) : s;
+    at::Tensor pb = want_b ? at::empty({p.gx, (int64_t)cols}, s.options()) : s;  // partial sums: a row a block
+    void *pwp = pw.data_ptr(), *pbp = pb.data_ptr();
+    int ww = want_w, wb = want_b;
+    void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &pwp, &pbp, &rows, &cols, &has_w, &ww, &wb};
+    launch(LN_BWD, dt, dev, p, params);
+    if (want_w) dw = pw.sum(0).to(x.scalar_type()).reshape(shape);
+    if (want_b) db = pb.sum(0).to(x.scalar_type()).reshape(shape);
     return {dx, dw, db};
 }
 
@@ -264,13 +260,22 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     long long rows = r;
     int cols = cols32(c, op), has_w = given(weight), cache;
     function(RMS_BWD, dt, dev);
-    const Plan p = row_plan(r, c, x.element_size(), 2, props[dev]);
+    const Plan p = norm_bwd_plan(r, c, x.element_size(), props[dev]);
     cache = p.cache;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *rp = s.data_ptr(), *dp = dx.data_ptr();
-    void *params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &cache};
-    launch(p.strategy == S_LONG ? RMS_BWD_LONG : RMS_BWD, dt, dev, p, params);
     at::Tensor dw = x.new_empty({0});
-    if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, dt, dev).first.to(x.scalar_type()).reshape(shape);
+    if (p.strategy == S_LONG) {
+        void *params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &cache};
+        launch(RMS_BWD_LONG, dt, dev, p, params);
+        if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, dt, dev).first.to(x.scalar_type()).reshape(shape);
+        return {dx, dw};
+    }
+    at::Tensor pw = want_w ? at::empty({p.gx, (int64_t)cols}, s.options()) : s;
+    void *pwp = pw.data_ptr();
+    int ww = want_w;  // the weight gradient's partial sums: one row a block
+    void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww};
+    launch(RMS_BWD, dt, dev, p, params);
+    if (want_w) dw = pw.sum(0).to(x.scalar_type()).reshape(shape);
     return {dx, dw};
 }
 
@@ -346,14 +351,15 @@ __attribute__((visibility("default"))) void osm_ops_set_error(const char *messag
     snprintf(prepare_error, sizeof(prepare_error), "%s", message);
 }
 
-/* A plan, for tests: which 0 elementwise (rows = n), 1 row, 2 weight gradients. props: the five
+/* A plan, for tests: which 0 elementwise (rows = n), 1 row, 2 weight gradients, 3 norm backward. props: the five
    numbers of osm_ops_set_device. out: strategy, gx, gy, bx, by, smem, cache, per_chunk. */
 __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows, int64_t cols, int64_t itemsize,
                                                        int64_t arrays, const int64_t *p, int64_t *out) {
     const Props d{p[0], p[1], p[2], p[3], p[4]};
     if (itemsize < 1 || itemsize > 16) return 1;
     const Plan q = which == 0 ? elementwise_plan(rows, itemsize, d)
-                 : which == 1 ? row_plan(rows, cols, itemsize, arrays, d) : weight_grad_plan(rows, cols, d);
+                 : which == 1 ? row_plan(rows, cols, itemsize, arrays, d)
+                 : which == 2 ? weight_grad_plan(rows, cols, d) : norm_bwd_plan(rows, cols, itemsize, d);
     const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk};
     for (int i = 0; i < 8; i++) out[i] = v[i];
     return 0;

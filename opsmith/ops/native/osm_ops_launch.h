@@ -27,14 +27,14 @@
     X(SOFTMAX_BWD, "softmax.cu", "softmax_bwd<{T}>")                          \
     X(SOFTMAX_BWD_LONG, "softmax.cu", "softmax_bwd_long<{T}>")                \
     X(LN_FWD, "norm.cu", "layer_norm_fwd<{T}, {A}>")                          \
-    X(LN_FWD_LONG, "norm.cu", "layer_norm_fwd_long<{T}, {A}>")                \
+    X(LN_FWD_LONG, "norm_long.cu", "layer_norm_fwd_long<{T}, {A}>")           \
     X(LN_BWD, "norm.cu", "layer_norm_bwd<{T}, {A}>")                          \
-    X(LN_BWD_LONG, "norm.cu", "layer_norm_bwd_long<{T}, {A}>")                \
+    X(LN_BWD_LONG, "norm_long.cu", "layer_norm_bwd_long<{T}, {A}>")           \
     X(RMS_FWD, "norm.cu", "rms_norm_fwd<{T}, {A}>")                           \
-    X(RMS_FWD_LONG, "norm.cu", "rms_norm_fwd_long<{T}, {A}>")                 \
+    X(RMS_FWD_LONG, "norm_long.cu", "rms_norm_fwd_long<{T}, {A}>")            \
     X(RMS_BWD, "norm.cu", "rms_norm_bwd<{T}, {A}>")                           \
-    X(RMS_BWD_LONG, "norm.cu", "rms_norm_bwd_long<{T}, {A}>")                 \
-    X(NORM_BWD_WEIGHT, "norm.cu", "norm_bwd_weight<{T}, {A}>")
+    X(RMS_BWD_LONG, "norm_long.cu", "rms_norm_bwd_long<{T}, {A}>")            \
+    X(NORM_BWD_WEIGHT, "norm_long.cu", "norm_bwd_weight<{T}, {A}>")
 
 namespace {
 
@@ -212,6 +212,22 @@ double machine_eps(int dt) {
     case 2: return 0.0078125;     // bfloat16: 2**-7
     default: return std::numeric_limits<double>::epsilon();
     }
+}
+
+// The weight and bias gradients after the long-row norm backwards (norm_bwd_weight's partial sums
+// per chunk of rows): (grad_w summed, grad_b's partials)
+std::pair<at::Tensor, at::Tensor> weight_grads(const at::Tensor &g, const at::Tensor &x, const at::Tensor *mean,
+                                               const at::Tensor &rstd, long long rows, int cols, int dt, int dev) {
+    function(NORM_BWD_WEIGHT, dt, dev);
+    const Plan p = weight_grad_plan(rows, cols, props[dev]);
+    at::Tensor dw = at::empty({p.gy, (int64_t)cols}, rstd.options());
+    at::Tensor db = at::empty_like(dw);
+    void *gp = g.data_ptr(), *xp = x.data_ptr(), *mp = (mean ? *mean : rstd).data_ptr(), *rp = rstd.data_ptr();
+    void *wp = dw.data_ptr(), *bp = db.data_ptr();
+    int per_chunk = (int)p.per_chunk, has_mean = mean != nullptr;
+    void *params[] = {&gp, &xp, &mp, &rp, &wp, &bp, &rows, &cols, &per_chunk, &has_mean};
+    launch(NORM_BWD_WEIGHT, dt, dev, p, params);
+    return {dw.sum(0), db};
 }
 
 }  // namespace

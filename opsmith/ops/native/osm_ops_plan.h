@@ -17,7 +17,7 @@ struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its 
 };
 
 // -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
-enum { S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4 };
+enum { S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5 };
 struct Plan {
     int strategy;
     int64_t gx, gy;
@@ -55,6 +55,17 @@ Plan row_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, cons
     if (cache) per_sm = std::max<int64_t>(1, std::min(per_sm, p.smem_per_sm / (row_bytes + K[C_STATIC_SMEM])));
     const int64_t grid = std::max<int64_t>(1, std::min(rows, per_sm * p.sm_count));
     return {S_LONG, grid, 1, threads, 1, cache ? row_bytes : 0, cache ? 1 : 0, 0};
+}
+
+Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
+    const int64_t vec = 16 / itemsize;
+    const int64_t tpr = pow2_at_least(cdiv(std::max<int64_t>(cols, 1), K[C_ROW_CHUNKS] * vec));
+    const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
+    if (tpr > limit) return row_plan(rows, cols, itemsize, 2, p);
+    const int64_t per_block = std::max<int64_t>(1, std::min<int64_t>(limit, 256) / tpr);
+    const int64_t per_sm = std::max<int64_t>(1, p.max_threads_per_sm / (2 * tpr * per_block));
+    const int64_t grid = std::max<int64_t>(1, std::min(per_sm * p.sm_count, cdiv(rows, 2 * per_block)));
+    return {S_PERSISTENT, grid, 1, tpr, per_block, 0, 0, 0};
 }
 
 Plan weight_grad_plan(int64_t rows, int64_t cols, const Props &p) {
