@@ -81,7 +81,8 @@ template <class A> struct Online {
     // Before a group is added, with g its max: m becomes max(m, g), s rescaled to it.
     __device__ __forceinline__ void raise(A g) {
         if (g > m) {  // false for a NaN g (m_max ignores NaN): NaN elements add NaN below
-            s = m == neg_inf<A>() ? A(0) : s * m_exp2((m - g) * log2e<A>());
+            // while m is -inf, s is 0 or NaN (a NaN seen): s * 0 keeps the NaN
+            s = m == neg_inf<A>() ? s * A(0) : s * m_exp2((m - g) * log2e<A>());
             m = g;
         }
     }
@@ -105,8 +106,8 @@ template <class A> struct Online {
     // (m, s) of two parts as one; sx adds.
     __device__ __forceinline__ void merge(A m2, A s2, A sx2) {
         const A mm = m_max(m, m2);
-        const A a = m == neg_inf<A>() ? A(0) : s * m_exp2((m - mm) * log2e<A>());
-        const A b = m2 == neg_inf<A>() ? A(0) : s2 * m_exp2((m2 - mm) * log2e<A>());
+        const A a = m == neg_inf<A>() ? s * A(0) : s * m_exp2((m - mm) * log2e<A>());  // 0, or a NaN kept
+        const A b = m2 == neg_inf<A>() ? s2 * A(0) : s2 * m_exp2((m2 - mm) * log2e<A>());
         m = mm;
         s = a + b;
         sx += sx2;
