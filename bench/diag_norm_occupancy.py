@@ -4,7 +4,9 @@ registers a thread may use, against spills), and how many 16-byte chunks of a ro
 should hold (OPSMITH_ROW_CHUNKS: 4 halves the threads a row, so more rows fit an SM): norm.cu
 compiled with each setting, its rms_norm and layer_norm kernels timed alone (CUDA events, median
 of ``--runs``, L2 flushed between runs) with launch plans for those chunks, bf16, GB/s of the
-bytes each kernel must move. The numbers chose the defaults in norm.cu.
+bytes each kernel must move. The numbers chose the backwards' defaults in norm.cu; the forwards
+measured here were a variant holding the row in T (bench/results/ops-peers-h100-2026-11-25/), since
+replaced by the float-row forwards, which no longer read OPSMITH_ROW_FWD_BLOCKS.
 
     python3 bench/diag_norm_occupancy.py --json OUT.json
 """

@@ -27,13 +27,11 @@
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
 #endif
-// blocks of OPSMITH_ROW_THREADS an SM must hold at once (the registers a thread may use), measured
-// on an H100 with bench/diag_norm_occupancy.py: 2 for the forwards and rms_norm's backward (at
-// 3 or more the forwards spill and run at half speed), 1 for layer_norm's backward (at 2 it
-// spills 1.6 KB a thread and runs at 40 %)
-#ifndef OPSMITH_ROW_FWD_BLOCKS
-#define OPSMITH_ROW_FWD_BLOCKS 2
-#endif
+// blocks of OPSMITH_ROW_THREADS an SM must hold at once (the registers a thread may use) in the
+// backwards, measured on an H100 with bench/diag_norm_occupancy.py: 2 for rms_norm's (+4-13 %),
+// 1 for layer_norm's (at 2 it spills 1.6 KB a thread and runs at 40 %). The forwards keep the
+// row as floats and read the weight after the reduction, as measured fastest (2,410 against
+// 2,133 GB/s at 4096 x 4096 bf16 for a variant holding the row in T, the weight read first).
 #ifndef OPSMITH_ROW_BWD_BLOCKS
 #define OPSMITH_ROW_BWD_BLOCKS 2
 #endif
@@ -43,40 +41,32 @@
 
 using namespace opsmith;
 
-// Register-row kernels: a thread keeps its chunks of the row (and of grad, weight, bias) as
-// loaded, in T, and converts each element where it is used: for 16-bit types half the registers
-// of floats, so that more rows are in flight on an SM. `pos` of chunk c: (c * tpr + t) * N.
+// The register-row backwards keep a thread's chunks of grad, x and the weight as loaded, in T,
+// and convert each element where it is used (for 16-bit types half the registers of floats, room
+// for the weight-gradient sums). Chunk c of a thread starts at column (c * tpr + t) * N.
 #define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
 #define OPSMITH_E(a, c, k) Elem<T>::load((a)[c].v[k])
 
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_FWD_BLOCKS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
 layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                int has_b) {
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    Vec<T> xr[C], wr[C], br[C];
+    A v[C * N];
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-        load_raw(x + base, OPSMITH_J(c), n, vec, xr[c]);
-        if (has_w) load_raw(w, OPSMITH_J(c), (long long)cols, vec, wr[c]);  // read before the reductions
-        if (has_b) load_raw(b, OPSMITH_J(c), (long long)cols, vec, br[c]);
-    }
+    for (int c = 0; c < C; ++c) load_vec(x + base, (long long)(c * tpr + t) * N, n, vec, v + c * N, A(0));
     A s = A(0);
 #pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int k = 0; k < N; ++k) s += OPSMITH_E(xr, c, k);
+    for (int i = 0; i < C * N; ++i) s += v[i];
     const A mu = row_allreduce(s, SumOp(), A(0), tpr) / A(cols);
     A q = A(0);
 #pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A d = OPSMITH_J(c) + k < n ? OPSMITH_E(xr, c, k) - mu : A(0);
-            q += d * d;
-        }
+    for (int i = 0; i < C * N; ++i) {
+        const A d = OPSMITH_COL(i) < n ? v[i] - mu : A(0);
+        q += d * d;
+    }
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;  // no reduction follows
     if (t == 0) {
@@ -85,14 +75,18 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        A o[N];
+        const long long j = (long long)(c * tpr + t) * N;
+        A wv[N], bv[N];
+        if (has_w) load_vec(w, j, n, vec, wv, A(1));
+        if (has_b) load_vec(b, j, n, vec, bv, A(0));
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            o[k] = (OPSMITH_E(xr, c, k) - mu) * r;
-            if (has_w) o[k] *= OPSMITH_E(wr, c, k);
-            if (has_b) o[k] += OPSMITH_E(br, c, k);
+            A o = (v[c * N + k] - mu) * r;
+            if (has_w) o *= wv[k];
+            if (has_b) o += bv[k];
+            v[c * N + k] = o;
         }
-        store_vec(y + base, OPSMITH_J(c), n, vec, o);
+        store_vec(y + base, j, n, vec, v + c * N);
     }
 }
 
@@ -193,34 +187,28 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
 }
 
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_FWD_BLOCKS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
 rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
              long long rows, int cols, A eps, int has_w) {
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w);
-    Vec<T> xr[C], wr[C];
+    A v[C * N];
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-        load_raw(x + base, OPSMITH_J(c), n, vec, xr[c]);
-        if (has_w) load_raw(w, OPSMITH_J(c), (long long)cols, vec, wr[c]);  // read before the reduction
-    }
+    for (int c = 0; c < C; ++c) load_vec(x + base, (long long)(c * tpr + t) * N, n, vec, v + c * N, A(0));
     A q = A(0);
 #pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A v = OPSMITH_E(xr, c, k);
-            q += v * v + nonfinite(v);
-        }
+    for (int i = 0; i < C * N; ++i) q += v[i] * v[i] + nonfinite(v[i]);
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;
     if (t == 0) rstd[row] = r;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        A o[N];
+        const long long j = (long long)(c * tpr + t) * N;
+        A wv[N];
+        if (has_w) load_vec(w, j, n, vec, wv, A(1));
 #pragma unroll
-        for (int k = 0; k < N; ++k) o[k] = has_w ? OPSMITH_E(xr, c, k) * r * OPSMITH_E(wr, c, k) : OPSMITH_E(xr, c, k) * r;
-        store_vec(y + base, OPSMITH_J(c), n, vec, o);
+        for (int k = 0; k < N; ++k) v[c * N + k] = has_w ? v[c * N + k] * r * wv[k] : v[c * N + k] * r;
+        store_vec(y + base, j, n, vec, v + c * N);
     }
 }
 
