@@ -1,4 +1,5 @@
-"""Fused residual add + RMSNorm as torch operators: ``add_rms_norm`` and its backward.
+"""Residual add + RMSNorm / LayerNorm as torch operators: ``add_rms_norm``, ``add_layer_norm``
+and their backwards.
 
 =====================  =====================================================================
 ``add_rms_norm``       ``(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None,
@@ -9,8 +10,14 @@
                        that reached ``residual_out``; ``x`` and ``residual`` both get ``grad_s``
 =====================  =====================================================================
 
-On CUDA the forward is one kernel (``kernels/fused_norm.cu``) for rows that fit in registers,
-else an add and rms_norm's long-row kernel; the CUDA implementation is Python on every machine.
+``add_layer_norm``     ``(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None,
+                       Tensor? bias=None, float eps=1e-05) -> (y, residual_out, mean, rstd)``
+``add_layer_norm_backward``  layer_norm's backward on ``s`` plus ``grad_residual``
+
+On CUDA add_rms_norm's forward is one kernel (``kernels/fused_norm.cu``) for rows that fit in
+registers, else an add and rms_norm's long-row kernel. add_layer_norm is an add and layer_norm's
+kernels (two passes over the row: not fused yet). The CUDA implementations are Python on every
+machine.
 """
 from __future__ import annotations
 
@@ -18,12 +25,12 @@ from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
 from opsmith.ops import _launch, _sources
 
-__all__ = ["add_rms_norm_cuda", "define_all"]
+__all__ = ["add_layer_norm_cuda", "add_rms_norm_cuda", "define_all", "define_layer_norm"]
 
 
-def _check(x, residual) -> None:
+def _check(x, residual, op: str = "add_rms_norm") -> None:
     if residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device:
-        raise SpecError(f"opsmith.ops.add_rms_norm: residual must match x (shape {tuple(x.shape)}, {x.dtype}, "
+        raise SpecError(f"opsmith.ops.{op}: residual must match x (shape {tuple(x.shape)}, {x.dtype}, "
                         f"{x.device}); got shape {tuple(residual.shape)}, {residual.dtype}, {residual.device}")
 
 
@@ -100,6 +107,66 @@ def define_all(define, rms) -> list:
             gy = torch.zeros_like(s)
         ds, dw = back.default(gy, s, ctx.shape, rstd, want_w, weight, gs)
         return ds, ds, None, (dw if want_w else None), None
+
+    op.register_autograd(backward, setup_context)
+    return [op, back]
+
+
+def add_layer_norm_cuda(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """(y, residual_out, mean, rstd) on CUDA: torch's add, then layer_norm's kernels."""
+    _check(x, residual, "add_layer_norm")
+    s = x + residual
+    y, mean, rstd = fn.layer_norm_fwd(s, normalized_shape, weight, bias, eps)
+    return y, s, mean, rstd
+
+
+def define_layer_norm(define, ln) -> list:
+    """``add_layer_norm`` and its backward through ``define`` with autograd, over layer_norm's CPU
+    code and fake kernels (``ln``: cpu, backward_cpu, fake, backward_fake, from ``_register``)."""
+    cpu, backward_cpu, fake, backward_fake = ln
+
+    def run(impl):
+        def forward(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
+            _check(x, residual, "add_layer_norm")
+            s = x + residual
+            y, mean, rstd = impl(s, normalized_shape, weight, bias, eps)
+            return y, s, mean, rstd
+        return forward
+
+    def fake_fwd(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
+        y, mean, rstd = fake(x, normalized_shape, weight, bias, eps)
+        return y, x.new_empty(x.shape), mean, rstd
+
+    def back_of(impl):
+        def backward(grad, s, normalized_shape, mean, rstd, want_w, want_b, weight=None, grad_residual=None):
+            ds, dw, db = impl(grad, s, normalized_shape, mean, rstd, want_w, want_b, weight)
+            return (ds + grad_residual if grad_residual is not None else ds), dw, db
+        return backward
+
+    op = define("add_layer_norm", "(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, "
+                "Tensor? bias=None, float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)", add_layer_norm_cuda,
+                run(cpu), fake_fwd)
+    back = define("add_layer_norm_backward", "(Tensor grad, Tensor s, int[] normalized_shape, Tensor mean, "
+                  "Tensor rstd, bool want_w, bool want_b, Tensor? weight=None, Tensor? grad_residual=None) "
+                  "-> (Tensor, Tensor, Tensor)", back_of(fn.layer_norm_bwd), back_of(backward_cpu),
+                  back_of(backward_fake))
+
+    def setup_context(ctx, inputs, output):
+        _x, _residual, shape, weight, _bias, _eps = inputs
+        _, s, mean, rstd = output
+        ctx.mark_non_differentiable(mean, rstd)
+        ctx.save_for_backward(s, mean, rstd, weight)
+        ctx.shape = list(shape)
+
+    def backward(ctx, gy, gs, _gmean, _grstd):
+        import torch
+        s, mean, rstd, weight = ctx.saved_tensors
+        want_w = weight is not None and bool(ctx.needs_input_grad[4])  # [0] is the key set
+        want_b = bool(ctx.needs_input_grad[5])
+        if gy is None:
+            gy = torch.zeros_like(s)
+        ds, dw, db = back.default(gy, s, ctx.shape, mean, rstd, want_w, want_b, weight, gs)
+        return ds, ds, None, (dw if want_w else None), (db if want_b else None), None
 
     op.register_autograd(backward, setup_context)
     return [op, back]

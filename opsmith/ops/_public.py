@@ -8,7 +8,7 @@ from __future__ import annotations
 from opsmith._errors import SpecError
 from opsmith.ops._functional import GELU_KERNELS, _dim, _gated_pair, _gated_rows, _rows_cols
 
-__all__ = ["add_rms_norm", "cross_entropy", "gelu", "gelu_and_mul", "gelu_mul", "layer_norm", "relu", "rms_norm",
+__all__ = ["add_layer_norm", "add_rms_norm", "cross_entropy", "gelu", "gelu_and_mul", "gelu_mul", "layer_norm", "relu", "rms_norm",
            "rotary_embedding", "silu", "silu_and_mul", "silu_mul", "softmax"]
 
 
@@ -240,6 +240,19 @@ def add_rms_norm(x, residual, normalized_shape, weight=None, eps: float | None =
     if weight is not None and weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
     y, s, _ = _call("add_rms_norm")(x, residual, shape, weight, None if eps is None else float(eps))
+    return y, s
+
+
+def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """``residual_out = x + residual`` and ``y = layer_norm(residual_out, normalized_shape, weight,
+    bias, eps)``; returns ``(y, residual_out)``. ``torch.ops.opsmith.add_layer_norm`` (its mean and
+    rstd outputs are for the backward). On CUDA an add and layer_norm's kernels (not one pass yet)."""
+    shape = _last_dims(x, normalized_shape, "add_layer_norm")
+    if weight is not None and weight.dtype != x.dtype:
+        weight = weight.to(x.dtype)
+    if bias is not None and bias.dtype != x.dtype:
+        bias = bias.to(x.dtype)
+    y, s, _, _ = _call("add_layer_norm")(x, residual, shape, weight, bias, float(eps))
     return y, s
 
 

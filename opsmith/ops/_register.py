@@ -22,7 +22,8 @@ ops without a graph break) and an autograd formula that calls the backward opera
 ``rotary_embedding``   rotary position embedding, neox or interleaved, cos/sin given or indexed by
                        positions (:mod:`opsmith.ops._rotary`)
 ``add_rms_norm``       ``x + residual`` then RMS norm, one kernel: ``(y, residual_out, rstd)``
-                       (:mod:`opsmith.ops._fused`)
+                       (:mod:`opsmith.ops._fused`); ``add_layer_norm``: ``(y, residual_out, mean,
+                       rstd)``, an add and layer_norm's kernels
 ``cross_entropy``      cross-entropy over a vocabulary, ``ignore_index``, reductions, label smoothing,
                        z-loss: ``(loss, lse, count)``; its backward (:mod:`opsmith.ops._cross_entropy`)
 ``layer_norm_y``       ``layer_norm``'s first output alone; ``rms_norm_y`` likewise (C++ composites
@@ -50,7 +51,8 @@ OP_NAMES = ("relu", "relu_backward", "gelu", "gelu_backward", "silu", "silu_back
 # the gated activations (opsmith.ops._gated): Python CUDA implementations on every machine
 GATED_NAMES = ("silu_and_mul", "silu_and_mul_backward", "gelu_and_mul", "gelu_and_mul_backward", "silu_mul",
                "silu_mul_backward", "gelu_mul", "gelu_mul_backward")
-FUSED_NAMES = ("add_rms_norm", "add_rms_norm_backward")  # opsmith.ops._fused: Python CUDA code too
+FUSED_NAMES = ("add_rms_norm", "add_rms_norm_backward",  # opsmith.ops._fused: Python CUDA code too
+               "add_layer_norm", "add_layer_norm_backward")
 ROTARY_NAMES = ("rotary_embedding", "rotary_embedding_backward")  # opsmith.ops._rotary: likewise
 CROSS_ENTROPY_NAMES = ("cross_entropy", "cross_entropy_backward")  # opsmith.ops._cross_entropy: likewise
 
@@ -259,7 +261,9 @@ def _register_all() -> None:
     # gated activations (silu_and_mul, gelu_and_mul, silu_mul, gelu_mul): their CUDA code is Python everywhere
     from opsmith.ops import _cross_entropy, _fused, _gated, _rotary
     rms_parts = (_rms_norm_cpu, _rms_norm_backward_cpu, _rms_norm_fake, _rms_norm_backward_fake)
-    for op in [*_gated.define_all(define), *_fused.define_all(define, rms_parts), *_rotary.define_all(define),
+    ln_parts = (_layer_norm_cpu, _layer_norm_backward_cpu, _layer_norm_fake, _layer_norm_backward_fake)
+    for op in [*_gated.define_all(define), *_fused.define_all(define, rms_parts),
+               *_fused.define_layer_norm(define, ln_parts), *_rotary.define_all(define),
                *_cross_entropy.define_all(define)]:
         op.register_kernel("cuda", python_cuda.pop(op))
 

@@ -367,6 +367,8 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             from opsmith.ops import _fused
             y, s, rstd = _fused.add_rms_norm_cuda(x, x, [cols], weight, None)
             assert y.shape == s.shape == x.shape and rstd.shape == (3,)
+            y, s, mean, rstd = _fused.add_layer_norm_cuda(x, x, [cols], weight, weight, 1e-5)
+            assert y.shape == s.shape == x.shape and mean.shape == rstd.shape == (3,)
         from opsmith.ops import _rotary
         if cols >= 2:
             half = cols // 2

@@ -1,4 +1,4 @@
-"""add_rms_norm on CUDA: the new residual bitwise equal to torch's x + residual, y against a
+"""add_rms_norm (and add_layer_norm: an add and layer_norm's kernels) on CUDA: the new residual bitwise equal to torch's x + residual, y against a
 float64 reference for every dtype, on the one-kernel path (rows in registers, 16-byte vectors
 or not) and the long-row path (an add and rms_norm's long kernel); gradients; gradcheck;
 opcheck; compile."""
@@ -58,3 +58,26 @@ def test_gradcheck_opcheck_compile():
     b = torch.randn_like(a)
     torch.testing.assert_close(f(a, b), F.rms_norm((a + b).float(), [4096], eps=torch.finfo(torch.bfloat16).eps).sum(),
                                atol=2.0, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", sorted(TOL, key=str))
+@pytest.mark.parametrize("shape", [(7, 100), (64, 4096), (2, 70000)])
+def test_add_layer_norm_matches_torch(dtype, shape):
+    x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
+    r = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
+    b = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
+    y, s = O.add_layer_norm(x, r, shape[-1], w, b, 1e-5)
+    assert torch.equal(s, x.detach() + r.detach())
+    atol, rtol = TOL[dtype]
+    xs = s.detach().double().requires_grad_()
+    w64, b64 = w.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    ref = F.layer_norm(xs, [shape[-1]], w64, b64, 1e-5)
+    torch.testing.assert_close(y.double(), ref, atol=atol, rtol=rtol)
+    gy, gs = torch.randn_like(y), torch.randn_like(s)
+    got = torch.autograd.grad((y * gy).sum() + (s * gs).sum(), [x, r, w, b])
+    exp = torch.autograd.grad((ref * gy.double()).sum() + (xs * gs.double()).sum(), [xs, w64, b64])
+    torch.testing.assert_close(got[0].double(), exp[0], atol=8 * atol, rtol=8 * rtol)
+    torch.testing.assert_close(got[1].double(), exp[0], atol=8 * atol, rtol=8 * rtol)
+    torch.testing.assert_close(got[2].double(), exp[1], atol=8 * atol * shape[0], rtol=8 * rtol)
+    torch.testing.assert_close(got[3].double(), exp[2], atol=8 * atol * shape[0], rtol=8 * rtol)
