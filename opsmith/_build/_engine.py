@@ -85,6 +85,12 @@ def build_spec(spec: ExtensionSpec) -> Artifact:
         return hit
     lock_key = KeyBuilder("build-lock").strs("units", [u.prekey for u in units]).strs(
         "ldflags", ldflags).str("kind", spec.kind).hexdigest()
+    known = all(u.key is not None for u in units)
+    # must-hit (an installed opsmith package, OPSMITH_MUST_HIT=1): nothing will be built, so there
+    # is no build to wait for: the cache as it stands answers, without the lock (a package's
+    # import pays no filelock import and no lock file for a library that is not there)
+    check_must_hit(link_key(spec, tc, units, ldflags) if known else lock_key, f"building {spec.name}",
+                   None if known else "no dependency record names its units' keys (never built here)")
     with cache.locks.hold(lock_key), cache.store.build_lease(lock_key):
         from opsmith._cache._faults import point
         point("build:locked")  # the fault suite's pauses (tests/cache/test_faults.py)

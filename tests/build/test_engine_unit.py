@@ -357,3 +357,22 @@ def test_an_edit_that_keeps_the_size_and_restores_the_mtime_is_seen(tmp_path):
     assert not unchanged(h, recorded)
     assert idx.resolve("pre") is None  # the bytes differ: the old key must not come back
     assert idx.resolve("pre") != key
+
+
+def test_must_hit_miss_answers_without_taking_the_build_lock(tmp_path, monkeypatch):
+    """A must-hit lookup (an installed opsmith package's import) that misses raises at once: no
+    build lock, so no wait on another process's build and no filelock import on that path."""
+    from opsmith._cache import _locks
+    from opsmith._errors import CacheError
+    src = tmp_path / "m.cpp"
+    src.write_text("int f() { return 1; }\n")
+    taken = []
+    real = _locks.Locks.hold
+
+    def hold(self, key, *a, **k):
+        taken.append(key)
+        return real(self, key, *a, **k)
+    monkeypatch.setattr(_locks.Locks, "hold", hold)
+    with settings.override(must_hit=True), pytest.raises(CacheError, match="must-hit mode"):
+        opsmith.load("musthit_lib", [str(src)], is_python_module=False, build_directory=str(tmp_path / "b"))
+    assert taken == []
