@@ -4,6 +4,7 @@ right dtypes, the launch plans on synthetic devices, compile_many's contract, th
 and the CLI's `warm --ops`."""
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -414,3 +415,24 @@ def test_a_first_call_that_is_compiled_registers_the_ops_outside_the_trace(tmp_p
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
                          check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
+    """norm_bwd_plan on synthetic devices: register rows get a persistent grid of at most half the
+    SMs' threads, blocks within the kernel's limit, every row covered by the grid-stride loop, and
+    partial sums (a row a block) small beside the input once the input is large."""
+    for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536, 10**6), (1, 33, 1000, 4096, 8192, 20000),
+                                                  (2, 4, 8)):
+        p = _launch.norm_bwd_plan(rows, cols, itemsize, props)
+        if p.strategy == "long":  # too long for registers: row_plan's long plan, norm_bwd_weight after
+            assert p == _launch.row_plan(rows, cols, itemsize, 2, props)
+            continue
+        assert p.strategy == "persistent"
+        tpr, per_block = p.block
+        assert tpr * per_block <= min(_launch.ROW_THREADS, props.max_threads_per_block)
+        assert tpr * _launch.ROW_CHUNKS * (16 // itemsize) >= cols  # a row fits a row lane's registers
+        assert 1 <= p.grid[0] <= max(1, props.max_threads_per_sm // (2 * tpr * per_block)) * props.sm_count
+        assert p.grid[0] * per_block * 2 <= rows + 2 * per_block  # at least about two rows a row lane
+        if rows * cols * itemsize >= 64 << 20:  # partial sums (float) at most 1/4 of one input
+            assert p.grid[0] * cols * 4 * 4 <= rows * cols * itemsize
