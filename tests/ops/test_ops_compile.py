@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import opsmith
+from launch_check import CheckedLaunch  # tests/ops/launch_check.py (pytest puts tests/ops on the path)
 from opsmith._errors import CompileError, SpecError
 from opsmith.ops import _launch, _sources
 from opsmith.ops._launch import DeviceProps, row_plan
@@ -306,30 +307,6 @@ def test_ops_trace_into_one_graph_with_torch_compile():
     torch.testing.assert_close(gw, rw)
 
 
-class _CheckedLaunch:
-    """Stands in for a kernel's launch: checks every argument against the kernel's parsed
-    signature (count, tensor dtype and contiguity, int and float kinds) and the config."""
-
-    def __init__(self, kernel, calls):
-        self.kernel, self.calls = kernel, calls
-
-    def launch(self, config, *args):
-        import torch
-        from opsmith._runtime._launch_config import LaunchConfig
-        k = self.kernel
-        assert isinstance(config, LaunchConfig)
-        assert len(args) == len(k.params), (k.name, len(args), [p.name for p in k.params])
-        for p, a in zip(k.params, args):
-            if p.kind == "tensor":
-                assert isinstance(a, torch.Tensor) and a.is_contiguous(), (k.name, p.name)
-                assert str(a.dtype).replace("torch.", "") in p.dtypes, (k.name, p.name, a.dtype, p.dtypes)
-            elif p.kind == "int":
-                assert type(a) is int and p.range[0] <= a <= p.range[1], (k.name, p.name, a)
-            else:
-                assert type(a) is float, (k.name, p.name, a)
-        self.calls.append((k.name, config))
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
 def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monkeypatch):
     """The CUDA implementations run on CPU tensors here, with launches checked against the
@@ -343,7 +320,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
 
     def kernel(file, name, dt, device):
         t, a = _sources.DTYPES[dt]
-        return _CheckedLaunch(modules[file].get_kernel(name.format(T=t, A=a)), calls)
+        return CheckedLaunch(modules[file].get_kernel(name.format(T=t, A=a)), calls)
 
     monkeypatch.setattr(_sources, "kernel", kernel)
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)

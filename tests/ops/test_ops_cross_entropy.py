@@ -214,7 +214,7 @@ def test_plans_on_random_shapes_and_devices():
 def test_kernels_compile_for_every_dtype_and_take_the_launch_arguments(monkeypatch):
     pytest.importorskip("cuda.bindings.nvrtc")
     import opsmith
-    from opsmith._runtime._launch_config import LaunchConfig
+    from launch_check import CheckedLaunch
     from opsmith.ops import _launch, _sources
     jobs = _sources.jobs("sm_90", files=("cross_entropy.cu",))
     binaries = opsmith.compile_many(jobs, progress=False)
@@ -225,28 +225,10 @@ def test_kernels_compile_for_every_dtype_and_take_the_launch_arguments(monkeypat
         modules[job["name_expressions"][0]] = opsmith.CudaModule(b)
     calls = []
 
-    class Checked:  # a kernel's launch: every argument against the kernel's parsed signature
-        def __init__(self, kernel):
-            self.kernel = kernel
-
-        def launch(self, config, *args):
-            k = self.kernel
-            assert isinstance(config, LaunchConfig)
-            assert len(args) == len(k.params), (k.name, len(args), [p.name for p in k.params])
-            for p, a in zip(k.params, args):
-                if p.kind == "tensor":
-                    assert isinstance(a, torch.Tensor) and a.is_contiguous(), (k.name, p.name)
-                    assert str(a.dtype).replace("torch.", "") in p.dtypes, (k.name, p.name, a.dtype, p.dtypes)
-                elif p.kind == "int":
-                    assert type(a) is int and p.range[0] <= a <= p.range[1], (k.name, p.name, a)
-                else:
-                    assert type(a) is float, (k.name, p.name, a)
-            calls.append((k.name, config))
-
     def kernel(file, name, dtype, device):
         assert file == "cross_entropy.cu"
         t, a = _sources.DTYPES[dtype]
-        return Checked(modules[f"cross_entropy_fwd<{t}, {a}>"].get_kernel(name.format(T=t, A=a)))
+        return CheckedLaunch(modules[f"cross_entropy_fwd<{t}, {a}>"].get_kernel(name.format(T=t, A=a)), calls)
 
     monkeypatch.setattr(_sources, "kernel", kernel)
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)
