@@ -20,6 +20,7 @@ loss.backward()), where Liger skips its backward kernel.
 
     python3 bench/bench_ops_peers.py --out DIR            # results.json, table.txt
     python3 bench/bench_ops_peers.py --out DIR --quick    # a few shapes (a smoke test)
+    python3 bench/bench_ops_peers.py --out DIR --plot-only DIR/results.json   # redraw peers.png, no GPU
     python3 bench/bench_ops_peers.py --out DIR --device cpu --quick   # the plumbing, on CPU (no Liger)
 """
 from __future__ import annotations
@@ -197,8 +198,14 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--budget-s", type=float, default=400, help="stop starting new cases after this")
+    ap.add_argument("--plot-only", type=Path, metavar="RESULTS_JSON",
+                    help="redraw peers.png in --out from a results.json (no GPU needed)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.plot_only:
+        data = json.loads(args.plot_only.read_text())
+        plot(data["records"], data["meta"], args.out / "peers.png")
+        return 0
     import torch._functorch.config as functorch_config
     functorch_config.donated_buffer = False
     liger = _liger() if args.device != "cpu" else None
@@ -241,8 +248,50 @@ def main() -> int:
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
     table = "\n".join([f"{meta}", _header(), *(_line(r) for r in records)])
     (args.out / "table.txt").write_text(table + "\n")
+    if args.device != "cpu":
+        plot(records, meta, args.out / "peers.png")
     print(_summary(records, meta))
     return 0
+
+
+def plot(records, meta, path) -> None:
+    """peers.png: a panel per (op, direction), GB/s against bytes moved for each implementation
+    (points: several shapes move the same bytes), the device's copy bandwidth as a line."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib, then redraw with "
+              "--plot-only results.json)", file=sys.stderr)
+        return
+    panels = list(dict.fromkeys((r["op"], r["dir"], r["dtype"]) for r in records))
+    if not panels:
+        return
+    cols = 4
+    fig, axes = plt.subplots(-(-len(panels) // cols), cols, figsize=(5 * cols, 3.4 * -(-len(panels) // cols)),
+                             squeeze=False)
+    styles = {"opsmith": "o", "eager": "s", "compile": "^", "liger": "x"}
+    for ax, key in zip(axes.flat, panels):
+        recs = [r for r in records if (r["op"], r["dir"], r["dtype"]) == key]
+        for impl, marker in styles.items():
+            pts = sorted((r["bytes"] / MIB, r["results"][impl]["gbps"]) for r in recs
+                         if r["results"].get(impl, {}).get("gbps"))
+            if pts:
+                ax.plot(*zip(*pts), marker, label=impl, markersize=5)
+        if meta.get("copy_gbps"):
+            ax.axhline(meta["copy_gbps"], color="gray", linewidth=1, label="device copy")
+        ax.set_xscale("log")
+        ax.set_title(" ".join(key), fontsize=10)
+        ax.set_xlabel("bytes moved (MiB)")
+        ax.set_ylabel("GB/s")
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(f"opsmith.ops against its peers on {meta.get('device', '?')} (torch {meta.get('torch')})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
 
 
 def _header() -> str:
