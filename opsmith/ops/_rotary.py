@@ -16,6 +16,8 @@ on every machine.
 """
 from __future__ import annotations
 
+import functools
+
 from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
 from opsmith.ops import _launch, _sources
@@ -92,6 +94,7 @@ def _lead(x, cos, positions) -> tuple:
 _no_positions: dict = {}
 
 
+@functools.lru_cache(maxsize=4096)
 def _plan(rows: int, d: int, half: int, itemsize: int, props) -> "_launch.Plan":
     """Threads a row from the 16-byte vectors (pairs) it holds; rows fill a block of EW_THREADS."""
     vec = 16 // itemsize if half % (16 // itemsize) == 0 and d % (16 // itemsize) == 0 else 1
@@ -101,10 +104,30 @@ def _plan(rows: int, d: int, half: int, itemsize: int, props) -> "_launch.Plan":
     return _launch.Plan("rows", (min(max(1, -(-rows // by)), 2**31 - 1),), (tpr, by), 0, 0)
 
 
+# (shapes, strides, dtypes of the arguments) -> (half, _lead's tuple): the checks and the dim
+# merging are pure functions of these, so a call of a shape seen before skips them (a bad
+# argument raises on every call: failures are never stored)
+_shape_info: dict = {}
+
+
+def _checked(x, cos, sin, positions) -> tuple:
+    key = (x.shape, x.dtype, cos.shape, cos.stride(), cos.dtype, sin.shape, sin.stride(), sin.dtype,
+           None if positions is None else (positions.shape, positions.stride(), positions.dtype))
+    info = _shape_info.get(key)
+    if info is None:
+        half = check(x, cos, sin, positions)
+        pos = None if positions is None else positions.contiguous()
+        info = (half, _lead(x, cos.contiguous(), pos))
+        if len(_shape_info) > 4096:  # a bound for processes that see endless shapes
+            _shape_info.clear()
+        _shape_info[key] = info
+    return info
+
+
 def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
     """The rotation (``sign=-1``: the inverse) on CUDA."""
     import torch
-    half = check(x, cos, sin, positions)
+    half, lead = _checked(x, cos, sin, positions)
     x = x.contiguous()
     y = torch.empty_like(x)
     d = x.shape[-1]
@@ -119,7 +142,6 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
         pos = _no_positions.get(x.device)
         if pos is None:
             pos = _no_positions.setdefault(x.device, torch.zeros(1, dtype=torch.long, device=x.device))
-    lead = _lead(x, cos, positions)
     plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()))
     k = _sources.kernel("rotary.cu", "rotary<{T}>", fn._dtype_name(x, "rotary_embedding"), x.get_device())
     k.launch(_launch.launch_config(plan), x, cos, sin, pos, y, rows, d, half, int(interleaved), sign,

@@ -127,3 +127,15 @@ def test_merged_leading_dims_find_every_rows_cos_row(case):
         assert coff == int(idx[r]), (case, r, lead)
     if case in ("bhsd_cos_s", "bhsd_cos_bhs", "sd_cos_s"):  # [b * h (stride 0), s], [b * h * s], [s]
         assert sum(s != 1 for s in sizes) == {"bhsd_cos_s": 2, "bhsd_cos_bhs": 1, "sd_cos_s": 1}[case]
+
+
+def test_shape_checks_are_remembered_per_shape_and_failures_never():
+    from opsmith.ops import _rotary
+    x, cos = torch.zeros(2, 3, 5, 8), torch.zeros(5, 4)
+    first = _rotary._checked(x, cos, cos, None)
+    assert first == (4, _rotary._lead(x, cos, None)) and _rotary._checked(x, cos, cos, None) is first
+    pos = torch.zeros(2, 1, 5, dtype=torch.long)
+    assert _rotary._checked(x, torch.zeros(9, 4), torch.zeros(9, 4), pos)[1] == _rotary._lead(x, torch.zeros(9, 4), pos)
+    for _ in range(2):  # a bad argument raises on every call: nothing was stored for it
+        with pytest.raises(SpecError, match="positions must be integers"):
+            _rotary._checked(x, torch.zeros(9, 4), torch.zeros(9, 4), pos.float())
