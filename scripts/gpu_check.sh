@@ -83,10 +83,10 @@ case "$PART" in
       run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
       [ "${LLAMA:-0}" = 1 ] && run llama timeout "${LLAMA_TIMEOUT:-600}" python3 bench/bench_llama_step.py --out "$L/llama" ${LLAMA_ARGS:-}
     else
-    run new_ops python3 -m pytest -q -p no:cacheprovider -rs tests/ops/test_ops_gated_gpu.py tests/ops/test_ops_fused_gpu.py \
-      tests/ops/test_ops_rotary_gpu.py tests/ops/test_ops_cross_entropy_gpu.py
-    run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
-    run llama python3 bench/bench_llama_step.py --out "$L/llama" ${LLAMA_ARGS:-}
+      run new_ops python3 -m pytest -q -p no:cacheprovider -rs tests/ops/test_ops_gated_gpu.py \
+        tests/ops/test_ops_fused_gpu.py tests/ops/test_ops_rotary_gpu.py tests/ops/test_ops_cross_entropy_gpu.py
+      run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
+      run llama python3 bench/bench_llama_step.py --out "$L/llama" ${LLAMA_ARGS:-}
     fi
     ;;
   kernels|ext) exec bash "scripts/gpu_check_${PART/ext/cuda_ext}.sh" "$@" ;;
