@@ -288,45 +288,10 @@ def render(records, meta, summary):
 
 
 def plot(records, meta, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib, then redraw with "
-              "--plot-only results.json)", file=sys.stderr)
-        return
-    panels = []
-    for r in records:
-        key = (r["op"], r["dir"], r["dtype"])
-        if key not in panels:
-            panels.append(key)
-    cols = 4
-    rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
-    styles = {"opsmith": "o-", "torch": "s--", "torch.compile": "^:", "tutorial": "x-."}
-    for ax, key in zip(axes.flat, panels):
-        recs = sorted((r for r in records if (r["op"], r["dir"], r["dtype"]) == key), key=lambda r: r["bytes"])
-        for impl, style in styles.items():
-            pts = [(r["bytes"] / MIB, r["results"][impl]["gbps"]) for r in recs
-                   if impl in r["results"] and r["results"][impl].get("gbps")]
-            if pts:
-                # row ops: several shapes move the same bytes, so points without lines
-                kw = {"linestyle": "none"} if key[0] in ("softmax", "layer_norm", "rms_norm") else {}
-                ax.plot(*zip(*pts), style, label=impl, markersize=4, linewidth=1, **kw)
-        ax.axhline(meta["copy_gbps"], color="gray", linewidth=1, label="device copy")
-        ax.set_xscale("log")
-        ax.set_title(" ".join(key), fontsize=10)
-        ax.set_xlabel("bytes moved (MiB)")
-        ax.set_ylabel("GB/s")
-        ax.grid(True, which="both", alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"opsmith.ops on {meta['device']} (copy roofline {meta['copy_gbps']:.0f} GB/s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-
+    from bench import _plot
+    _plot.panels(records, {"opsmith": "o-", "torch": "s--", "torch.compile": "^:", "tutorial": "x-."}, path,
+                 f"opsmith.ops on {meta['device']} (copy roofline {meta['copy_gbps']:.0f} GB/s)", meta["copy_gbps"],
+                 points_only=lambda op: op in ("softmax", "layer_norm", "rms_norm"))
 
 if __name__ == "__main__":
     raise SystemExit(main())

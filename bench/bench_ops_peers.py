@@ -255,44 +255,11 @@ def main() -> int:
 
 
 def plot(records, meta, path) -> None:
-    """peers.png: a panel per (op, direction), GB/s against bytes moved for each implementation
-    (points: several shapes move the same bytes), the device's copy bandwidth as a line."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib, then redraw with "
-              "--plot-only results.json)", file=sys.stderr)
-        return
-    panels = list(dict.fromkeys((r["op"], r["dir"], r["dtype"]) for r in records))
-    if not panels:
-        return
-    cols = 4
-    fig, axes = plt.subplots(-(-len(panels) // cols), cols, figsize=(5 * cols, 3.4 * -(-len(panels) // cols)),
-                             squeeze=False)
-    styles = {"opsmith": "o", "eager": "s", "compile": "^", "liger": "x"}
-    for ax, key in zip(axes.flat, panels):
-        recs = [r for r in records if (r["op"], r["dir"], r["dtype"]) == key]
-        for impl, marker in styles.items():
-            pts = sorted((r["bytes"] / MIB, r["results"][impl]["gbps"]) for r in recs
-                         if r["results"].get(impl, {}).get("gbps"))
-            if pts:
-                ax.plot(*zip(*pts), marker, label=impl, markersize=5)
-        if meta.get("copy_gbps"):
-            ax.axhline(meta["copy_gbps"], color="gray", linewidth=1, label="device copy")
-        ax.set_xscale("log")
-        ax.set_title(" ".join(key), fontsize=10)
-        ax.set_xlabel("bytes moved (MiB)")
-        ax.set_ylabel("GB/s")
-        ax.grid(True, which="both", alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"opsmith.ops against its peers on {meta.get('device', '?')} (torch {meta.get('torch')})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-
+    """peers.png: a panel per op and direction, every implementation's GB/s against bytes moved."""
+    from bench import _plot
+    _plot.panels(records, {"opsmith": "o", "eager": "s", "compile": "^", "liger": "x"}, path,
+                 f"opsmith.ops against its peers on {meta.get('device', '?')} (torch {meta.get('torch')})",
+                 meta.get("copy_gbps"))
 
 def _header() -> str:
     return f"{'op':<14}{'dtype':<9}{'shape':<14}{'dir':<8}{'MiB':>7}  GB/s: opsmith / eager / compile / liger   ours vs best"
