@@ -288,6 +288,13 @@ def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_b: bool):
     return dw.sum(0), (db.sum(0) if want_b else None)
 
 
+def _partials(plan, cols: int, rstd, wanted: bool):
+    """A persistent norm backward's partial sums of one gradient: a row of ``cols`` a block, in
+    the stats' dtype (the caller adds the rows up); ``rstd`` itself, unread, where not wanted."""
+    import torch
+    return torch.empty((plan.grid[0], cols), dtype=rstd.dtype, device=rstd.device) if wanted else rstd
+
+
 def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b: bool, weight=None):
     """(grad_x, grad_weight, grad_bias) of layer norm (CUDA); an empty tensor where not wanted."""
     import torch
@@ -312,8 +319,7 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
             db = sb.to(x.dtype).reshape(shape) if want_b else db
         return dx, dw, db
     # the weight and bias gradients come out of the same kernel: one row of partial sums a block
-    pw = torch.empty((plan.grid[0], cols), dtype=rstd.dtype, device=x.device) if want_w else rstd
-    pb = torch.empty((plan.grid[0], cols), dtype=rstd.dtype, device=x.device) if want_b else rstd
+    pw, pb = _partials(plan, cols, rstd, want_w), _partials(plan, cols, rstd, want_b)
     _kernel("norm.cu", "layer_norm_bwd<{T}, {A}>", x).launch(
         _launch.launch_config(plan), g, x, w, mean, rstd, dx, pw, pb, rows, cols, int(weight is not None),
         int(want_w), int(want_b))
@@ -362,7 +368,7 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None):
             sw, _ = _weight_grads(g, x, None, rstd, rows, cols, False)
             dw = sw.to(x.dtype).reshape(shape)
         return dx, dw
-    pw = torch.empty((plan.grid[0], cols), dtype=rstd.dtype, device=x.device) if want_w else rstd
+    pw = _partials(plan, cols, rstd, want_w)
     _kernel("norm.cu", "rms_norm_bwd<{T}, {A}>", x).launch(
         _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w))
     return dx, (pw.sum(0).to(x.dtype).reshape(shape) if want_w else x.new_empty(0))

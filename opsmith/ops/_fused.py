@@ -112,26 +112,23 @@ def define_all(define, rms) -> list:
     return [op, back]
 
 
-def add_layer_norm_cuda(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
-    """(y, residual_out, mean, rstd) on CUDA: torch's add, then layer_norm's kernels."""
-    _check(x, residual, "add_layer_norm")
-    s = x + residual
-    y, mean, rstd = fn.layer_norm_fwd(s, normalized_shape, weight, bias, eps)
-    return y, s, mean, rstd
+def _add_layer_norm(layer_norm):
+    """add_layer_norm's forward over a layer_norm forward: ``(y, residual_out, mean, rstd)``."""
+    def forward(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
+        _check(x, residual, "add_layer_norm")
+        s = x + residual
+        y, mean, rstd = layer_norm(s, normalized_shape, weight, bias, eps)
+        return y, s, mean, rstd
+    return forward
+
+
+add_layer_norm_cuda = _add_layer_norm(fn.layer_norm_fwd)  # on CUDA: torch's add, then layer_norm's kernels
 
 
 def define_layer_norm(define, ln) -> list:
     """``add_layer_norm`` and its backward through ``define`` with autograd, over layer_norm's CPU
     code and fake kernels (``ln``: cpu, backward_cpu, fake, backward_fake, from ``_register``)."""
     cpu, backward_cpu, fake, backward_fake = ln
-
-    def run(impl):
-        def forward(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
-            _check(x, residual, "add_layer_norm")
-            s = x + residual
-            y, mean, rstd = impl(s, normalized_shape, weight, bias, eps)
-            return y, s, mean, rstd
-        return forward
 
     def fake_fwd(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
         y, mean, rstd = fake(x, normalized_shape, weight, bias, eps)
@@ -145,7 +142,7 @@ def define_layer_norm(define, ln) -> list:
 
     op = define("add_layer_norm", "(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, "
                 "Tensor? bias=None, float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)", add_layer_norm_cuda,
-                run(cpu), fake_fwd)
+                _add_layer_norm(cpu), fake_fwd)
     back = define("add_layer_norm_backward", "(Tensor grad, Tensor s, int[] normalized_shape, Tensor mean, "
                   "Tensor rstd, bool want_w, bool want_b, Tensor? weight=None, Tensor? grad_residual=None) "
                   "-> (Tensor, Tensor, Tensor)", back_of(fn.layer_norm_bwd), back_of(backward_cpu),
