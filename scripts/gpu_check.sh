@@ -78,8 +78,8 @@ case "$PART" in
     fi
     if [ "$PART" = ops ]; then
       [ "${DIAG_NORM:-0}" = 1 ] && run diag_norm python3 bench/diag_norm_occupancy.py --json "$L/diag_norm.json"
-      run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs tests/ops/test_ops_native.py \
-        tests/ops/test_ops_gpu.py $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$')
+      run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
+        tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py
       run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
       [ "${LLAMA:-0}" = 1 ] && run llama timeout "${LLAMA_TIMEOUT:-600}" python3 bench/bench_llama_step.py --out "$L/llama" ${LLAMA_ARGS:-}
     else
