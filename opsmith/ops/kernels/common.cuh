@@ -192,6 +192,104 @@ __device__ __forceinline__ void store_raw(T* row, long long j, long long n, bool
     }
 }
 
+// 16 bytes of a row as loaded: N elements of T packed in four 32-bit words. The register-row
+// kernels hold rows this way and unpack an element where they use it (raw_get): for 16-bit types
+// half the registers of the elements held one a register, which is what ptxas made of Vec<T>.
+struct __align__(16) Raw {
+    unsigned u[4];
+};
+
+template <class T> __device__ __forceinline__ typename Elem<T>::acc raw_get(const Raw& r, int k);
+template <> __device__ __forceinline__ float raw_get<float>(const Raw& r, int k) { return __uint_as_float(r.u[k]); }
+template <> __device__ __forceinline__ double raw_get<double>(const Raw& r, int k) {
+    return __hiloint2double((int)r.u[2 * k + 1], (int)r.u[2 * k]);
+}
+template <> __device__ __forceinline__ float raw_get<__nv_bfloat16>(const Raw& r, int k) {
+    const unsigned w = r.u[k >> 1];
+    return __uint_as_float((k & 1) ? (w & 0xffff0000u) : (w << 16));  // bf16 is fp32's top half
+}
+template <> __device__ __forceinline__ float raw_get<__half>(const Raw& r, int k) {
+    const unsigned short b = (unsigned short)((k & 1) ? r.u[k >> 1] >> 16 : r.u[k >> 1] & 0xffffu);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+    return f;
+}
+
+// element k of a Raw as T, and T into element k (the bits, unconverted)
+template <class T> __device__ __forceinline__ T raw_elem(const Raw& r, int k) {
+    constexpr int W = sizeof(T) / 4 ? sizeof(T) / 4 : 1, P = 4 / sizeof(T) ? 4 / sizeof(T) : 1;
+    T e;
+    if (sizeof(T) == 2) {
+        const unsigned short b = (unsigned short)(r.u[k / P] >> (16 * (k % P)));
+        *reinterpret_cast<unsigned short*>(&e) = b;
+    } else {
+#pragma unroll
+        for (int i = 0; i < W; ++i) reinterpret_cast<unsigned*>(&e)[i] = r.u[k * W + i];
+    }
+    return e;
+}
+template <class T> __device__ __forceinline__ void raw_put(Raw& r, int k, T e) {
+    constexpr int W = sizeof(T) / 4 ? sizeof(T) / 4 : 1, P = 4 / sizeof(T) ? 4 / sizeof(T) : 1;
+    if (sizeof(T) == 2) {
+        const unsigned b = *reinterpret_cast<const unsigned short*>(&e), sh = 16 * (k % P);
+        r.u[k / P] = (r.u[k / P] & ~(0xffffu << sh)) | (b << sh);
+    } else {
+#pragma unroll
+        for (int i = 0; i < W; ++i) r.u[k * W + i] = reinterpret_cast<const unsigned*>(&e)[i];
+    }
+}
+
+// A thread's chunks of the same row of K arrays, as loaded (chunk c holds columns
+// (c * tpr + t) * N .. + N; past the row's end, and for an array whose bit in `on` is clear:
+// zeros). Every load is issued before any value is used, so that all of a thread's loads are in
+// flight together: the vector decision is made once for all of them (`vec`: n % N == 0 and every
+// pointer aligned, so a chunk is wholly inside the row or wholly past it). Loading chunk by chunk
+// through load_vec / load_raw compiled (cuobjdump, sm_90) into a branch per chunk holding its load
+// and the unpacking that waits for it: one 16-byte load in flight per thread at a time.
+template <class T, int K>
+__device__ __forceinline__ void load_chunks(const T* const (&src)[K], Raw (&dst)[K][OPSMITH_ROW_CHUNKS],
+                                            long long n, bool vec, int tpr, int t, unsigned on = ~0u) {
+    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    if (vec) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const long long j = (long long)(c * tpr + t) * N;
+#pragma unroll
+            for (int s = 0; s < K; ++s) {
+                Raw z = {{0u, 0u, 0u, 0u}};
+                if (j < n && ((on >> s) & 1u)) z = *reinterpret_cast<const Raw*>(src[s] + j);
+                dst[s][c] = z;
+            }
+        }
+    } else {
+        const T zero = Elem<T>::store(typename Elem<T>::acc(0));
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const long long j = (long long)(c * tpr + t) * N;
+#pragma unroll
+            for (int s = 0; s < K; ++s) {
+                Raw z = {{0u, 0u, 0u, 0u}};
+#pragma unroll
+                for (int k = 0; k < N; ++k) raw_put<T>(z, k, (j + k < n && ((on >> s) & 1u)) ? src[s][j + k] : zero);
+                dst[s][c] = z;
+            }
+        }
+    }
+}
+
+// chunk `c` of a thread's register row back to memory (as load_chunks: wholly or not at all when vec)
+template <class T>
+__device__ __forceinline__ void store_chunk(T* row, long long j, long long n, bool vec, const Raw& in) {
+    constexpr int N = Vec<T>::N;
+    if (vec) {
+        if (j < n) *reinterpret_cast<Raw*>(row + j) = in;
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            if (j + k < n) row[j + k] = raw_elem<T>(in, k);
+    }
+}
+
 // The long-row kernels read a row more than once. The first read can copy the raw elements
 // into shared memory (`cache`, one row per block); later reads take them from there.
 // mode 0: global only; 1: global, and fill the cache; 2: from the cache.

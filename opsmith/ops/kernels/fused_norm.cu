@@ -22,28 +22,22 @@ add_rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const 
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(residual) && aligned16(y) &&
                      aligned16(residual_out) && aligned16(w);
-    // the row (s = x + residual, rounded to T as the residual stream holds it) and the weight
-    // stay in T: half the registers of floats for 16-bit types
-    Vec<T> sr[C], wr[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        Vec<T> rr;
-        load_raw(x + base, j, n, vec, sr[c]);
-        load_raw(residual + base, j, n, vec, rr);
-        if (has_w) load_raw(w, j, (long long)cols, vec, wr[c]);  // read before the reduction
-#pragma unroll
-        for (int k = 0; k < N; ++k) sr[c].v[k] = Elem<T>::store(Elem<T>::load(sr[c].v[k]) + Elem<T>::load(rr.v[k]));
-        store_raw(residual_out + base, j, n, vec, sr[c]);  // n = 0 on idle rows: nothing written
-    }
+    // x, residual and the weight as loaded, all read before the reduction; the row
+    // s = x + residual, rounded to T as the residual stream holds it, replaces x
+    Raw in[3][C];
+    load_chunks<T, 3>({x + base, residual + base, w}, in, n, vec, tpr, t, has_w ? 7u : 3u);
     A q = A(0);
 #pragma unroll
-    for (int c = 0; c < C; ++c)
+    for (int c = 0; c < C; ++c) {
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            const A v = Elem<T>::load(sr[c].v[k]);
+            const T e = Elem<T>::store(raw_get<T>(in[0][c], k) + raw_get<T>(in[1][c], k));
+            raw_put<T>(in[0][c], k, e);
+            const A v = Elem<T>::load(e);
             q += v * v + nonfinite(v);
         }
+        store_chunk<T>(residual_out + base, (long long)(c * tpr + t) * N, n, vec, in[0][c]);  // idle rows: n = 0
+    }
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;
     if (t == 0) rstd[row] = r;
@@ -52,8 +46,8 @@ add_rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const 
         A o[N];
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            const A v = Elem<T>::load(sr[c].v[k]) * r;
-            o[k] = has_w ? v * Elem<T>::load(wr[c].v[k]) : v;
+            const A v = raw_get<T>(in[0][c], k) * r;
+            o[k] = has_w ? v * raw_get<T>(in[2][c], k) : v;
         }
         store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, o);
     }

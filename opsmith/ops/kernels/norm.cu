@@ -45,7 +45,7 @@ using namespace opsmith;
 // and convert each element where it is used (for 16-bit types half the registers of floats, room
 // for the weight-gradient sums). Chunk c of a thread starts at column (c * tpr + t) * N.
 #define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
-#define OPSMITH_E(a, c, k) Elem<T>::load((a)[c].v[k])
+#define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
 
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
@@ -54,17 +54,18 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
                int has_b) {
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    A v[C * N];
-#pragma unroll
-    for (int c = 0; c < C; ++c) load_vec(x + base, (long long)(c * tpr + t) * N, n, vec, v + c * N, A(0));
+    Raw in[3][C];  // x, w, b as loaded, all read before the reductions
+    load_chunks<T, 3>({x + base, w, b}, in, n, vec, tpr, t, 1u | (has_w ? 2u : 0u) | (has_b ? 4u : 0u));
     A s = A(0);
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) s += v[i];
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < N; ++k) s += OPSMITH_E(in[0], c, k);
     const A mu = row_allreduce(s, SumOp(), A(0), tpr) / A(cols);
     A q = A(0);
 #pragma unroll
     for (int i = 0; i < C * N; ++i) {
-        const A d = OPSMITH_COL(i) < n ? v[i] - mu : A(0);
+        const A d = OPSMITH_COL(i) < n ? OPSMITH_E(in[0], i / N, i % N) - mu : A(0);
         q += d * d;
     }
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
@@ -75,18 +76,14 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        A wv[N], bv[N];
-        if (has_w) load_vec(w, j, n, vec, wv, A(1));
-        if (has_b) load_vec(b, j, n, vec, bv, A(0));
+        A o[N];
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            A o = (v[c * N + k] - mu) * r;
-            if (has_w) o *= wv[k];
-            if (has_b) o += bv[k];
-            v[c * N + k] = o;
+            o[k] = (OPSMITH_E(in[0], c, k) - mu) * r;
+            if (has_w) o[k] *= OPSMITH_E(in[1], c, k);
+            if (has_b) o[k] += OPSMITH_E(in[2], c, k);
         }
-        store_vec(y + base, j, n, vec, v + c * N);
+        store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, o);
     }
 }
 
@@ -136,11 +133,12 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
     constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
     const int tpr = blockDim.x, t = threadIdx.x;
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
-    Vec<T> wr[C];
+    Raw wr_[1][C];  // the weight, as loaded
+    Raw(&wr)[C] = wr_[0];
+    load_chunks<T, 1>({w}, wr_, (long long)cols, vec, tpr, t, has_w ? 1u : 0u);
     A dw[C * N], db[C * N];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        if (has_w) load_raw(w, OPSMITH_J(c), (long long)cols, vec, wr[c]);
 #pragma unroll
         for (int k = 0; k < N; ++k) dw[c * N + k] = db[c * N + k] = A(0);
     }
@@ -149,12 +147,10 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
         const bool active = row < rows;
         const long long n = active ? cols : 0, base = (active ? row : 0) * (long long)cols;
         const A mu = active ? mean[row] : A(0), r = active ? rstd[row] : A(0);
-        Vec<T> gr[C], xr[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            load_raw(grad_y + base, OPSMITH_J(c), n, vec, gr[c]);
-            load_raw(x + base, OPSMITH_J(c), n, vec, xr[c]);
-        }
+        Raw in[2][C];  // grad_y and x as loaded
+        load_chunks<T, 2>({grad_y + base, x + base}, in, n, vec, tpr, t);
+        Raw(&gr)[C] = in[0];
+        Raw(&xr)[C] = in[1];
         A s1 = A(0), s2 = A(0);
 #pragma unroll
         for (int c = 0; c < C; ++c)
@@ -192,23 +188,28 @@ rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y
              long long rows, int cols, A eps, int has_w) {
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w);
-    A v[C * N];
-#pragma unroll
-    for (int c = 0; c < C; ++c) load_vec(x + base, (long long)(c * tpr + t) * N, n, vec, v + c * N, A(0));
+    Raw in[2][C];  // x and w as loaded, both read before the reduction
+    load_chunks<T, 2>({x + base, w}, in, n, vec, tpr, t, has_w ? 3u : 1u);
     A q = A(0);
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) q += v[i] * v[i] + nonfinite(v[i]);
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const A v = OPSMITH_E(in[0], c, k);
+            q += v * v + nonfinite(v);
+        }
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;
     if (t == 0) rstd[row] = r;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        A wv[N];
-        if (has_w) load_vec(w, j, n, vec, wv, A(1));
+        A o[N];
 #pragma unroll
-        for (int k = 0; k < N; ++k) v[c * N + k] = has_w ? v[c * N + k] * r * wv[k] : v[c * N + k] * r;
-        store_vec(y + base, j, n, vec, v + c * N);
+        for (int k = 0; k < N; ++k) {
+            const A v = OPSMITH_E(in[0], c, k);
+            o[k] = has_w ? v * r * OPSMITH_E(in[1], c, k) : v * r;
+        }
+        store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, o);
     }
 }
 
@@ -220,11 +221,12 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
     constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
     const int tpr = blockDim.x, t = threadIdx.x;
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
-    Vec<T> wr[C];
+    Raw wr_[1][C];  // the weight, as loaded
+    Raw(&wr)[C] = wr_[0];
+    load_chunks<T, 1>({w}, wr_, (long long)cols, vec, tpr, t, has_w ? 1u : 0u);
     A dw[C * N];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        if (has_w) load_raw(w, OPSMITH_J(c), (long long)cols, vec, wr[c]);
 #pragma unroll
         for (int k = 0; k < N; ++k) dw[c * N + k] = A(0);
     }
@@ -233,12 +235,10 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
         const bool active = row < rows;
         const long long n = active ? cols : 0, base = (active ? row : 0) * (long long)cols;
         const A r = active ? rstd[row] : A(0);
-        Vec<T> gr[C], xr[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            load_raw(grad_y + base, OPSMITH_J(c), n, vec, gr[c]);
-            load_raw(x + base, OPSMITH_J(c), n, vec, xr[c]);
-        }
+        Raw in[2][C];  // grad_y and x as loaded
+        load_chunks<T, 2>({grad_y + base, x + base}, in, n, vec, tpr, t);
+        Raw(&gr)[C] = in[0];
+        Raw(&xr)[C] = in[1];
         A d = A(0);
 #pragma unroll
         for (int c = 0; c < C; ++c)

@@ -64,9 +64,11 @@ softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols
     const long long n = active ? cols : 0;
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y);
     const long long base = (active ? row : 0) * (long long)cols;
+    Raw in[1][C];
+    load_chunks<T, 1>({x + base}, in, n, vec, tpr, t);
     A v[C * N];
 #pragma unroll
-    for (int c = 0; c < C; ++c) load_vec(x + base, (long long)(c * tpr + t) * N, n, vec, v + c * N, neg_inf<A>());
+    for (int i = 0; i < C * N; ++i) v[i] = OPSMITH_COL(i) < n ? raw_get<T>(in[0][i / N], i % N) : neg_inf<A>();
     A m = neg_inf<A>();
 #pragma unroll
     for (int i = 0; i < C * N; ++i) m = m_max(m, v[i]);
@@ -99,19 +101,15 @@ softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict
     const long long n = active ? cols : 0;
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x);
     const long long base = (active ? row : 0) * (long long)cols;
-    A g[C * N], p[C * N];
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        load_vec(grad_y + base, j, n, vec, g + c * N, A(0));
-        load_vec(y + base, j, n, vec, p + c * N, A(0));
-    }
+    Raw in[2][C];  // grad_y and y as loaded (zeros past the row's end)
+    load_chunks<T, 2>({grad_y + base, y + base}, in, n, vec, tpr, t);
     A dot = A(0);
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) dot += g[i] * p[i];
+    for (int i = 0; i < C * N; ++i) dot += raw_get<T>(in[0][i / N], i % N) * raw_get<T>(in[1][i / N], i % N);
     dot = row_allreduce(dot, SumOp(), A(0), tpr);
+    A g[C * N];
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) g[i] = p[i] * (g[i] - dot);
+    for (int i = 0; i < C * N; ++i) g[i] = raw_get<T>(in[1][i / N], i % N) * (raw_get<T>(in[0][i / N], i % N) - dot);
     if (active) {
 #pragma unroll
         for (int c = 0; c < C; ++c) store_vec(grad_x + base, (long long)(c * tpr + t) * N, n, vec, g + c * N);
