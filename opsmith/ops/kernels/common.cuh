@@ -136,6 +136,65 @@ __device__ __forceinline__ A row_allreduce(A v, Op op, A identity, int tpr) {
     return warp_allreduce(v, op, 32);
 }
 
+// Two sums over the threads of a row at once (one pair of barriers instead of two), as row_allreduce
+template <class A> __device__ __forceinline__ void row_allreduce_sum2(A& a, A& b, int tpr) {
+    __shared__ A pa[32], pb[32];
+    const int width = tpr < 32 ? tpr : 32;
+    for (int o = width >> 1; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+    if (tpr <= 32) return;
+    const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
+    __syncthreads();  // the previous call's readers are done
+    if (lane == 0) {
+        pa[first + (threadIdx.x >> 5)] = a;
+        pb[first + (threadIdx.x >> 5)] = b;
+    }
+    __syncthreads();
+    a = lane < warps ? pa[first + lane] : A(0);
+    b = lane < warps ? pb[first + lane] : A(0);
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+}
+
+// (count, mean, sum of squared deviations from the mean) of two parts of a row, as one (Chan,
+// Golub and LeVeque's pairwise update): a row's mean and variance in one reduction, without
+// E[x^2] - E[x]^2's cancellation. An empty part (count 0) changes nothing.
+template <class A> __device__ __forceinline__ void chan_merge(A& n, A& mu, A& m2, A nb, A mub, A m2b) {
+    const A nn = n + nb;
+    const A f = nn > A(0) ? nb / nn : A(0), d = mub - mu;
+    mu += d * f;
+    m2 += m2b + d * d * n * f;
+    n = nn;
+}
+
+// chan_merge across the `tpr` threads of a row, as row_allreduce (every thread of the block calls it)
+template <class A> __device__ __forceinline__ void chan_allreduce(A& n, A& mu, A& m2, int tpr) {
+    __shared__ A pn[32], pmu[32], pm2[32];
+    const int width = tpr < 32 ? tpr : 32;
+    for (int o = width >> 1; o > 0; o >>= 1)
+        chan_merge(n, mu, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mu, o),
+                   __shfl_xor_sync(0xffffffffu, m2, o));
+    if (tpr <= 32) return;
+    const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
+    __syncthreads();  // the previous call's readers are done
+    if (lane == 0) {
+        pn[first + (threadIdx.x >> 5)] = n;
+        pmu[first + (threadIdx.x >> 5)] = mu;
+        pm2[first + (threadIdx.x >> 5)] = m2;
+    }
+    __syncthreads();
+    n = lane < warps ? pn[first + lane] : A(0);
+    mu = lane < warps ? pmu[first + lane] : A(0);
+    m2 = lane < warps ? pm2[first + lane] : A(0);
+    for (int o = 16; o > 0; o >>= 1)
+        chan_merge(n, mu, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mu, o),
+                   __shfl_xor_sync(0xffffffffu, m2, o));
+}
+
 // -- row access: 16-byte vectors when the row allows, else elements ----------------------------
 // Element j .. j+N-1 of a row of n elements into out[0..N) (pad where j+k >= n). `vec`: the
 // row's start is 16-byte aligned and n is a multiple of N, so a whole vector is in bounds.

@@ -87,8 +87,9 @@ layer_norm_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ x, const
                 s2 += gw * (v[k] - mu) * r;
             }
         }
-        s1 = row_allreduce(s1, SumOp(), A(0), tpr) / A(cols);
-        s2 = row_allreduce(s2, SumOp(), A(0), tpr) / A(cols);
+        row_allreduce_sum2(s1, s2, tpr);
+        s1 /= A(cols);
+        s2 /= A(cols);
         OPSMITH_LONG_LOOP(j) {
             A g[N], v[N], wv[N];
             load_row(grad_y + base, smg, cache ? 2 : 0, j, cols, vec, g, A(0));

@@ -39,12 +39,12 @@ template <class A> __device__ __forceinline__ void online_allreduce(A& m, A& s, 
     for (int o = width >> 1; o > 0; o >>= 1)
         online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     if (tpr <= 32) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
+    __syncthreads();  // the previous call's readers are done
+    if (lane == 0) { pm[first + (threadIdx.x >> 5)] = m; ps[first + (threadIdx.x >> 5)] = s; }
     __syncthreads();
-    if (lane == 0) { pm[warp] = m; ps[warp] = s; }
-    __syncthreads();
-    m = lane < (tpr >> 5) ? pm[lane] : neg_inf<A>();
-    s = lane < (tpr >> 5) ? ps[lane] : A(0);
+    m = lane < warps ? pm[first + lane] : neg_inf<A>();
+    s = lane < warps ? ps[first + lane] : A(0);
     for (int o = 16; o > 0; o >>= 1)
         online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
@@ -66,26 +66,29 @@ softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols
     const long long base = (active ? row : 0) * (long long)cols;
     Raw in[1][C];
     load_chunks<T, 1>({x + base}, in, n, vec, tpr, t);
-    A v[C * N];
-#pragma unroll
-    for (int i = 0; i < C * N; ++i) v[i] = OPSMITH_COL(i) < n ? raw_get<T>(in[0][i / N], i % N) : neg_inf<A>();
+    // one reduction: each thread's (max, sum of exp(x - max)) of its elements, merged across the
+    // row (online_merge); the outputs are exp(x - max) / sum, the row's max
     A m = neg_inf<A>();
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) m = m_max(m, v[i]);
-    m = row_allreduce(m, MaxOp(), neg_inf<A>(), tpr);
+    for (int i = 0; i < C * N; ++i)
+        if (OPSMITH_COL(i) < n) m = m_max(m, raw_get<T>(in[0][i / N], i % N));
     A s = A(0);
 #pragma unroll
     for (int i = 0; i < C * N; ++i) {
-        v[i] = m_exp(v[i] - m);  // padding is -inf: adds 0
-        s += v[i];
+        const A v = raw_get<T>(in[0][i / N], i % N);
+        if (OPSMITH_COL(i) < n && v != neg_inf<A>()) s += m_exp(v - m);  // NaN and +inf: NaN
     }
-    s = row_allreduce(s, SumOp(), A(0), tpr);
+    if (m == neg_inf<A>() && m_isnan(s)) m = A(0);  // a NaN among -inf: keep it through the merge
+    online_allreduce(m, s, tpr);
     const A r = A(1) / s;
-#pragma unroll
-    for (int i = 0; i < C * N; ++i) v[i] *= r;
     if (active) {
 #pragma unroll
-        for (int c = 0; c < C; ++c) store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, v + c * N);
+        for (int c = 0; c < C; ++c) {
+            A o[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) o[k] = m_exp(raw_get<T>(in[0][c], k) - m) * r;
+            store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, o);
+        }
     }
 }
 
