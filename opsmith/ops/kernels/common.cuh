@@ -85,6 +85,12 @@ __device__ __forceinline__ bool aligned16(const void* p) {
 // -- math in the accumulation type ------------------------------------------------------------
 __device__ __forceinline__ float m_exp(float x) { return expf(x); }
 __device__ __forceinline__ double m_exp(double x) { return exp(x); }
+__device__ __forceinline__ float m_exp2(float x) { return exp2f(x); }
+__device__ __forceinline__ double m_exp2(double x) { return exp2(x); }
+template <class A> __device__ __forceinline__ A log2e() { return A(1.4426950408889634); }
+// exp(x) as exp2(x log2 e): a few instructions fewer than expf, which the row kernels measured
+// (softmax is bound by its arithmetic at 16-bit widths); relative error about |x| * 1e-7 more.
+template <class A> __device__ __forceinline__ A m_expe(A x) { return m_exp2(x * log2e<A>()); }
 __device__ __forceinline__ float m_erf(float x) { return erff(x); }
 __device__ __forceinline__ double m_erf(double x) { return erf(x); }
 __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
@@ -160,57 +166,9 @@ template <class A> __device__ __forceinline__ void row_allreduce_sum2(A& a, A& b
     }
 }
 
-// (count, mean, sum of squared deviations from the mean) of two parts of a row, as one (Chan,
-// Golub and LeVeque's pairwise update): a row's mean and variance in one reduction, without
-// E[x^2] - E[x]^2's cancellation. An empty part (count 0) changes nothing.
-template <class A> __device__ __forceinline__ void chan_merge(A& n, A& mu, A& m2, A nb, A mub, A m2b) {
-    const A nn = n + nb;
-    const A f = nn > A(0) ? nb / nn : A(0), d = mub - mu;
-    mu += d * f;
-    m2 += m2b + d * d * n * f;
-    n = nn;
-}
-
-// chan_merge across the `tpr` threads of a row, as row_allreduce (every thread of the block calls it)
-template <class A> __device__ __forceinline__ void chan_allreduce(A& n, A& mu, A& m2, int tpr) {
-    __shared__ A pn[32], pmu[32], pm2[32];
-    const int width = tpr < 32 ? tpr : 32;
-    for (int o = width >> 1; o > 0; o >>= 1)
-        chan_merge(n, mu, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mu, o),
-                   __shfl_xor_sync(0xffffffffu, m2, o));
-    if (tpr <= 32) return;
-    const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
-    __syncthreads();  // the previous call's readers are done
-    if (lane == 0) {
-        pn[first + (threadIdx.x >> 5)] = n;
-        pmu[first + (threadIdx.x >> 5)] = mu;
-        pm2[first + (threadIdx.x >> 5)] = m2;
-    }
-    __syncthreads();
-    n = lane < warps ? pn[first + lane] : A(0);
-    mu = lane < warps ? pmu[first + lane] : A(0);
-    m2 = lane < warps ? pm2[first + lane] : A(0);
-    for (int o = 16; o > 0; o >>= 1)
-        chan_merge(n, mu, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mu, o),
-                   __shfl_xor_sync(0xffffffffu, m2, o));
-}
-
 // -- row access: 16-byte vectors when the row allows, else elements ----------------------------
-// Element j .. j+N-1 of a row of n elements into out[0..N) (pad where j+k >= n). `vec`: the
+// N elements from `in` to elements j .. j+N-1 of a row of n elements (those before n). `vec`: the
 // row's start is 16-byte aligned and n is a multiple of N, so a whole vector is in bounds.
-template <class T, class A>
-__device__ __forceinline__ void load_vec(const T* row, long long j, long long n, bool vec, A* out, A pad) {
-    constexpr int N = Vec<T>::N;
-    if (vec && j + N <= n) {
-        Vec<T> w = *reinterpret_cast<const Vec<T>*>(row + j);
-#pragma unroll
-        for (int k = 0; k < N; ++k) out[k] = Elem<T>::load(w.v[k]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < N; ++k) out[k] = (j + k < n) ? Elem<T>::load(row[j + k]) : pad;
-    }
-}
-
 template <class T, class A>
 __device__ __forceinline__ void store_vec(T* row, long long j, long long n, bool vec, const A* in) {
     constexpr int N = Vec<T>::N;
@@ -223,31 +181,6 @@ __device__ __forceinline__ void store_vec(T* row, long long j, long long n, bool
 #pragma unroll
         for (int k = 0; k < N; ++k)
             if (j + k < n) row[j + k] = Elem<T>::store(in[k]);
-    }
-}
-
-// A chunk of a row kept as loaded, in T (for 16-bit types half the registers of the row in
-// floats, which lets more blocks run on an SM); past the row's end: zeros.
-template <class T>
-__device__ __forceinline__ void load_raw(const T* row, long long j, long long n, bool vec, Vec<T>& out) {
-    constexpr int N = Vec<T>::N;
-    if (vec && j + N <= n) {
-        out = *reinterpret_cast<const Vec<T>*>(row + j);
-    } else {
-#pragma unroll
-        for (int k = 0; k < N; ++k) out.v[k] = (j + k < n) ? row[j + k] : Elem<T>::store(typename Elem<T>::acc(0));
-    }
-}
-
-template <class T>
-__device__ __forceinline__ void store_raw(T* row, long long j, long long n, bool vec, const Vec<T>& in) {
-    constexpr int N = Vec<T>::N;
-    if (vec && j + N <= n) {
-        *reinterpret_cast<Vec<T>*>(row + j) = in;
-    } else {
-#pragma unroll
-        for (int k = 0; k < N; ++k)
-            if (j + k < n) row[j + k] = in.v[k];
     }
 }
 
@@ -303,7 +236,7 @@ template <class T> __device__ __forceinline__ void raw_put(Raw& r, int k, T e) {
 // zeros). Every load is issued before any value is used, so that all of a thread's loads are in
 // flight together: the vector decision is made once for all of them (`vec`: n % N == 0 and every
 // pointer aligned, so a chunk is wholly inside the row or wholly past it). Loading chunk by chunk
-// through load_vec / load_raw compiled (cuobjdump, sm_90) into a branch per chunk holding its load
+// through a per-chunk helper compiled (cuobjdump, sm_90) into a branch per chunk holding its load
 // and the unpacking that waits for it: one 16-byte load in flight per thread at a time.
 template <class T, int K>
 __device__ __forceinline__ void load_chunks(const T* const (&src)[K], Raw (&dst)[K][OPSMITH_ROW_CHUNKS],
@@ -349,28 +282,61 @@ __device__ __forceinline__ void store_chunk(T* row, long long j, long long n, bo
     }
 }
 
-// The long-row kernels read a row more than once. The first read can copy the raw elements
-// into shared memory (`cache`, one row per block); later reads take them from there.
-// mode 0: global only; 1: global, and fill the cache; 2: from the cache.
-template <class T, class A>
-__device__ __forceinline__ void load_row(const T* row, T* cache, int mode, long long j, long long n,
-                                         bool vec, A* out, A pad) {
+// The long-row kernels' passes take U vectors of 16 bytes of each array a trip, their loads issued
+// together (load_group): one vector a trip waited for each load in turn. U = 4 for one array, 2
+// for two or three (their 64 registers a thread at 1024 threads a block: more spills).
+// A pass over a long row: j0 is this thread's first column of the trip, its vector u starts at
+// OPSMITH_LJ(j0, u) (blockDim.x threads a row, t = threadIdx.x, N elements a vector).
+#define OPSMITH_GROUP_LOOP(j0, U) for (long long j0 = (long long)t * N; j0 < cols; j0 += (long long)(U) * tpr * N)
+#define OPSMITH_LJ(j0, u) ((j0) + (long long)(u) * tpr * N)
+
+// One trip's vectors of the same long row of K arrays (vector u at OPSMITH_LJ(j0, u); past the row's
+// end, or an array whose bit in `on` is clear: zeros). mode 0: from global memory; 1: from global
+// memory, and copied into cache[s] (where not null); 2: from cache[s] (where not null; global
+// otherwise). Every load is issued before any value is used or copied.
+template <class T, int K, int U>
+__device__ __forceinline__ void load_group(const T* const (&src)[K], T* const (&cache)[K], int mode, unsigned on,
+                                           long long j0, int tpr, long long n, bool vec,
+                                           Raw (&out)[K][U]) {
     constexpr int N = Vec<T>::N;
-    const T* src = mode == 2 ? cache : row;
-    if (vec && j + N <= n) {
-        Vec<T> w = *reinterpret_cast<const Vec<T>*>(src + j);
-        if (mode == 1) *reinterpret_cast<Vec<T>*>(cache + j) = w;
+    if (vec) {
 #pragma unroll
-        for (int k = 0; k < N; ++k) out[k] = Elem<T>::load(w.v[k]);
+        for (int u = 0; u < U; ++u) {
+            const long long j = j0 + (long long)u * tpr * N;
+#pragma unroll
+            for (int s = 0; s < K; ++s) {
+                const T* p = mode == 2 && cache[s] ? cache[s] : src[s];
+                Raw z = {{0u, 0u, 0u, 0u}};
+                if (j < n && ((on >> s) & 1u)) z = *reinterpret_cast<const Raw*>(p + j);
+                out[s][u] = z;
+            }
+        }
+        if (mode == 1) {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const long long j = j0 + (long long)u * tpr * N;
+#pragma unroll
+                for (int s = 0; s < K; ++s)
+                    if (cache[s] && j < n) *reinterpret_cast<Raw*>(cache[s] + j) = out[s][u];
+            }
+        }
     } else {
+        const T zero = Elem<T>::store(typename Elem<T>::acc(0));
 #pragma unroll
-        for (int k = 0; k < N; ++k) {
-            if (j + k < n) {
-                T e = src[j + k];
-                if (mode == 1) cache[j + k] = e;
-                out[k] = Elem<T>::load(e);
-            } else {
-                out[k] = pad;
+        for (int u = 0; u < U; ++u) {
+            const long long j = j0 + (long long)u * tpr * N;
+#pragma unroll
+            for (int s = 0; s < K; ++s) {
+                const T* p = mode == 2 && cache[s] ? cache[s] : src[s];
+                Raw z = {{0u, 0u, 0u, 0u}};
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const bool in = j + k < n && ((on >> s) & 1u);
+                    const T e = in ? p[j + k] : zero;
+                    raw_put<T>(z, k, e);
+                    if (mode == 1 && cache[s] && in) cache[s][j + k] = e;
+                }
+                out[s][u] = z;
             }
         }
     }

@@ -51,11 +51,8 @@
 
 namespace opsmith {
 
-__device__ __forceinline__ float m_exp2(float x) { return exp2f(x); }
-__device__ __forceinline__ double m_exp2(double x) { return exp2(x); }
 __device__ __forceinline__ float m_log2(float x) { return log2f(x); }
 __device__ __forceinline__ double m_log2(double x) { return log2(x); }
-template <class A> __device__ __forceinline__ A log2e() { return A(1.4426950408889634); }
 template <class A> __device__ __forceinline__ A ln2() { return A(0.6931471805599453); }
 
 // A row (or chunk) of n elements at p, cut for 16-byte access: `head` single elements up to

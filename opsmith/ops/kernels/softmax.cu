@@ -11,7 +11,9 @@
 //    (max, sum), rescaling the sum when the max grows, a second pass writes. The first pass
 //    copies the row into shared memory when the launch gave enough (`cache` = 1), so that
 //    the second reads it from there instead of from L2/DRAM.
-// Numerics: the max is subtracted before exp (no overflow); sums in float (double for double).
+// Numerics: the max is subtracted before exp (no overflow); sums in float (double for double);
+// exp as exp2 (m_expe). The register forward keeps two reductions: one reduction of each thread's
+// (max, sum of exp) merged online ran 35 % slower on an H100 (exp twice an element, and in merges).
 // A NaN anywhere in a row, +inf, or a row of only -inf give a row of NaN, as in torch.
 #include "common.cuh"
 
@@ -27,8 +29,8 @@ namespace opsmith {
 // (max, sum of exp(x - max)) of two parts of a row, as one.
 template <class A> __device__ __forceinline__ void online_merge(A& m, A& s, A m2, A s2) {
     const A mm = m_max(m, m2);
-    const A a = m == neg_inf<A>() ? A(0) : s * m_exp(m - mm);  // exp(-inf - -inf) would be NaN
-    const A b = m2 == neg_inf<A>() ? A(0) : s2 * m_exp(m2 - mm);
+    const A a = m == neg_inf<A>() ? A(0) : s * m_expe(m - mm);  // exp(-inf - -inf) would be NaN
+    const A b = m2 == neg_inf<A>() ? A(0) : s2 * m_expe(m2 - mm);
     m = mm;
     s = a + b;
 }
@@ -39,12 +41,12 @@ template <class A> __device__ __forceinline__ void online_allreduce(A& m, A& s, 
     for (int o = width >> 1; o > 0; o >>= 1)
         online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     if (tpr <= 32) return;
-    const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
-    __syncthreads();  // the previous call's readers are done
-    if (lane == 0) { pm[first + (threadIdx.x >> 5)] = m; ps[first + (threadIdx.x >> 5)] = s; }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __syncthreads();
-    m = lane < warps ? pm[first + lane] : neg_inf<A>();
-    s = lane < warps ? ps[first + lane] : A(0);
+    if (lane == 0) { pm[warp] = m; ps[warp] = s; }
+    __syncthreads();
+    m = lane < (tpr >> 5) ? pm[lane] : neg_inf<A>();
+    s = lane < (tpr >> 5) ? ps[lane] : A(0);
     for (int o = 16; o > 0; o >>= 1)
         online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
@@ -66,29 +68,26 @@ softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols
     const long long base = (active ? row : 0) * (long long)cols;
     Raw in[1][C];
     load_chunks<T, 1>({x + base}, in, n, vec, tpr, t);
-    // one reduction: each thread's (max, sum of exp(x - max)) of its elements, merged across the
-    // row (online_merge); the outputs are exp(x - max) / sum, the row's max
+    A v[C * N];
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) v[i] = OPSMITH_COL(i) < n ? raw_get<T>(in[0][i / N], i % N) : neg_inf<A>();
     A m = neg_inf<A>();
 #pragma unroll
-    for (int i = 0; i < C * N; ++i)
-        if (OPSMITH_COL(i) < n) m = m_max(m, raw_get<T>(in[0][i / N], i % N));
+    for (int i = 0; i < C * N; ++i) m = m_max(m, v[i]);
+    m = row_allreduce(m, MaxOp(), neg_inf<A>(), tpr);
     A s = A(0);
 #pragma unroll
     for (int i = 0; i < C * N; ++i) {
-        const A v = raw_get<T>(in[0][i / N], i % N);
-        if (OPSMITH_COL(i) < n && v != neg_inf<A>()) s += m_exp(v - m);  // NaN and +inf: NaN
+        v[i] = m_expe(v[i] - m);  // padding is -inf: adds 0
+        s += v[i];
     }
-    if (m == neg_inf<A>() && m_isnan(s)) m = A(0);  // a NaN among -inf: keep it through the merge
-    online_allreduce(m, s, tpr);
+    s = row_allreduce(s, SumOp(), A(0), tpr);
     const A r = A(1) / s;
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) v[i] *= r;
     if (active) {
 #pragma unroll
-        for (int c = 0; c < C; ++c) {
-            A o[N];
-#pragma unroll
-            for (int k = 0; k < N; ++k) o[k] = m_exp(raw_get<T>(in[0][c], k) - m) * r;
-            store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, o);
-        }
+        for (int c = 0; c < C; ++c) store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, v + c * N);
     }
 }
 
@@ -119,41 +118,58 @@ softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict
     }
 }
 
+// vectors of each array in a trip's `in`; element k of vector u of array s, in A; its column
+#define OPSMITH_NU(a) ((int)(sizeof((a)[0]) / sizeof(Raw)))
+#define OPSMITH_G(a, s, u, k) raw_get<T>((a)[s][u], k)
+#define OPSMITH_GC(j0, u, k) (OPSMITH_LJ(j0, u) + (k))
+
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
 softmax_fwd_long(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols, int cache) {
     typedef typename Elem<T>::acc A;
     constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
-    T* sm = reinterpret_cast<T*>(opsmith_dyn_smem);
+    T* const sm1[1] = {cache ? reinterpret_cast<T*>(opsmith_dyn_smem) : nullptr};
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y);
     // a thread reads back from shared memory only what it wrote there itself: no barrier needed
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * cols;
         A m = neg_inf<A>(), s = A(0);
-        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
-            A v[N];
-            load_row(xr, sm, cache ? 1 : 0, j, cols, vec, v, neg_inf<A>());
+        OPSMITH_GROUP_LOOP(j0, 4) {
+            Raw in[1][4];
+            load_group<T, 1, 4>({xr}, sm1, 1, 1u, j0, tpr, cols, vec, in);
+            A gm = neg_inf<A>();  // the trip's max (NaN ignored)
 #pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A e = v[k];
-                if (e > m) {  // a new max: rescale what was summed so far
-                    s = s * m_exp(m - e) + A(1);
-                    m = e;
-                } else if (e != neg_inf<A>()) {  // -inf adds 0 (also when m is -inf); NaN adds NaN
-                    s += m_exp(e - m);
-                }
+            for (int u = 0; u < OPSMITH_NU(in); ++u)
+#pragma unroll
+                for (int k = 0; k < N; ++k)
+                    if (OPSMITH_GC(j0, u, k) < cols) gm = m_max(gm, OPSMITH_G(in, 0, u, k));
+            if (gm > m) {  // a new max: rescale what was summed so far (0, or a NaN kept)
+                s = s * m_expe(m - gm);
+                m = gm;
             }
+#pragma unroll
+            for (int u = 0; u < OPSMITH_NU(in); ++u)
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A e = OPSMITH_G(in, 0, u, k);
+                    // -inf adds 0 (also when m is -inf); NaN adds NaN, and +inf (exp(inf - inf))
+                    if (OPSMITH_GC(j0, u, k) < cols && e != neg_inf<A>()) s += m_expe(e - m);
+                }
         }
         online_allreduce(m, s, tpr);
         if (m == pos_inf<A>()) s = m - m;  // torch: exp(inf - inf) is NaN, so is the whole row
         const A r = A(1) / s;
-        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
-            A v[N];
-            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, neg_inf<A>());
+        OPSMITH_GROUP_LOOP(j0, 4) {
+            Raw in[1][4];
+            load_group<T, 1, 4>({xr}, sm1, 2, 1u, j0, tpr, cols, vec, in);
 #pragma unroll
-            for (int k = 0; k < N; ++k) v[k] = m_exp(v[k] - m) * r;
-            store_vec(y + row * cols, j, cols, vec, v);
+            for (int u = 0; u < OPSMITH_NU(in); ++u) {
+                A o[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) o[k] = m_expe(OPSMITH_G(in, 0, u, k) - m) * r;
+                store_vec(y + row * cols, OPSMITH_LJ(j0, u), cols, vec, o);
+            }
         }
     }
 }
@@ -167,26 +183,30 @@ softmax_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ y, T* __res
     const int tpr = blockDim.x, t = threadIdx.x;
     // the cache holds grad_y, then y (each padded to 16 bytes)
     T* smg = reinterpret_cast<T*>(opsmith_dyn_smem);
-    T* smy = smg + ((cols * sizeof(T) + 15) / 16) * 16 / sizeof(T);
+    T* const sm2[2] = {cache ? smg : nullptr, cache ? smg + ((cols * sizeof(T) + 15) / 16) * 16 / sizeof(T) : nullptr};
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const long long base = row * cols;
         A dot = A(0);
-        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
-            A g[N], p[N];
-            load_row(grad_y + base, smg, cache ? 1 : 0, j, cols, vec, g, A(0));
-            load_row(y + base, smy, cache ? 1 : 0, j, cols, vec, p, A(0));
+        OPSMITH_GROUP_LOOP(j0, 2) {
+            Raw in[2][2];
+            load_group<T, 2, 2>({grad_y + base, y + base}, sm2, 1, 3u, j0, tpr, cols, vec, in);
 #pragma unroll
-            for (int k = 0; k < N; ++k) dot += g[k] * p[k];
+            for (int u = 0; u < OPSMITH_NU(in); ++u)
+#pragma unroll
+                for (int k = 0; k < N; ++k) dot += OPSMITH_G(in, 0, u, k) * OPSMITH_G(in, 1, u, k);  // padding: 0
         }
         dot = row_allreduce(dot, SumOp(), A(0), tpr);
-        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
-            A g[N], p[N];
-            load_row(grad_y + base, smg, cache ? 2 : 0, j, cols, vec, g, A(0));
-            load_row(y + base, smy, cache ? 2 : 0, j, cols, vec, p, A(0));
+        OPSMITH_GROUP_LOOP(j0, 2) {
+            Raw in[2][2];
+            load_group<T, 2, 2>({grad_y + base, y + base}, sm2, 2, 3u, j0, tpr, cols, vec, in);
 #pragma unroll
-            for (int k = 0; k < N; ++k) g[k] = p[k] * (g[k] - dot);
-            store_vec(grad_x + base, j, cols, vec, g);
+            for (int u = 0; u < OPSMITH_NU(in); ++u) {
+                A o[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) o[k] = OPSMITH_G(in, 1, u, k) * (OPSMITH_G(in, 0, u, k) - dot);
+                store_vec(grad_x + base, OPSMITH_LJ(j0, u), cols, vec, o);
+            }
         }
     }
 }
