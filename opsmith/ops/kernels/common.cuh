@@ -167,8 +167,22 @@ template <class A> __device__ __forceinline__ void row_allreduce_sum2(A& a, A& b
 }
 
 // -- row access: 16-byte vectors when the row allows, else elements ----------------------------
-// N elements from `in` to elements j .. j+N-1 of a row of n elements (those before n). `vec`: the
+// Element j .. j+N-1 of a row of n elements into out[0..N) (pad where j+k >= n). `vec`: the
 // row's start is 16-byte aligned and n is a multiple of N, so a whole vector is in bounds.
+template <class T, class A>
+__device__ __forceinline__ void load_vec(const T* row, long long j, long long n, bool vec, A* out, A pad) {
+    constexpr int N = Vec<T>::N;
+    if (vec && j + N <= n) {
+        Vec<T> w = *reinterpret_cast<const Vec<T>*>(row + j);
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] = Elem<T>::load(w.v[k]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] = (j + k < n) ? Elem<T>::load(row[j + k]) : pad;
+    }
+}
+
+// N elements from `in` to elements j .. j+N-1 of a row (as load_vec)
 template <class T, class A>
 __device__ __forceinline__ void store_vec(T* row, long long j, long long n, bool vec, const A* in) {
     constexpr int N = Vec<T>::N;
@@ -282,61 +296,28 @@ __device__ __forceinline__ void store_chunk(T* row, long long j, long long n, bo
     }
 }
 
-// The long-row kernels' passes take U vectors of 16 bytes of each array a trip, their loads issued
-// together (load_group): one vector a trip waited for each load in turn. U = 4 for one array, 2
-// for two or three (their 64 registers a thread at 1024 threads a block: more spills).
-// A pass over a long row: j0 is this thread's first column of the trip, its vector u starts at
-// OPSMITH_LJ(j0, u) (blockDim.x threads a row, t = threadIdx.x, N elements a vector).
-#define OPSMITH_GROUP_LOOP(j0, U) for (long long j0 = (long long)t * N; j0 < cols; j0 += (long long)(U) * tpr * N)
-#define OPSMITH_LJ(j0, u) ((j0) + (long long)(u) * tpr * N)
-
-// One trip's vectors of the same long row of K arrays (vector u at OPSMITH_LJ(j0, u); past the row's
-// end, or an array whose bit in `on` is clear: zeros). mode 0: from global memory; 1: from global
-// memory, and copied into cache[s] (where not null); 2: from cache[s] (where not null; global
-// otherwise). Every load is issued before any value is used or copied.
-template <class T, int K, int U>
-__device__ __forceinline__ void load_group(const T* const (&src)[K], T* const (&cache)[K], int mode, unsigned on,
-                                           long long j0, int tpr, long long n, bool vec,
-                                           Raw (&out)[K][U]) {
+// The long-row kernels read a row more than once. The first read can copy the raw elements
+// into shared memory (`cache`, one row per block); later reads take them from there.
+// mode 0: global only; 1: global, and fill the cache; 2: from the cache.
+template <class T, class A>
+__device__ __forceinline__ void load_row(const T* row, T* cache, int mode, long long j, long long n,
+                                         bool vec, A* out, A pad) {
     constexpr int N = Vec<T>::N;
-    if (vec) {
+    const T* src = mode == 2 ? cache : row;
+    if (vec && j + N <= n) {
+        Vec<T> w = *reinterpret_cast<const Vec<T>*>(src + j);
+        if (mode == 1) *reinterpret_cast<Vec<T>*>(cache + j) = w;
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const long long j = j0 + (long long)u * tpr * N;
-#pragma unroll
-            for (int s = 0; s < K; ++s) {
-                const T* p = mode == 2 && cache[s] ? cache[s] : src[s];
-                Raw z = {{0u, 0u, 0u, 0u}};
-                if (j < n && ((on >> s) & 1u)) z = *reinterpret_cast<const Raw*>(p + j);
-                out[s][u] = z;
-            }
-        }
-        if (mode == 1) {
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const long long j = j0 + (long long)u * tpr * N;
-#pragma unroll
-                for (int s = 0; s < K; ++s)
-                    if (cache[s] && j < n) *reinterpret_cast<Raw*>(cache[s] + j) = out[s][u];
-            }
-        }
+        for (int k = 0; k < N; ++k) out[k] = Elem<T>::load(w.v[k]);
     } else {
-        const T zero = Elem<T>::store(typename Elem<T>::acc(0));
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const long long j = j0 + (long long)u * tpr * N;
-#pragma unroll
-            for (int s = 0; s < K; ++s) {
-                const T* p = mode == 2 && cache[s] ? cache[s] : src[s];
-                Raw z = {{0u, 0u, 0u, 0u}};
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const bool in = j + k < n && ((on >> s) & 1u);
-                    const T e = in ? p[j + k] : zero;
-                    raw_put<T>(z, k, e);
-                    if (mode == 1 && cache[s] && in) cache[s][j + k] = e;
-                }
-                out[s][u] = z;
+        for (int k = 0; k < N; ++k) {
+            if (j + k < n) {
+                T e = src[j + k];
+                if (mode == 1) cache[j + k] = e;
+                out[k] = Elem<T>::load(e);
+            } else {
+                out[k] = pad;
             }
         }
     }

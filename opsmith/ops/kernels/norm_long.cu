@@ -10,14 +10,11 @@
 using namespace opsmith;
 
 // -- long rows: one block per row, the row cached in shared memory when it fits --------------------
+// One 16-byte vector a thread a trip. Two to four a trip with their loads issued together (as the
+// register-row kernels' load_chunks) ran at half the speed on an H100 (2048 x 32768 bf16): they took
+// 48-64 registers a thread, so one block of 1024 threads fit an SM where the launch plan counts two.
+#define OPSMITH_LONG_LOOP(j) for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N)
 #define OPSMITH_SMEM2 (reinterpret_cast<T*>(opsmith_dyn_smem) + ((cols * sizeof(T) + 15) / 16) * 16 / sizeof(T))
-
-// element k of vector u of array s of a trip (load_group's out), in A
-#define OPSMITH_G(a, s, u, k) raw_get<T>((a)[s][u], k)
-// vectors of each array in a trip's `in`
-#define OPSMITH_NU(a) ((int)(sizeof((a)[0]) / sizeof(Raw)))
-// column of element k of vector u of the trip at j0
-#define OPSMITH_GC(j0, u, k) (OPSMITH_LJ(j0, u) + (k))
 
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
@@ -27,54 +24,42 @@ layer_norm_fwd_long(const T* __restrict__ x, const T* __restrict__ w, const T* _
     constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
     T* sm = reinterpret_cast<T*>(opsmith_dyn_smem);
-    T* const sm1[1] = {cache ? sm : nullptr};
-    T* const none3[3] = {cache ? sm : nullptr, nullptr, nullptr};
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    const unsigned wb = 1u | (has_w ? 2u : 0u) | (has_b ? 4u : 0u);
-    // a thread reads back from shared memory only what it wrote there itself: no barrier needed
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * cols;
         A s = A(0);
-        OPSMITH_GROUP_LOOP(j0, 4) {
-            Raw in[1][4];
-            load_group<T, 1, 4>({xr}, sm1, 1, 1u, j0, tpr, cols, vec, in);
+        OPSMITH_LONG_LOOP(j) {
+            A v[N];
+            load_row(xr, sm, cache ? 1 : 0, j, cols, vec, v, A(0));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u)
-#pragma unroll
-                for (int k = 0; k < N; ++k) s += OPSMITH_G(in, 0, u, k);  // padding is 0
+            for (int k = 0; k < N; ++k) s += v[k];
         }
         const A mu = row_allreduce(s, SumOp(), A(0), tpr) / A(cols);
         A q = A(0);
-        OPSMITH_GROUP_LOOP(j0, 4) {
-            Raw in[1][4];
-            load_group<T, 1, 4>({xr}, sm1, 2, 1u, j0, tpr, cols, vec, in);
+        OPSMITH_LONG_LOOP(j) {
+            A v[N];
+            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, mu);  // padding: mu, adds 0
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u)
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A d = OPSMITH_GC(j0, u, k) < cols ? OPSMITH_G(in, 0, u, k) - mu : A(0);
-                    q += d * d;
-                }
+            for (int k = 0; k < N; ++k) q += (v[k] - mu) * (v[k] - mu);
         }
         const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
         if (t == 0) {
             mean[row] = mu;
             rstd[row] = r;
         }
-        OPSMITH_GROUP_LOOP(j0, 2) {
-            Raw in[3][2];
-            load_group<T, 3, 2>({xr, w, b}, none3, 2, wb, j0, tpr, cols, vec, in);
+        OPSMITH_LONG_LOOP(j) {
+            A v[N], wv[N], bv[N];
+            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, A(0));
+            if (has_w) load_vec(w, j, cols, vec, wv, A(1));
+            if (has_b) load_vec(b, j, cols, vec, bv, A(0));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u) {
-                A o[N];
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    o[k] = (OPSMITH_G(in, 0, u, k) - mu) * r;
-                    if (has_w) o[k] *= OPSMITH_G(in, 1, u, k);
-                    if (has_b) o[k] += OPSMITH_G(in, 2, u, k);
-                }
-                store_vec(y + row * cols, OPSMITH_LJ(j0, u), cols, vec, o);
+            for (int k = 0; k < N; ++k) {
+                A o = (v[k] - mu) * r;
+                if (has_w) o *= wv[k];
+                if (has_b) o += bv[k];
+                v[k] = o;
             }
+            store_vec(y + row * cols, j, cols, vec, v);
         }
     }
 }
@@ -86,42 +71,39 @@ layer_norm_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ x, const
                     long long rows, int cols, int has_w, int cache) {
     constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
-    T* const sm3[3] = {cache ? reinterpret_cast<T*>(opsmith_dyn_smem) : nullptr, cache ? OPSMITH_SMEM2 : nullptr,
-                       nullptr};
+    T* smg = reinterpret_cast<T*>(opsmith_dyn_smem);
+    T* smx = OPSMITH_SMEM2;
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
-    const unsigned on = has_w ? 7u : 3u;
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const long long base = row * cols;
         const A mu = mean[row], r = rstd[row];
         A s1 = A(0), s2 = A(0);
-        OPSMITH_GROUP_LOOP(j0, 2) {
-            Raw in[3][2];
-            load_group<T, 3, 2>({grad_y + base, x + base, w}, sm3, 1, on, j0, tpr, cols, vec, in);
+        OPSMITH_LONG_LOOP(j) {
+            A g[N], v[N], wv[N];
+            load_row(grad_y + base, smg, cache ? 1 : 0, j, cols, vec, g, A(0));
+            load_row(x + base, smx, cache ? 1 : 0, j, cols, vec, v, A(0));
+            if (has_w) load_vec(w, j, cols, vec, wv, A(0));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u)
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A g = OPSMITH_G(in, 0, u, k), gw = has_w ? g * OPSMITH_G(in, 2, u, k) : g;
-                    s1 += gw;  // padding: g is 0
-                    s2 += gw * (OPSMITH_G(in, 1, u, k) - mu) * r;
-                }
+            for (int k = 0; k < N; ++k) {
+                const A gw = has_w ? g[k] * wv[k] : g[k];
+                s1 += gw;
+                s2 += gw * (v[k] - mu) * r;
+            }
         }
         row_allreduce_sum2(s1, s2, tpr);
         s1 /= A(cols);
         s2 /= A(cols);
-        OPSMITH_GROUP_LOOP(j0, 2) {
-            Raw in[3][2];
-            load_group<T, 3, 2>({grad_y + base, x + base, w}, sm3, 2, on, j0, tpr, cols, vec, in);
+        OPSMITH_LONG_LOOP(j) {
+            A g[N], v[N], wv[N];
+            load_row(grad_y + base, smg, cache ? 2 : 0, j, cols, vec, g, A(0));
+            load_row(x + base, smx, cache ? 2 : 0, j, cols, vec, v, A(0));
+            if (has_w) load_vec(w, j, cols, vec, wv, A(0));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u) {
-                A o[N];
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A g = OPSMITH_G(in, 0, u, k), gw = has_w ? g * OPSMITH_G(in, 2, u, k) : g;
-                    o[k] = r * (gw - s1 - (OPSMITH_G(in, 1, u, k) - mu) * r * s2);
-                }
-                store_vec(grad_x + base, OPSMITH_LJ(j0, u), cols, vec, o);
+            for (int k = 0; k < N; ++k) {
+                const A gw = has_w ? g[k] * wv[k] : g[k];
+                g[k] = r * (gw - s1 - (v[k] - mu) * r * s2);
             }
+            store_vec(grad_x + base, j, cols, vec, g);
         }
     }
 }
@@ -133,38 +115,25 @@ rms_norm_fwd_long(const T* __restrict__ x, const T* __restrict__ w, T* __restric
     constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
     T* sm = reinterpret_cast<T*>(opsmith_dyn_smem);
-    T* const sm1[1] = {cache ? sm : nullptr};
-    T* const sm2[2] = {cache ? sm : nullptr, nullptr};
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * cols;
         A q = A(0);
-        OPSMITH_GROUP_LOOP(j0, 4) {
-            Raw in[1][4];
-            load_group<T, 1, 4>({xr}, sm1, 1, 1u, j0, tpr, cols, vec, in);
+        OPSMITH_LONG_LOOP(j) {
+            A v[N];
+            load_row(xr, sm, cache ? 1 : 0, j, cols, vec, v, A(0));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u)
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A v = OPSMITH_G(in, 0, u, k);
-                    q += v * v + nonfinite(v);
-                }
+            for (int k = 0; k < N; ++k) q += v[k] * v[k] + nonfinite(v[k]);
         }
         const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
         if (t == 0) rstd[row] = r;
-        OPSMITH_GROUP_LOOP(j0, 2) {
-            Raw in[2][2];
-            load_group<T, 2, 2>({xr, w}, sm2, 2, has_w ? 3u : 1u, j0, tpr, cols, vec, in);
+        OPSMITH_LONG_LOOP(j) {
+            A v[N], wv[N];
+            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, A(0));
+            if (has_w) load_vec(w, j, cols, vec, wv, A(1));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u) {
-                A o[N];
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A v = OPSMITH_G(in, 0, u, k);
-                    o[k] = has_w ? v * r * OPSMITH_G(in, 1, u, k) : v * r;
-                }
-                store_vec(y + row * cols, OPSMITH_LJ(j0, u), cols, vec, o);
-            }
+            for (int k = 0; k < N; ++k) v[k] = has_w ? v[k] * r * wv[k] : v[k] * r;
+            store_vec(y + row * cols, j, cols, vec, v);
         }
     }
 }
@@ -176,39 +145,30 @@ rms_norm_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ x, const T
                   int cache) {
     constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
-    T* const sm3[3] = {cache ? reinterpret_cast<T*>(opsmith_dyn_smem) : nullptr, cache ? OPSMITH_SMEM2 : nullptr,
-                       nullptr};
+    T* smg = reinterpret_cast<T*>(opsmith_dyn_smem);
+    T* smx = OPSMITH_SMEM2;
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
-    const unsigned on = has_w ? 7u : 3u;
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const long long base = row * cols;
         const A r = rstd[row];
         A d = A(0);
-        OPSMITH_GROUP_LOOP(j0, 2) {
-            Raw in[3][2];
-            load_group<T, 3, 2>({grad_y + base, x + base, w}, sm3, 1, on, j0, tpr, cols, vec, in);
+        OPSMITH_LONG_LOOP(j) {
+            A g[N], v[N], wv[N];
+            load_row(grad_y + base, smg, cache ? 1 : 0, j, cols, vec, g, A(0));
+            load_row(x + base, smx, cache ? 1 : 0, j, cols, vec, v, A(0));
+            if (has_w) load_vec(w, j, cols, vec, wv, A(0));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u)
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A g = OPSMITH_G(in, 0, u, k);
-                    d += (has_w ? g * OPSMITH_G(in, 2, u, k) : g) * OPSMITH_G(in, 1, u, k);
-                }
+            for (int k = 0; k < N; ++k) d += (has_w ? g[k] * wv[k] : g[k]) * v[k];
         }
         d = row_allreduce(d, SumOp(), A(0), tpr) / A(cols);
-        OPSMITH_GROUP_LOOP(j0, 2) {
-            Raw in[3][2];
-            load_group<T, 3, 2>({grad_y + base, x + base, w}, sm3, 2, on, j0, tpr, cols, vec, in);
+        OPSMITH_LONG_LOOP(j) {
+            A g[N], v[N], wv[N];
+            load_row(grad_y + base, smg, cache ? 2 : 0, j, cols, vec, g, A(0));
+            load_row(x + base, smx, cache ? 2 : 0, j, cols, vec, v, A(0));
+            if (has_w) load_vec(w, j, cols, vec, wv, A(0));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u) {
-                A o[N];
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A g = OPSMITH_G(in, 0, u, k), v = OPSMITH_G(in, 1, u, k);
-                    o[k] = r * ((has_w ? g * OPSMITH_G(in, 2, u, k) : g) - v * r * r * d);
-                }
-                store_vec(grad_x + base, OPSMITH_LJ(j0, u), cols, vec, o);
-            }
+            for (int k = 0; k < N; ++k) g[k] = r * ((has_w ? g[k] * wv[k] : g[k]) - v[k] * r * r * d);
+            store_vec(grad_x + base, j, cols, vec, g);
         }
     }
 }

@@ -118,58 +118,41 @@ softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict
     }
 }
 
-// vectors of each array in a trip's `in`; element k of vector u of array s, in A; its column
-#define OPSMITH_NU(a) ((int)(sizeof((a)[0]) / sizeof(Raw)))
-#define OPSMITH_G(a, s, u, k) raw_get<T>((a)[s][u], k)
-#define OPSMITH_GC(j0, u, k) (OPSMITH_LJ(j0, u) + (k))
-
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
 softmax_fwd_long(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols, int cache) {
     typedef typename Elem<T>::acc A;
     constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
-    T* const sm1[1] = {cache ? reinterpret_cast<T*>(opsmith_dyn_smem) : nullptr};
+    T* sm = reinterpret_cast<T*>(opsmith_dyn_smem);
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y);
     // a thread reads back from shared memory only what it wrote there itself: no barrier needed
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * cols;
         A m = neg_inf<A>(), s = A(0);
-        OPSMITH_GROUP_LOOP(j0, 4) {
-            Raw in[1][4];
-            load_group<T, 1, 4>({xr}, sm1, 1, 1u, j0, tpr, cols, vec, in);
-            A gm = neg_inf<A>();  // the trip's max (NaN ignored)
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A v[N];
+            load_row(xr, sm, cache ? 1 : 0, j, cols, vec, v, neg_inf<A>());
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u)
-#pragma unroll
-                for (int k = 0; k < N; ++k)
-                    if (OPSMITH_GC(j0, u, k) < cols) gm = m_max(gm, OPSMITH_G(in, 0, u, k));
-            if (gm > m) {  // a new max: rescale what was summed so far (0, or a NaN kept)
-                s = s * m_expe(m - gm);
-                m = gm;
-            }
-#pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u)
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A e = OPSMITH_G(in, 0, u, k);
-                    // -inf adds 0 (also when m is -inf); NaN adds NaN, and +inf (exp(inf - inf))
-                    if (OPSMITH_GC(j0, u, k) < cols && e != neg_inf<A>()) s += m_expe(e - m);
+            for (int k = 0; k < N; ++k) {
+                const A e = v[k];
+                if (e > m) {  // a new max: rescale what was summed so far
+                    s = s * m_expe(m - e) + A(1);
+                    m = e;
+                } else if (e != neg_inf<A>()) {  // -inf adds 0 (also when m is -inf); NaN adds NaN
+                    s += m_expe(e - m);
                 }
+            }
         }
         online_allreduce(m, s, tpr);
         if (m == pos_inf<A>()) s = m - m;  // torch: exp(inf - inf) is NaN, so is the whole row
         const A r = A(1) / s;
-        OPSMITH_GROUP_LOOP(j0, 4) {
-            Raw in[1][4];
-            load_group<T, 1, 4>({xr}, sm1, 2, 1u, j0, tpr, cols, vec, in);
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A v[N];
+            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, neg_inf<A>());
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u) {
-                A o[N];
-#pragma unroll
-                for (int k = 0; k < N; ++k) o[k] = m_expe(OPSMITH_G(in, 0, u, k) - m) * r;
-                store_vec(y + row * cols, OPSMITH_LJ(j0, u), cols, vec, o);
-            }
+            for (int k = 0; k < N; ++k) v[k] = m_expe(v[k] - m) * r;
+            store_vec(y + row * cols, j, cols, vec, v);
         }
     }
 }
@@ -183,30 +166,26 @@ softmax_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ y, T* __res
     const int tpr = blockDim.x, t = threadIdx.x;
     // the cache holds grad_y, then y (each padded to 16 bytes)
     T* smg = reinterpret_cast<T*>(opsmith_dyn_smem);
-    T* const sm2[2] = {cache ? smg : nullptr, cache ? smg + ((cols * sizeof(T) + 15) / 16) * 16 / sizeof(T) : nullptr};
+    T* smy = smg + ((cols * sizeof(T) + 15) / 16) * 16 / sizeof(T);
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const long long base = row * cols;
         A dot = A(0);
-        OPSMITH_GROUP_LOOP(j0, 2) {
-            Raw in[2][2];
-            load_group<T, 2, 2>({grad_y + base, y + base}, sm2, 1, 3u, j0, tpr, cols, vec, in);
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A g[N], p[N];
+            load_row(grad_y + base, smg, cache ? 1 : 0, j, cols, vec, g, A(0));
+            load_row(y + base, smy, cache ? 1 : 0, j, cols, vec, p, A(0));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u)
-#pragma unroll
-                for (int k = 0; k < N; ++k) dot += OPSMITH_G(in, 0, u, k) * OPSMITH_G(in, 1, u, k);  // padding: 0
+            for (int k = 0; k < N; ++k) dot += g[k] * p[k];
         }
         dot = row_allreduce(dot, SumOp(), A(0), tpr);
-        OPSMITH_GROUP_LOOP(j0, 2) {
-            Raw in[2][2];
-            load_group<T, 2, 2>({grad_y + base, y + base}, sm2, 2, 3u, j0, tpr, cols, vec, in);
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A g[N], p[N];
+            load_row(grad_y + base, smg, cache ? 2 : 0, j, cols, vec, g, A(0));
+            load_row(y + base, smy, cache ? 2 : 0, j, cols, vec, p, A(0));
 #pragma unroll
-            for (int u = 0; u < OPSMITH_NU(in); ++u) {
-                A o[N];
-#pragma unroll
-                for (int k = 0; k < N; ++k) o[k] = OPSMITH_G(in, 1, u, k) * (OPSMITH_G(in, 0, u, k) - dot);
-                store_vec(grad_x + base, OPSMITH_LJ(j0, u), cols, vec, o);
-            }
+            for (int k = 0; k < N; ++k) g[k] = p[k] * (g[k] - dot);
+            store_vec(grad_x + base, j, cols, vec, g);
         }
     }
 }
