@@ -41,9 +41,10 @@ MANIFEST_FORMAT = "opsmith.ort-library"
 #: check) only from -O3; at -O2 the tutorial ReLU stayed a scalar loop with a data-dependent branch
 #: (docs/onnx.md has the figures). No -ffast-math (NaN and -0.0 must come out as ORT's own ops
 #: give them) and no -march=native (the library may run on another machine; x86-64's 16-byte
-#: SSE2 vectors suffice for memory-bound loops). -frecord-gcc-switches keeps the command line in
-#: the library: ``readelf -p .GCC.command.line lib<name>.so``. They are in the engine's keys.
-CXX_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-Wall", "-frecord-gcc-switches")
+#: SSE2 vectors suffice for memory-bound loops). They are in the engine's keys and in the
+#: library's manifest (``cxx_flags``), not in the library: -frecord-gcc-switches also recorded the
+#: build's temporary paths, so no two builds of one library gave the same bytes.
+CXX_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-Wall")
 #: Link flags beyond the profile's ``-shared``: the soname is added per library.
 LDFLAGS = ("-Wl,--as-needed", "-ldl", "-lpthread")
 

@@ -45,9 +45,13 @@ def built(tmp_path_factory):
                               tmp / "src", env).stdout)
     again = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "b"), "--arch", "sm_80,sm_90", "--json"],
                                 tmp / "src", env).stdout)
-    signed = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "s"), "--arch", "sm_90", "--sign", str(key),
-                                  "--with", "c", "--with", "onnxruntime", "--json"], tmp / "src", env).stdout)
-    return {"tmp": tmp, "out": out, "again": again, "signed": signed, "key": key}
+    full = ["package", "relupkg", "--arch", "sm_90", "--sign", str(key), "--with", "c", "--with", "onnxruntime",
+            "--json"]
+    signed = json.loads(_opsmith([*full, "-o", str(tmp / "s")], tmp / "src", env).stdout)
+    # the same again from an empty cache into another folder: every library rebuilt elsewhere
+    signed_again = json.loads(_opsmith([*full, "-o", str(tmp / "s2")], tmp / "src",
+                                       {"OPSMITH_CACHE_DIR": str(tmp / "cache2")}).stdout)
+    return {"tmp": tmp, "out": out, "again": again, "signed": signed, "signed_again": signed_again, "key": key}
 
 
 def _no_compiler_env(tmp: Path) -> dict:
@@ -78,6 +82,13 @@ def test_the_wheel_is_reproducible_and_holds_the_kernels_for_each_arch(built):
     assert "relupkg/_opsmith/lib/opsmith_cshim.so" in files and "relupkg/relu_common.cuh" in files
     assert files["relupkg/_opsmith/kernels/" + manifest["kernels"][0]["binaries"]["sm_90"]["file"].split("/")[-1]][:4] \
         == b"\x7fELF"
+
+
+def test_a_wheel_with_c_and_onnxruntime_is_reproducible(built):
+    """Built twice, from two caches into two folders: the same bytes (the C and ONNX Runtime
+    libraries record no build path)."""
+    a, b = Path(built["signed"]["wheel"]), Path(built["signed_again"]["wheel"])
+    assert a.parent != b.parent and a.read_bytes() == b.read_bytes()
 
 
 def test_with_c_ships_the_export_c_library(built):
