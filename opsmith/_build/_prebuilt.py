@@ -26,8 +26,8 @@ from typing import Any
 
 from opsmith._errors import CacheError, OpsmithError
 
-__all__ = ["FORMAT", "MANIFEST", "Package", "active", "add", "any_binary", "built_library", "library", "lookup", "packages",
-           "prebuilt_stats", "read_package", "record", "reset"]
+__all__ = ["FORMAT", "MANIFEST", "Package", "active", "add", "any_binary", "built_library", "library", "lookup",
+           "namespace", "packages", "prebuilt_stats", "read_package", "record", "reset"]
 
 log = logging.getLogger("opsmith.package")
 
@@ -276,6 +276,22 @@ def _local(source_dir) -> None:
                 add(folder, settings.package_key_file)
             return
         here = here.parent
+
+
+def namespace(ns: str, caller_file: str | None) -> str:
+    """The namespace that ops named ``ns::…`` by code in ``caller_file`` register under: the one
+    the package holding that file maps ``ns`` to (``opsmith package --versioned-namespace``:
+    ``relupkg`` -> ``relupkg_1_0_0``), else ``ns``. The package is found as :func:`_local` finds
+    a kernel's (a few stats, once per folder)."""
+    if not caller_file:
+        return ns
+    here = Path(caller_file).parent
+    _local(str(here))
+    for pkg in list(_packages):
+        top = pkg.folder.parent
+        if here == top or top in here.parents:
+            return str(pkg.manifest.get("namespaces", {}).get(ns, ns))
+    return ns
 
 
 def active() -> bool:

@@ -21,14 +21,15 @@
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable, Sequence
 
 from opsmith._opdesc import register as register_description
 from opsmith._errors import OpsmithError, SpecError
 from opsmith._torch import _opschema
-from opsmith._torch._op_args import (_config_of, _first_dtype, _kernel_list, _new_config, _out_list, _split_name,
-                                     describe_op)
+from opsmith._torch._op_args import (_config_of, _first_dtype, _kernel_list, _new_config, _out_list,
+                                     _package_namespace, _split_name, describe_op)
 from opsmith._torch._op_autograd import install_autograd, install_refusal
 from opsmith._torch._elementwise import Elementwise
 from opsmith._torch._outspec import Out, alloc_lines, fingerprint
@@ -84,7 +85,8 @@ def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kern
 
     Registering the same op again with the same definition (a re-run script or notebook
     cell) returns the op already registered; a different definition under a taken name
-    raises :class:`~opsmith.OpsmithError`.
+    raises :class:`~opsmith.OpsmithError`. In a package built with ``opsmith package
+    --versioned-namespace``, ``relupkg::relu`` registers as ``relupkg_1_0_0::relu``.
 
     Examples
     --------
@@ -96,6 +98,7 @@ def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kern
     >>> y = torch.ops.mylib.relu(x)                                       # doctest: +SKIP
     """
     ns, opname = _split_name(name)
+    ns = _package_namespace(ns, sys._getframe(1).f_globals.get("__file__"))
     qualname = f"{ns}::{opname}"
     kernels = _kernel_list(kernel, qualname)
     if kernels and cuda is not None:
@@ -132,7 +135,8 @@ def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kern
                 f"torch op {qualname} is already registered in this process with a different definition "
                 f"({what} differs: registered {existing.schema.text}, now {parsed.text}). torch cannot "
                 f"replace an op's definition in a running process: give the new op another name (e.g. "
-                f"'{ns}::{opname}_v2') or restart Python (in a notebook: restart the kernel)")
+                f"'{ns}::{opname}_v2') or restart Python (in a notebook: restart the kernel). Two versions of "
+                f"one opsmith package in a process: build both with `opsmith package --versioned-namespace`")
         op = CustomOp(qualname, parsed, outs, fp, tags)
         if kernels:
             op._set_kernels(kernels, kernel_outputs, launch, args)

@@ -164,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="c: also ship each kernel program as a C library (opsmith export-c: header, source, "
                    "lib<name>.so) under _opsmith/c/; onnxruntime: the module's ops as an ONNX Runtime custom-op "
                    "library under _opsmith/onnxruntime/ (CPU functions from the module's __opsmith_onnx__)")
+    p.add_argument("--versioned-namespace", action="store_true",
+                   help="register the installed package's ops as <namespace>_<version>::name (relupkg_1_0_0::relu) "
+                   "so that two versions of the package can be loaded in one process; call them through the "
+                   "module's op objects (relupkg.relu) or torch.ops.relupkg_1_0_0")
     p.add_argument("--json", action="store_true", help="print the wheel, archs, ops and sizes as JSON")
     p.set_defaults(func=_command("opsmith.package._cli", "run"))
 

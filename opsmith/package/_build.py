@@ -38,7 +38,7 @@ _SKIP_DIRS = {"__pycache__", "_opsmith", ".git", "build", "dist"}
 class PackageResult(Record):
     """What :func:`build_package` made: the wheel, its kernels per arch, its ops and sizes."""
 
-    __slots__ = ("archs", "kernels", "ops", "package", "seconds", "signed", "sizes", "version", "wheel")
+    __slots__ = ("archs", "kernels", "namespaces", "ops", "package", "seconds", "signed", "sizes", "version", "wheel")
 
 
 def _package_dir(module: str) -> Path:
@@ -144,7 +144,8 @@ def _python_files(folder: Path, pkg: str) -> dict[str, bytes]:
 
 def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=None, ptx: bool = True,
                   version: str | None = None, sign: str | os.PathLike | None = None,
-                  ops: bool = False, with_c: bool = False, with_onnxruntime: bool = False) -> PackageResult:
+                  ops: bool = False, with_c: bool = False, with_onnxruntime: bool = False,
+                  versioned_namespace: bool = False) -> PackageResult:
     """Build the wheel of ``module``'s ops (or, with ``ops=True``, of opsmith.ops' kernels).
 
     Parameters
@@ -166,11 +167,20 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
     with_onnxruntime : bool
         Also ship the module's ops as an ONNX Runtime custom-op library under
         ``_opsmith/onnxruntime/`` (CPU implementations from the module's ``__opsmith_onnx__``).
+    versioned_namespace : bool
+        Installed, the package's ops register as ``<namespace>_<version>::<name>``
+        (``relupkg_1_0_0::relu``, the manifest's ``namespaces``) instead of the names its code
+        gives, so that two versions of one package load in one process (one installed, one
+        vendored under another module name). Code reaches them through the op objects its
+        ``custom_op`` calls return, or ``torch.ops.relupkg_1_0_0``.
     """
     from opsmith._build._archs_compile import compile_all, resolve_archs
     from opsmith._version import __version__
     from opsmith.package import _manifest, _wheel
     t0 = time.perf_counter()
+    if ops and versioned_namespace:
+        raise SpecError("opsmith package --ops --versioned-namespace: opsmith.ops' ops are opsmith's own "
+                        "(torch.ops.opsmith.*) and are not renamed; leave --versioned-namespace out")
     if ops and archs is None:  # the op library's bfloat16 kernels need sm_80 (as its JIT path does)
         from opsmith._build._archs_compile import default_archs
         from opsmith._runtime._launch_gen import arch_number
@@ -215,6 +225,9 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
     shipped = [a if kind == "cubin" else a.replace("sm_", "compute_", 1) for a, kind in targets]
     manifest = _manifest.manifest(pkg, version, kernels, libraries, recorded["ops"],
                                   nvrtc_version=binaries[0].nvrtc_version, archs=shipped)
+    namespaces = _versioned_namespaces(recorded["ops"], version) if versioned_namespace else {}
+    if namespaces:
+        manifest["namespaces"] = namespaces
     if c_entries:
         manifest["c"] = c_entries
     if ort_entries:
@@ -234,7 +247,18 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
     sizes["wheel"] = os.path.getsize(wheel)
     return PackageResult(wheel=wheel, package=pkg, version=version, archs=shipped,
                          kernels=len(kernels), ops=[o["name"] for o in recorded["ops"]], sizes=sizes,
-                         signed=sign is not None, seconds=time.perf_counter() - t0)
+                         signed=sign is not None, namespaces=namespaces, seconds=time.perf_counter() - t0)
+
+
+def _versioned_namespaces(ops: list, version: str) -> dict[str, str]:
+    """{namespace: namespace_<version>} for the namespaces of ``ops`` (the version's characters
+    other than letters and digits become ``_``: 1.0.0 -> relupkg_1_0_0)."""
+    import re
+    if not ops:
+        raise SpecError("opsmith package --versioned-namespace: the module defined no op (opsmith.custom_op) "
+                        "whose namespace could carry the version")
+    slug = re.sub(r"[^0-9A-Za-z]", "_", version)
+    return {ns: f"{ns}_{slug}" for ns in sorted({o["name"].split("::", 1)[0] for o in ops})}
 
 
 def _package_version(init: bytes) -> str | None:

@@ -21,11 +21,13 @@ def run(args) -> int:
     archs = [a for item in (args.arch or ()) for a in item.replace(",", " ").split()] or None
     res = build_package(args.module or "opsmith.ops", out_dir=args.out, archs=archs, ptx=args.ptx,
                         version=args.pkg_version, sign=args.sign, ops=args.ops,
-                        with_c="c" in (args.with_ or ()), with_onnxruntime="onnxruntime" in (args.with_ or ()))
+                        with_c="c" in (args.with_ or ()), with_onnxruntime="onnxruntime" in (args.with_ or ()),
+                        versioned_namespace=args.versioned_namespace)
     if args.json:
         print(json.dumps({"wheel": os.fspath(res.wheel), "package": res.package, "version": res.version,
                           "archs": res.archs, "kernels": res.kernels, "ops": res.ops, "sizes": res.sizes,
-                          "signed": res.signed, "seconds": round(res.seconds, 3)}, indent=2))
+                          "signed": res.signed, "namespaces": res.namespaces,
+                          "seconds": round(res.seconds, 3)}, indent=2))
         return 0
     print(f"packaged {res.kernels} kernel program{'s' * (res.kernels != 1)} and {len(res.ops)} op"
           f"{'s' * (len(res.ops) != 1)} for {', '.join(res.archs)} in {res.seconds:.1f} s"

@@ -239,3 +239,83 @@ def test_errors_name_the_fix(tmp_path):
         assert r.returncode != 0 and text in r.stderr, (module, r.stderr[-2000:])
     r = _opsmith(["package"], tmp_path, env, check=False)
     assert r.returncode != 0 and "a MODULE" in r.stderr
+
+
+_TWO_VERSIONS = r'''
+import importlib.abc, importlib.util, json, sys
+
+
+class NoNvrtc(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "cuda.bindings.nvrtc" or name.startswith("nvidia.cuda_nvrtc"):
+            raise ImportError(name + " is blocked: this process plays a machine without NVRTC")
+
+
+sys.meta_path.insert(0, NoNvrtc())
+site1, site2 = sys.argv[1], sys.argv[2]
+sys.path.insert(0, site1)
+import torch
+import relupkg as v1  # version 1, installed
+# version 2, vendored under another module name (as a library that bundles its own copy would)
+spec = importlib.util.spec_from_file_location("vendored_relupkg", site2 + "/relupkg/__init__.py",
+                                              submodule_search_locations=[site2 + "/relupkg"])
+v2 = importlib.util.module_from_spec(spec)
+sys.modules["vendored_relupkg"] = v2
+spec.loader.exec_module(v2)
+from opsmith._build import _nvrtc
+out = {"versions": [v1.__version__, v2.__version__], "names": [], "ok": []}
+for mod in (v1, v2):
+    x = torch.randn(1000, requires_grad=True)
+    y = mod.relu(x)
+    y.square().sum().backward()
+    out["names"].append(str(mod.relu.default._schema).split("(")[0])
+    out["ok"].append(bool(torch.equal(y, x.clamp_min(0)) and torch.equal(x.grad, 2 * x.clamp_min(0) * (x > 0))))
+out["torch_ops"] = [hasattr(torch.ops.relupkg_1_0_0, "relu"), hasattr(torch.ops.relupkg_2_0_0, "relu_backward"),
+                    hasattr(torch.ops.relupkg, "relu")]
+out["nvrtc"] = dict(_nvrtc.nvrtc_stats)
+print(json.dumps(out))
+'''
+
+
+def test_two_versions_of_a_package_in_one_process(tmp_path):
+    """opsmith package --versioned-namespace: version 1.0.0 installed and 2.0.0 vendored under
+    another module name load side by side (relupkg_1_0_0::relu, relupkg_2_0_0::relu), with zero
+    compiles; without the option the second version's ops are refused with a message naming it."""
+    import re
+    env = {"OPSMITH_CACHE_DIR": str(tmp_path / "cache")}
+    sites = {}
+    for version, flag in (("1.0.0", True), ("2.0.0", True), ("3.0.0", False)):
+        src = tmp_path / f"src-{version}"
+        shutil.copytree(ROOT / "examples" / "package_relu", src)
+        init = src / "relupkg" / "__init__.py"
+        init.write_text(re.sub(r'__version__ = "[^"]+"', f'__version__ = "{version}"', init.read_text()))
+        args = ["package", "relupkg", "-o", str(tmp_path / f"w-{version}"), "--arch", "sm_90", "--no-ptx", "--json"]
+        out = json.loads(_opsmith([*args, *(["--versioned-namespace"] if flag else [])], src, env).stdout)
+        ns = f"relupkg_{version.replace('.', '_')}"
+        assert out["namespaces"] == ({"relupkg": ns} if flag else {})
+        manifest = json.loads(_wheel.read_wheel(out["wheel"])["relupkg/_opsmith/manifest.json"])
+        assert manifest.get("namespaces") == ({"relupkg": ns} if flag else None)
+        sites[version] = tmp_path / f"site-{version}"
+        _install(out["wheel"], sites[version])
+    script = tmp_path / "two.py"
+    script.write_text(_TWO_VERSIONS)
+    env = _no_compiler_env(tmp_path)
+    env["PYTHONPATH"] = str(ROOT)
+    r = subprocess.run([sys.executable, str(script), str(sites["1.0.0"]), str(sites["2.0.0"])], cwd=tmp_path,
+                       capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["versions"] == ["1.0.0", "2.0.0"]
+    assert got["names"] == ["relupkg_1_0_0::relu", "relupkg_2_0_0::relu"] and got["ok"] == [True, True]
+    assert got["torch_ops"] == [True, True, False]
+    assert got["nvrtc"]["compiles"] == 0, got
+    # two unversioned builds (3.0.0 installed, 3.0.0 vendored): refused, and the message says what to do
+    r = subprocess.run([sys.executable, str(script), str(sites["3.0.0"]), str(sites["3.0.0"])], cwd=tmp_path,
+                       capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert r.returncode != 0 and "already registered" in r.stderr and "--versioned-namespace" in r.stderr, r.stderr
+
+
+def test_versioned_namespace_needs_ops_of_the_module(tmp_path):
+    r = _opsmith(["package", "--ops", "--versioned-namespace"], tmp_path, {"OPSMITH_CACHE_DIR": str(tmp_path / "c")},
+                 check=False)
+    assert r.returncode != 0 and "leave --versioned-namespace out" in r.stderr
