@@ -89,6 +89,27 @@ def available(cuda: bool = True) -> bool:
     return _state[key]
 
 
+def why_not(op, kernels, binding: list[str], launch) -> str | None:
+    """Why ``op``'s CUDA implementation cannot be the C kernel here (:func:`fits`, this torch's
+    shim, the driver), or None."""
+    why = fits(op, kernels, binding, launch)
+    if why is None and not available(cuda=True):
+        why = "this torch exports no CUDA shim (torch < 2.8 or a CPU-only build)"
+    return why if why is not None else no_driver()  # a CUDA torch on a machine with no driver
+
+
+def no_driver() -> str | None:
+    """Why the C kernel cannot be set up here (no loadable libcuda.so.1), or None. The library
+    takes the driver's entry points when it loads; the Python CUDA implementation needs the
+    driver only at a launch, so an op still registers where there is none."""
+    from opsmith._runtime import _driver
+    try:
+        _driver.entry_points()
+    except OpsmithError as exc:
+        return f"no CUDA driver ({exc})"
+    return None
+
+
 def library():
     """The built and initialised op library (ctypes), once per process."""
     with _lock:

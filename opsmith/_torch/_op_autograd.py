@@ -201,6 +201,11 @@ def _python_plan(op, plan: Plan, backward):
     return setup_context, run_backward
 
 
+def _any_rg(*args: Any) -> bool:
+    """torch._C._any_requires_grad where torch (< 2.5) lacks it: a tensor argument requires grad."""
+    return any(getattr(a, "requires_grad", False) for a in args)
+
+
 def _install_python(op, backward, setup_context) -> None:
     import torch
     from torch import _C
@@ -230,7 +235,7 @@ def _install_python(op, backward, setup_context) -> None:
 
     fn_cls = type(f"{op.name.replace('::', '_')}_autograd", (torch.autograd.Function,),
                   {"forward": staticmethod(forward), "backward": staticmethod(backward_impl)})
-    ns: dict[str, Any] = {"_grad_on": _C.is_grad_enabled, "_any_rg": _C._any_requires_grad,
+    ns: dict[str, Any] = {"_grad_on": _C.is_grad_enabled, "_any_rg": getattr(_C, "_any_requires_grad", _any_rg),
                           "_apply": fn_cls.apply, "_FAST": op._fast, "_below": below,
                           "_AFTER": after, "_redispatch": overload.redispatch}
     params = op._params(ns)
@@ -240,9 +245,9 @@ def _install_python(op, backward, setup_context) -> None:
         f"def f(_ks, {params}):",
         f"    if _grad_on() and _any_rg({tensors}):",
         f"        return _apply(_ks, {', '.join(s.arg_names)})",
-        "    _impl = _FAST.get(_ks.raw_repr())",
-        "    if _impl is not None:",
-        f"        return _impl({call})",
+        *(["    _impl = _FAST.get(_ks.raw_repr())",  # torch >= 2.5: DispatchKeySet.raw_repr
+           "    if _impl is not None:",
+           f"        return _impl({call})"] if hasattr(_C.DispatchKeySet, "raw_repr") else []),
         "    with _below():",
         f"        return _redispatch(_ks & _AFTER, {call})"])
     exec(compile(code, f"<opsmith op {op.name} autograd>", "exec"), ns)

@@ -226,7 +226,8 @@ class CustomOp:
             self._lib.impl(self.name.split("::")[1], fn, key)
             ks = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key)).add(
                 getattr(torch._C.DispatchKey, "Autograd" + key))
-            self._fast[ks.raw_repr()] = fn
+            if hasattr(ks, "raw_repr"):  # torch < 2.5: no key to look it up by, no fast path
+                self._fast[ks.raw_repr()] = fn
         return self
 
     def register_cpu(self, fn: Callable[..., Any]) -> "CustomOp":
@@ -377,9 +378,7 @@ class CustomOp:
         from opsmith._torch import _cshim
         if not settings.torch_op_cshim:
             return False
-        why = _cshim.fits(self, kernels, binding, launch)
-        if why is None and not _cshim.available(cuda=True):
-            why = "this torch exports no CUDA shim (torch < 2.8 or a CPU-only build)"
+        why = _cshim.why_not(self, kernels, binding, launch)
         if why is not None:
             logging.getLogger(__name__).debug("%s: Python CUDA implementation (%s)", self.name, why)
             return False

@@ -230,6 +230,22 @@ def test_ops_that_do_not_fit_keep_python(kernels):
     assert relu.cshim is False  # a CPU-only torch has no CUDA shim: the Python CUDA implementation
 
 
+def test_no_driver_keeps_python_and_says_why(kernels, monkeypatch):
+    """A CUDA build of torch on a machine with no GPU driver (torch 2.8's and 2.14's wheels on a CPU
+    machine): the op must still register, with the Python CUDA implementation; the C kernel's
+    library would take the driver's entry points at load and fail the import."""
+    from opsmith._errors import ToolchainError
+    from opsmith._runtime import _driver
+
+    def missing():
+        raise ToolchainError("the NVIDIA driver library libcuda.so.1 could not be loaded")
+    monkeypatch.setattr(_driver, "entry_points", missing)
+    monkeypatch.setattr(_cshim, "available", lambda cuda=True: True)  # as a CUDA torch >= 2.8 says
+    op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::nodrv_{next(_ids)}", kernel=kernels["relu_f32"])
+    assert "no CUDA driver" in _cshim.why_not(op, [kernels["relu_f32"]], op._binding, None)
+    assert op.cshim is False and torch._C._dispatch_has_kernel_for_dispatch_key(op.default.name(), "CUDA")
+
+
 def test_every_slot_runs_its_own_op(kernels, cpu_lib):
     """Slots past the first eight (a boxed table built wrongly sent slot 8 to slot 10's kernel)."""
     n_ops = min(20, cpu_lib.osm_max_ops())
