@@ -36,6 +36,8 @@ def build() -> str:
         raise OpsmithError(f"opsmith's package data {RESOURCE} is missing from {PACKAGE}; reinstall opsmith")
     with resources.as_file(source) as path:  # the file itself; a temporary copy only from a zip
         art = build_extension("opsmith_autograd", [str(path)], is_python_module=False, extra_cflags=["-O2"])
+    from opsmith._torch._native_lib import mark_built
+    mark_built("opsmith_autograd")
     return str(art.path)
 
 
@@ -62,7 +64,7 @@ def usable() -> bool:
     from opsmith._config import settings
     from opsmith._torch._native_lib import usable as _usable
     return _usable(_state, settings.torch_op_native_autograd, library, "native Autograd kernels",
-                   "ops use the Python Autograd kernel", "OPSMITH_TORCH_OP_NATIVE_AUTOGRAD")
+                   "ops use the Python Autograd kernel", "OPSMITH_TORCH_OP_NATIVE_AUTOGRAD", "opsmith_autograd")
 
 
 def register(op_name: str, plan) -> None:

@@ -49,6 +49,8 @@ def build() -> str:
     with resources.as_file(folder) as path:  # the folder itself (its headers too); a copy only from a zip
         art = build_extension("opsmith_ops_native", [str(path / RESOURCE.split("/")[1])], is_python_module=False,
                               extra_cflags=["-O2"])
+    from opsmith._torch._native_lib import mark_built
+    mark_built("opsmith_ops_native")
     return str(art.path)
 
 
@@ -158,7 +160,7 @@ def usable() -> bool:
     from opsmith._config import settings
     from opsmith._torch._native_lib import usable as _usable
     return _usable(_state, settings.ops_native, library, "opsmith.ops' native CUDA implementations",
-                   "the ops use their Python implementations", "OPSMITH_OPS_NATIVE")
+                   "the ops use their Python implementations", "OPSMITH_OPS_NATIVE", "opsmith_ops_native")
 
 
 def register() -> None:
