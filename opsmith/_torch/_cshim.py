@@ -99,15 +99,17 @@ def why_not(op, kernels, binding: list[str], launch) -> str | None:
 
 
 def no_driver() -> str | None:
-    """Why the C kernel cannot be set up here (no loadable libcuda.so.1), or None. The library
-    takes the driver's entry points when it loads; the Python CUDA implementation needs the
-    driver only at a launch, so an op still registers where there is none."""
-    from opsmith._runtime import _driver
-    try:
-        _driver.entry_points()
-    except OpsmithError as exc:
-        return f"no CUDA driver ({exc})"
-    return None
+    """Why the C kernel cannot be set up here (no loadable libcuda.so.1), or None; once per process.
+    The library takes the driver's entry points when it loads; the Python CUDA implementation
+    needs the driver only at a launch, so an op still registers where there is none."""
+    if "no_driver" not in _state:
+        from opsmith._runtime import _driver
+        try:
+            _driver.entry_points()
+            _state["no_driver"] = None
+        except OpsmithError as exc:
+            _state["no_driver"] = f"no CUDA driver ({exc})"
+    return _state["no_driver"]
 
 
 def library():

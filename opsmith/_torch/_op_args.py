@@ -51,13 +51,6 @@ def _first_dtype(kernel):
                     f"typed pointer, and this one has none; register one op per kernel")
 
 
-def _package_namespace(ns: str, caller_file: str | None) -> str:
-    """``ns``, or the versioned namespace the installed opsmith package defining the op maps it to
-    (``opsmith package --versioned-namespace``)."""
-    from opsmith._build import _prebuilt
-    return _prebuilt.namespace(ns, caller_file)
-
-
 def _split_name(name: str) -> tuple[str, str]:
     import re
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*::[A-Za-z_]\w*", name):

@@ -25,11 +25,12 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
+from opsmith._build import _prebuilt
 from opsmith._opdesc import register as register_description
 from opsmith._errors import OpsmithError, SpecError
 from opsmith._torch import _opschema
-from opsmith._torch._op_args import (_config_of, _first_dtype, _kernel_list, _new_config, _out_list,
-                                     _package_namespace, _split_name, describe_op)
+from opsmith._torch._op_args import (_config_of, _first_dtype, _kernel_list, _new_config, _out_list, _split_name,
+                                     describe_op)
 from opsmith._torch._op_autograd import install_autograd, install_refusal
 from opsmith._torch._elementwise import Elementwise
 from opsmith._torch._outspec import Out, alloc_lines, fingerprint
@@ -98,7 +99,7 @@ def custom_op(name: str, schema: str | Callable[..., Any] | None = None, *, kern
     >>> y = torch.ops.mylib.relu(x)                                       # doctest: +SKIP
     """
     ns, opname = _split_name(name)
-    ns = _package_namespace(ns, sys._getframe(1).f_globals.get("__file__"))
+    ns = _prebuilt.namespace(ns, sys._getframe(1).f_globals.get("__file__"))  # --versioned-namespace
     qualname = f"{ns}::{opname}"
     kernels = _kernel_list(kernel, qualname)
     if kernels and cuda is not None:

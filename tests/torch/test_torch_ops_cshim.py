@@ -240,6 +240,7 @@ def test_no_driver_keeps_python_and_says_why(kernels, monkeypatch):
     def missing():
         raise ToolchainError("the NVIDIA driver library libcuda.so.1 could not be loaded")
     monkeypatch.setattr(_driver, "entry_points", missing)
+    monkeypatch.setattr(_cshim, "_state", {})  # answers are kept per process: none yet, the real ones restored after
     monkeypatch.setattr(_cshim, "available", lambda cuda=True: True)  # as a CUDA torch >= 2.8 says
     op = opsmith.custom_op(f"opsmith_cshim{os.getpid()}::nodrv_{next(_ids)}", kernel=kernels["relu_f32"])
     assert "no CUDA driver" in _cshim.why_not(op, [kernels["relu_f32"]], op._binding, None)
