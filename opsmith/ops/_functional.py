@@ -275,8 +275,24 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
     return y, mean, rstd
 
 
-def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_b: bool):
-    """(sum over rows of g * xhat, sum of g) in the stats' dtype, each of ``cols``."""
+def _col_sums(x, part_w, part_b, cols: int, shape):
+    """The weight (and bias) gradients from partial sums (rows of ``cols`` in the stats' dtype),
+    added up by norm_col_sum in one launch and rounded to x's dtype; None where not given."""
+    import torch
+    dw = torch.empty(shape, dtype=x.dtype, device=x.device) if part_w is not None else None
+    db = torch.empty(shape, dtype=x.dtype, device=x.device) if part_b is not None else None
+    first, second = (part_w, dw) if part_w is not None else (part_b, db)
+    both = part_w is not None and part_b is not None
+    plan = _launch.col_sum_plan(cols, 2 if both else 1)
+    _kernel("norm.cu", "norm_col_sum<{T}, {A}>", x).launch(
+        _launch.launch_config(plan), first, part_b if both else first, second, db if both else second,
+        first.shape[0], cols)
+    return dw, db
+
+
+def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_w: bool, want_b: bool, shape):
+    """(grad_w, grad_b) after a long-row backward: norm_bwd_weight's partial sums per chunk of
+    rows, then norm_col_sum; None where not wanted."""
     import torch
     plan, per_chunk = _launch.weight_grad_plan(rows, cols, _launch.device_props(x.get_device()))
     chunks = plan.grid[1]
@@ -285,12 +301,12 @@ def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_b: bool):
     _kernel("norm_long.cu", "norm_bwd_weight<{T}, {A}>", x).launch(
         _launch.launch_config(plan), g, x, mean if mean is not None else rstd, rstd, dw, db, rows, cols,
         per_chunk, int(mean is not None))
-    return dw.sum(0), (db.sum(0) if want_b else None)
+    return _col_sums(x, dw if want_w else None, db if want_b else None, cols, shape)
 
 
 def _partials(plan, cols: int, rstd, wanted: bool):
     """A persistent norm backward's partial sums of one gradient: a row of ``cols`` a block, in
-    the stats' dtype (the caller adds the rows up); ``rstd`` itself, unread, where not wanted."""
+    the stats' dtype (norm_col_sum adds the rows up); ``rstd`` itself, unread, where not wanted."""
     import torch
     return torch.empty((plan.grid[0], cols), dtype=rstd.dtype, device=rstd.device) if wanted else rstd
 
@@ -314,17 +330,19 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
         args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
         _kernel("norm_long.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         if want_w or want_b:
-            sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_b)
-            dw = sw.to(x.dtype).reshape(shape) if want_w else dw
-            db = sb.to(x.dtype).reshape(shape) if want_b else db
+            sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_w, want_b, shape)
+            dw = sw if want_w else dw
+            db = sb if want_b else db
         return dx, dw, db
     # the weight and bias gradients come out of the same kernel: one row of partial sums a block
     pw, pb = _partials(plan, cols, rstd, want_w), _partials(plan, cols, rstd, want_b)
     _kernel("norm.cu", "layer_norm_bwd<{T}, {A}>", x).launch(
         _launch.launch_config(plan), g, x, w, mean, rstd, dx, pw, pb, rows, cols, int(weight is not None),
         int(want_w), int(want_b))
-    dw = pw.sum(0).to(x.dtype).reshape(shape) if want_w else dw
-    db = pb.sum(0).to(x.dtype).reshape(shape) if want_b else db
+    if want_w or want_b:
+        sw, sb = _col_sums(x, pw if want_w else None, pb if want_b else None, cols, shape)
+        dw = sw if want_w else dw
+        db = sb if want_b else db
     return dx, dw, db
 
 
@@ -365,10 +383,9 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None):
         _kernel("norm_long.cu", "rms_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         dw = x.new_empty(0)
         if want_w:
-            sw, _ = _weight_grads(g, x, None, rstd, rows, cols, False)
-            dw = sw.to(x.dtype).reshape(shape)
+            dw, _ = _weight_grads(g, x, None, rstd, rows, cols, True, False, shape)
         return dx, dw
     pw = _partials(plan, cols, rstd, want_w)
     _kernel("norm.cu", "rms_norm_bwd<{T}, {A}>", x).launch(
         _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w))
-    return dx, (pw.sum(0).to(x.dtype).reshape(shape) if want_w else x.new_empty(0))
+    return dx, (_col_sums(x, pw, None, cols, shape)[0] if want_w else x.new_empty(0))

@@ -23,10 +23,12 @@ __all__ = [
     "EW_THREADS",
     "LONG_THREADS",
     "ROW_CHUNKS",
+    "ROW_BWD_BLOCKS",
     "ROW_THREADS",
     "DeviceProps",
     "Plan",
     "device_props",
+    "col_sum_plan",
     "elementwise_plan",
     "gated_plan",
     "launch_config",
@@ -38,6 +40,7 @@ __all__ = [
 # The kernels' compile-time numbers (common.cuh, elementwise.cu, softmax.cu, norm.cu).
 ROW_CHUNKS = 2        # OPSMITH_ROW_CHUNKS: 16-byte vectors per thread and input in registers
 ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-row kernels
+ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm.cu: ROW_THREADS-blocks an SM holds in the norm backwards
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels
 EW_THREADS = 256      # OPSMITH_EW_THREADS: __launch_bounds__ of the elementwise kernels
 EW_UNROLL = 4         # OPSMITH_EW_UNROLL in elementwise.cu: vectors in flight per thread per trip
@@ -167,20 +170,31 @@ def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProp
 @functools.lru_cache(maxsize=4096)
 def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan:
     """The norm backwards: rows that fit the register strategy run ``"persistent"``: blocks of
-    about 256 threads (``tpr`` a row, as ``row_plan``, several rows a block), a grid of about
-    half the SMs' threads striding over the rows, each block adding its rows' weight-gradient
-    terms and writing one row of partial sums (``grid`` of them, at least two rows per row lane
-    so that the partials stay small beside the input). Longer rows: ``row_plan``'s long plan
-    (the weight gradient then comes from ``norm_bwd_weight``)."""
+    about 256 threads (``tpr`` a row, as ``row_plan``, several rows a block), as many blocks as the
+    SMs hold at once (``ROW_THREADS * ROW_BWD_BLOCKS`` threads an SM: the kernels take up to 128
+    registers a thread for two rows in flight) striding over the rows, each block adding its
+    rows' weight-gradient terms and writing one row of partial sums (``grid`` of them, at least
+    two rows per row lane so that the partials stay small beside the input), which
+    ``norm_col_sum`` adds up. A grid of twice that ran as two waves and 20-35 % slower on an H200
+    (bench/diag_norm_bwd.py). Longer rows: ``row_plan``'s long plan (the weight gradient then
+    comes from ``norm_bwd_weight``)."""
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
     limit = min(ROW_THREADS, props.max_threads_per_block)
     if tpr > limit:
         return row_plan(rows, cols, itemsize, 2, props)
     per_block = max(1, min(limit, 256) // tpr)
-    per_sm = max(1, props.max_threads_per_sm // (2 * tpr * per_block))
+    resident = min(ROW_THREADS * ROW_BWD_BLOCKS, props.max_threads_per_sm)
+    per_sm = max(1, resident // (tpr * per_block))
     grid = max(1, min(per_sm * props.sm_count, _cdiv(rows, 2 * per_block)))
     return Plan("persistent", (grid,), (tpr, per_block), 0, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def col_sum_plan(cols: int, arrays: int) -> Plan:
+    """norm_col_sum over ``arrays`` (1 or 2) arrays of partial sums, ``cols`` wide: blocks of 32
+    columns x 32 row lanes, ``blockIdx.y`` the array."""
+    return Plan("columns", (_cdiv(cols, 32), arrays), (32, 32), 0, 0)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -32,10 +32,11 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 
 def consts() -> list[int]:
     """The plans' numbers in osm_ops.cpp's order (ROW_CHUNKS, ROW_THREADS, LONG_THREADS,
-    EW_THREADS, EW_UNROLL, STATIC_SMEM): :mod:`opsmith.ops._launch` is their one source."""
+    EW_THREADS, EW_UNROLL, STATIC_SMEM, ROW_BWD_BLOCKS): :mod:`opsmith.ops._launch` is their one
+    source."""
     from opsmith.ops import _launch
     return [_launch.ROW_CHUNKS, _launch.ROW_THREADS, _launch.LONG_THREADS, _launch.EW_THREADS,
-            _launch.EW_UNROLL, _launch._STATIC_SMEM]
+            _launch.EW_UNROLL, _launch._STATIC_SMEM, _launch.ROW_BWD_BLOCKS]
 
 
 def build() -> str:
@@ -57,7 +58,7 @@ def build() -> str:
 def _open(path: str):
     import torch  # noqa: F401  (the library links against the torch libraries torch loaded)
     lib = ctypes.CDLL(path)
-    if lib.osm_ops_abi() != 2:
+    if lib.osm_ops_abi() != 3:
         raise OpsmithError(f"the native opsmith.ops library at {path} is of another version; clear the cache "
                            "(opsmith cache clear)")
     lib.osm_ops_kernel_file.restype = ctypes.c_char_p

@@ -8,6 +8,7 @@ by scripts/gpu_check.sh (CUDA).
 """
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import json
 import sys
@@ -25,11 +26,21 @@ def main() -> int:
     if "--block-nvrtc" in sys.argv:
         sys.meta_path.insert(0, _NoNvrtc())
     import torch
+    gc_ms = [0.0]
+    gc_t = [0.0]
+
+    def _gc(phase, info):  # the cyclic collector's pauses inside the import (they vary by process)
+        if phase == "start":
+            gc_t[0] = time.perf_counter()
+        else:
+            gc_ms[0] += (time.perf_counter() - gc_t[0]) * 1e3
+    gc.callbacks.append(_gc)
     t0 = time.perf_counter()
     mod = __import__(pkg)
     import_ms = (time.perf_counter() - t0) * 1e3
+    gc.callbacks.remove(_gc)
     from opsmith._build import _nvrtc, _prebuilt
-    out = {"torch": torch.__version__, "import_ms": import_ms, "ops": {}}
+    out = {"torch": torch.__version__, "import_ms": import_ms, "import_gc_ms": gc_ms[0], "ops": {}}
     ns = getattr(torch.ops, pkg)
     for name in ("relu", "relu_backward"):
         out["ops"][f"{pkg}::{name}"] = str(getattr(ns, name).default._schema).split("::", 1)[1]

@@ -9,9 +9,9 @@
 // grad_w and grad_b are column sums over the rows. The register-row backwards (*_bwd) are
 // persistent: their blocks stride over the rows, read grad and x once, and add each row's
 // terms into per-thread sums; each block writes one row of partial sums (part[gridDim.x][cols],
-// a few rows per SM) which the caller adds up. After the long-row backwards, norm_bwd_weight
+// a few rows per SM), which norm_col_sum adds up. After the long-row backwards, norm_bwd_weight
 // reads grad and x again and writes partial sums per chunk of rows (one block per 32 columns x
-// chunk).
+// chunk), which norm_col_sum adds up too.
 //
 // The strategies are softmax.cu's: the row in registers (*_fwd, *_bwd here; tpr threads per
 // row, tpr <= 32 is one warp per row), or one block per long row (*_long, in norm_long.cu) with
@@ -29,16 +29,13 @@
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
 #endif
-// blocks of OPSMITH_ROW_THREADS an SM must hold at once (the registers a thread may use) in the
-// backwards, measured on an H100 with bench/diag_norm_occupancy.py: 2 for rms_norm's (+4-13 %),
-// 1 for layer_norm's (at 2 it spills 1.6 KB a thread and runs at 40 %). The forwards keep the
-// row as floats and read the weight after the reduction, as measured fastest (2,410 against
+// blocks of OPSMITH_ROW_THREADS an SM must hold at once in the persistent backwards: 1, so up to
+// 128 registers a thread (two rows in flight, see OPSMITH_BWD_LOAD); their launch plan
+// (_launch.norm_bwd_plan) puts OPSMITH_ROW_THREADS * this many threads on an SM. The forwards keep
+// the row as floats and read the weight after the reduction, as measured fastest (2,410 against
 // 2,133 GB/s at 4096 x 4096 bf16 for a variant holding the row in T, the weight read first).
 #ifndef OPSMITH_ROW_BWD_BLOCKS
-#define OPSMITH_ROW_BWD_BLOCKS 2
-#endif
-#ifndef OPSMITH_LN_BWD_BLOCKS
-#define OPSMITH_LN_BWD_BLOCKS 1
+#define OPSMITH_ROW_BWD_BLOCKS 1
 #endif
 
 using namespace opsmith;
@@ -126,8 +123,36 @@ __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, int 
     for (long long row0 = blockIdx.x * (long long)blockDim.y; row0 < rows;                 \
          row0 += (long long)gridDim.x * blockDim.y)
 
+// The persistent backwards' loads: each trip loads the next trip's rows of grad_y and x (and
+// their statistics s1, s2: mean and rstd, or rstd twice) before it uses its own, so that a thread
+// has two rows in flight; the first trip's rows are loaded before the loop. Measured on an H200
+// (bench/diag_norm_bwd.py, bench/results/ops-bwd-h200-2026-11-26/): 1.2-1.7x faster than one row
+// a trip at 2048-16384 rows of 1024-8192 bf16 and fp32, with blocks of up to 128 registers a
+// thread (OPSMITH_ROW_BWD_BLOCKS = 1; at 64 the bf16 rms_norm_bwd spilled even without prefetch).
+#define OPSMITH_BWD_LOAD(dst, r_, s1, s2, m_out, r_out)                                     \
+    {                                                                                    \
+        const bool a_ = (r_) < rows;                                                     \
+        const long long b_ = (a_ ? (r_) : 0) * (long long)cols;                          \
+        load_chunks<T, 2>({grad_y + b_, x + b_}, dst, a_ ? cols : 0, vec, tpr, t);       \
+        m_out = a_ ? s1[r_] : A(0);                                                      \
+        r_out = a_ ? s2[r_] : A(0);                                                      \
+    }
+#define OPSMITH_BWD_FIRST(s1, s2)                                                        \
+    Raw in[2][C]; /* this trip's grad_y and x as loaded */                               \
+    A m_nx, r_nx;                                                                        \
+    OPSMITH_BWD_LOAD(in, blockIdx.x * (long long)blockDim.y + threadIdx.y, s1, s2, m_nx, r_nx)
+#define OPSMITH_BWD_NEXT(s1, s2)                                                         \
+    const A m_now = m_nx, r_now = r_nx;                                                  \
+    Raw nx[2][C]; /* the next trip's */                                                  \
+    OPSMITH_BWD_LOAD(nx, row + (long long)gridDim.x * blockDim.y, s1, s2, m_nx, r_nx)
+#define OPSMITH_BWD_ROTATE                                                               \
+    _Pragma("unroll") for (int c_ = 0; c_ < C; ++c_) {                                   \
+        in[0][c_] = nx[0][c_];                                                           \
+        in[1][c_] = nx[1][c_];                                                           \
+    }
+
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_LN_BWD_BLOCKS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS)
 layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
                const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
                A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w, int want_w,
@@ -144,13 +169,13 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
 #pragma unroll
         for (int k = 0; k < N; ++k) dw[c * N + k] = db[c * N + k] = A(0);
     }
+    OPSMITH_BWD_FIRST(mean, rstd)
     OPSMITH_ROW_LOOP {
         const long long row = row0 + threadIdx.y;
         const bool active = row < rows;
         const long long n = active ? cols : 0, base = (active ? row : 0) * (long long)cols;
-        const A mu = active ? mean[row] : A(0), r = active ? rstd[row] : A(0);
-        Raw in[2][C];  // grad_y and x as loaded
-        load_chunks<T, 2>({grad_y + base, x + base}, in, n, vec, tpr, t);
+        OPSMITH_BWD_NEXT(mean, rstd)
+        const A mu = m_now, r = r_now;
         Raw(&gr)[C] = in[0];
         Raw(&xr)[C] = in[1];
         A s1 = A(0), s2 = A(0);
@@ -180,6 +205,7 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
                 store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
             }
         }
+        OPSMITH_BWD_ROTATE
     }
     if (want_w) write_partial<T>(dw, dw_part, cols);
     if (want_b) write_partial<T>(db, db_part, cols);
@@ -233,13 +259,13 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
 #pragma unroll
         for (int k = 0; k < N; ++k) dw[c * N + k] = A(0);
     }
+    OPSMITH_BWD_FIRST(rstd, rstd)
     OPSMITH_ROW_LOOP {
         const long long row = row0 + threadIdx.y;
         const bool active = row < rows;
         const long long n = active ? cols : 0, base = (active ? row : 0) * (long long)cols;
-        const A r = active ? rstd[row] : A(0);
-        Raw in[2][C];  // grad_y and x as loaded
-        load_chunks<T, 2>({grad_y + base, x + base}, in, n, vec, tpr, t);
+        OPSMITH_BWD_NEXT(rstd, rstd)
+        const A r = r_now;
         Raw(&gr)[C] = in[0];
         Raw(&xr)[C] = in[1];
         A d = A(0);
@@ -264,7 +290,42 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
                 store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
             }
         }
+        OPSMITH_BWD_ROTATE
     }
     if (want_w) write_partial<T>(dw, dw_part, cols);
 }
 
+
+// The persistent backwards' partial sums added up: out[col] = sum of part[r][col] over prows rows,
+// rounded to T (blockIdx.y = 1: part2 into out2, layer_norm's bias). Blocks of 32 columns x 32 row
+// lanes, four independent sums a thread, then the lanes in shared memory: a fixed order
+// (deterministic), and one launch where torch's sum(0) and the cast took two and 12-33 us
+// (H200, 528 x 2048 floats, bench/diag_norm_bwd.py).
+template <class T, class A>
+__global__ void __launch_bounds__(1024)
+norm_col_sum(const A* __restrict__ part, const A* __restrict__ part2, T* __restrict__ out, T* __restrict__ out2,
+             int prows, int cols) {
+    const A* p = blockIdx.y ? part2 : part;
+    T* o = blockIdx.y ? out2 : out;
+    const int col = blockIdx.x * 32 + threadIdx.x;
+    A s0 = A(0), s1 = A(0), s2 = A(0), s3 = A(0);
+    if (col < cols) {
+        int r = threadIdx.y;
+        for (; r + 96 < prows; r += 128) {
+            s0 += p[(long long)r * cols + col];
+            s1 += p[(long long)(r + 32) * cols + col];
+            s2 += p[(long long)(r + 64) * cols + col];
+            s3 += p[(long long)(r + 96) * cols + col];
+        }
+        for (; r < prows; r += 32) s0 += p[(long long)r * cols + col];
+    }
+    __shared__ A red[32][33];
+    red[threadIdx.y][threadIdx.x] = (s0 + s1) + (s2 + s3);
+    __syncthreads();
+    if (threadIdx.y == 0 && col < cols) {
+        A v = A(0);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) v += red[i][threadIdx.x];
+        o[col] = Elem<T>::store(v);
+    }
+}

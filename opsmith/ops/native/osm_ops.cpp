@@ -201,10 +201,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     if (p.strategy == S_LONG) {
         void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
         launch(LN_BWD_LONG, dt, dev, p, params);
-        auto [sw, parts_b] = (want_w || want_b) ? weight_grads(g, x, &m, s, rows, cols, dt, dev)
-                                                 : std::pair<at::Tensor, at::Tensor>{none, none};
-        if (want_w) dw = sw.to(x.scalar_type()).reshape(shape);
-        if (want_b) db = parts_b.sum(0).to(x.scalar_type()).reshape(shape);
+        if (want_w || want_b) {
+            auto [sw, sb] = weight_grads(g, x, &m, s, rows, cols, want_w, want_b, shape, dt, dev);
+            if (want_w) dw = sw;
+            if (want_b) db = sb;
+        }
         return {dx, dw, db};
     }
     at::Tensor pw = want_w ? at::empty({p.gx, (int64_t)cols}, s.options()) : s;
@@ -213,8 +214,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     int ww = want_w, wb = want_b;
     void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &pwp, &pbp, &rows, &cols, &has_w, &ww, &wb};
     launch(LN_BWD, dt, dev, p, params);
-    if (want_w) dw = pw.sum(0).to(x.scalar_type()).reshape(shape);
-    if (want_b) db = pb.sum(0).to(x.scalar_type()).reshape(shape);
+    if (want_w || want_b) {
+        auto [sw, sb] = col_sums(x, want_w ? &pw : nullptr, want_b ? &pb : nullptr, cols, shape, dt, dev);
+        if (want_w) dw = sw;
+        if (want_b) db = sb;
+    }
     return {dx, dw, db};
 }
 
@@ -267,7 +271,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     if (p.strategy == S_LONG) {
         void *params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &cache};
         launch(RMS_BWD_LONG, dt, dev, p, params);
-        if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, dt, dev).first.to(x.scalar_type()).reshape(shape);
+        if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, true, false, shape, dt, dev).first;
         return {dx, dw};
     }
     at::Tensor pw = want_w ? at::empty({p.gx, (int64_t)cols}, s.options()) : s;
@@ -275,7 +279,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     int ww = want_w;  // the weight gradient's partial sums: one row a block
     void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww};
     launch(RMS_BWD, dt, dev, p, params);
-    if (want_w) dw = pw.sum(0).to(x.scalar_type()).reshape(shape);
+    if (want_w) dw = col_sums(x, &pw, nullptr, cols, shape, dt, dev).first;
     return {dx, dw};
 }
 
@@ -304,7 +308,7 @@ std::unique_ptr<torch::Library> registration, composite;  // the kernels, for th
 }  // namespace
 
 extern "C" {
-__attribute__((visibility("default"))) int osm_ops_abi(void) { return 2; }
+__attribute__((visibility("default"))) int osm_ops_abi(void) { return 3; }
 __attribute__((visibility("default"))) int osm_ops_kernel_count(void) { return N_KERNELS; }
 __attribute__((visibility("default"))) const char *osm_ops_kernel_file(int k) {
     return k >= 0 && k < N_KERNELS ? kernel_file[k] : nullptr;

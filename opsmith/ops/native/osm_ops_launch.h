@@ -34,7 +34,8 @@
     X(RMS_FWD_LONG, "norm_long.cu", "rms_norm_fwd_long<{T}, {A}>")            \
     X(RMS_BWD, "norm.cu", "rms_norm_bwd<{T}, {A}>")                           \
     X(RMS_BWD_LONG, "norm_long.cu", "rms_norm_bwd_long<{T}, {A}>")            \
-    X(NORM_BWD_WEIGHT, "norm_long.cu", "norm_bwd_weight<{T}, {A}>")
+    X(NORM_BWD_WEIGHT, "norm_long.cu", "norm_bwd_weight<{T}, {A}>")          \
+    X(NORM_COL_SUM, "norm.cu", "norm_col_sum<{T}, {A}>")
 
 namespace {
 
@@ -214,10 +215,29 @@ double machine_eps(int dt) {
     }
 }
 
-// The weight and bias gradients after the long-row norm backwards (norm_bwd_weight's partial sums
-// per chunk of rows): (grad_w summed, grad_b's partials)
+// The weight (and bias) gradients from rows of partial sums (pw, pb; nullptr where not wanted), added
+// up by norm_col_sum in one launch and rounded to x's dtype, shaped `shape`: (grad_w, grad_b), an
+// undefined tensor where not wanted
+std::pair<at::Tensor, at::Tensor> col_sums(const at::Tensor &x, const at::Tensor *pw, const at::Tensor *pb, int cols,
+                                           at::IntArrayRef shape, int dt, int dev) {
+    at::Tensor dw, db;
+    if (pw) dw = at::empty(shape, x.options());
+    if (pb) db = at::empty(shape, x.options());
+    const at::Tensor &first = pw ? *pw : *pb, &second = pb ? *pb : first;
+    at::Tensor &o1 = pw ? dw : db, &o2 = pb ? db : o1;
+    const Plan p = col_sum_plan(cols, pw && pb ? 2 : 1);
+    void *ap = first.data_ptr(), *bp = second.data_ptr(), *op = o1.data_ptr(), *op2 = o2.data_ptr();
+    int prows = (int)first.size(0);
+    void *params[] = {&ap, &bp, &op, &op2, &prows, &cols};
+    launch(NORM_COL_SUM, dt, dev, p, params);
+    return {dw, db};
+}
+
+// The weight and bias gradients after the long-row norm backwards: norm_bwd_weight's partial sums
+// per chunk of rows, then col_sums
 std::pair<at::Tensor, at::Tensor> weight_grads(const at::Tensor &g, const at::Tensor &x, const at::Tensor *mean,
-                                               const at::Tensor &rstd, long long rows, int cols, int dt, int dev) {
+                                               const at::Tensor &rstd, long long rows, int cols, bool want_w,
+                                               bool want_b, at::IntArrayRef shape, int dt, int dev) {
     function(NORM_BWD_WEIGHT, dt, dev);
     const Plan p = weight_grad_plan(rows, cols, props[dev]);
     at::Tensor dw = at::empty({p.gy, (int64_t)cols}, rstd.options());
@@ -227,7 +247,7 @@ std::pair<at::Tensor, at::Tensor> weight_grads(const at::Tensor &g, const at::Te
     int per_chunk = (int)p.per_chunk, has_mean = mean != nullptr;
     void *params[] = {&gp, &xp, &mp, &rp, &wp, &bp, &rows, &cols, &per_chunk, &has_mean};
     launch(NORM_BWD_WEIGHT, dt, dev, p, params);
-    return {dw.sum(0), db};
+    return col_sums(x, want_w ? &dw : nullptr, want_b ? &db : nullptr, cols, shape, dt, dev);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace {
 
 // the launch plans' numbers, from opsmith/ops/_launch.py (osm_ops_init), in this order
-enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, N_CONSTS };
+enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -63,9 +63,13 @@ Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p)
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
     if (tpr > limit) return row_plan(rows, cols, itemsize, 2, p);
     const int64_t per_block = std::max<int64_t>(1, std::min<int64_t>(limit, 256) / tpr);
-    const int64_t per_sm = std::max<int64_t>(1, p.max_threads_per_sm / (2 * tpr * per_block));
+    const int64_t resident = std::min<int64_t>(K[C_ROW_THREADS] * K[C_ROW_BWD_BLOCKS], p.max_threads_per_sm);
+    const int64_t per_sm = std::max<int64_t>(1, resident / (tpr * per_block));
     const int64_t grid = std::max<int64_t>(1, std::min(per_sm * p.sm_count, cdiv(rows, 2 * per_block)));
     return {S_PERSISTENT, grid, 1, tpr, per_block, 0, 0, 0};
+}
+Plan col_sum_plan(int64_t cols, int64_t arrays) {
+    return {S_COLUMNS, cdiv(cols, 32), arrays, 32, 32, 0, 0, 0};
 }
 
 Plan weight_grad_plan(int64_t rows, int64_t cols, const Props &p) {
