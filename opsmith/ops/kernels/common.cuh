@@ -201,6 +201,17 @@ __device__ __forceinline__ void store_vec(T* row, long long j, long long n, bool
 // 16 bytes of a row as loaded: N elements of T packed in four 32-bit words. The register-row
 // kernels hold rows this way and unpack an element where they use it (raw_get): for 16-bit types
 // half the registers of the elements held one a register, which is what ptxas made of Vec<T>.
+// The minimum blocks of OPSMITH_ROW_THREADS (512) threads an SM must hold at once for a register-row
+// kernel, by element size (`__launch_bounds__`' second argument: the registers a thread may use,
+// 128 / 64 / 42 / 32 for 1 / 2 / 3 / 4). Measured per kernel on an H200 with bench/diag_row_fwd.py
+// (bench/results/ops-bwd-h200-2026-11-26/fwd.json): the forwards' default of 58-60 registers held
+// 1,024 threads an SM, too few loads in flight for its bandwidth; 3 gave rms_norm_fwd (bf16) +25 % at
+// 8192 x 8192, while layer_norm_fwd spills at 3. 8-byte types keep 1 (correct, not tuned).
+template <class T, int B16, int B32>
+struct RowBlocks {
+    static constexpr int value = sizeof(T) == 8 ? 1 : sizeof(T) == 4 ? B32 : B16;
+};
+
 struct __align__(16) Raw {
     unsigned u[4];
 };

@@ -15,7 +15,7 @@
 using namespace opsmith;
 
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
 add_rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                  T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
                  A eps, int has_w) {

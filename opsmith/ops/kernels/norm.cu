@@ -47,7 +47,7 @@ using namespace opsmith;
 #define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
 
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
 layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                int has_b) {
@@ -212,7 +212,7 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
 }
 
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 3>::value))
 rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
              long long rows, int cols, A eps, int has_w) {
     OPSMITH_ROW_SETUP

@@ -56,7 +56,7 @@ template <class A> __device__ __forceinline__ void online_allreduce(A& m, A& s, 
 using namespace opsmith;
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 4>::value))
 softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
     typedef typename Elem<T>::acc A;
     constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
@@ -92,7 +92,7 @@ softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, 1)
 softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
             int cols) {
     typedef typename Elem<T>::acc A;
