@@ -130,6 +130,29 @@ def step_time(model, tokens, labels, steps: int, warmup: int, device: str) -> fl
     return statistics.median(times)
 
 
+def kernel_profile(model, tokens, labels, steps: int = 3) -> dict[str, float]:
+    """Microseconds of CUDA kernel time per step, by kernel name (torch.profiler), after warm-up."""
+    from torch.profiler import ProfilerActivity, profile
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+    def step():
+        model(tokens, labels).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    per: dict[str, float] = collections.defaultdict(float)
+    for e in p.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name[:100]] += getattr(e, "device_time", 0) / steps
+    return dict(sorted(per.items(), key=lambda kv: -kv[1]))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -137,6 +160,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--tiny", action="store_true", help="a tiny model (a smoke test)")
+    ap.add_argument("--profile", action="store_true", help="also each variant's CUDA kernels per step (profile.json)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cfg = dict(vocab=32000, hidden=2048, inter=5632, heads=16, layers=4, seq=1024)
@@ -147,7 +171,7 @@ def main() -> int:
     torch.manual_seed(0)
     tokens = torch.randint(0, cfg["vocab"], (batch, cfg["seq"]), device=args.device)
     labels = torch.roll(tokens, -1, dims=1)
-    results, replaced, kinds = {}, None, collections.Counter()
+    results, replaced, kinds, profiles = {}, None, collections.Counter(), {}
     for patched in (False, True):
         for compiled in (False, True):
             torch.manual_seed(0)
@@ -161,12 +185,20 @@ def main() -> int:
             torch._dynamo.reset()
             results[name] = step_time(run, tokens, labels, args.steps, args.warmup, args.device)
             print(f"{name:<32} {results[name]:8.2f} ms / step", flush=True)
+            if args.profile and args.device != "cpu":
+                profiles[name] = kernel_profile(run, tokens, labels)
+                total = sum(profiles[name].values())
+                print(f"    kernels {total / 1e3:.2f} ms / step; the top 12:", flush=True)
+                for k, v in list(profiles[name].items())[:12]:
+                    print(f"    {v:8.1f} us  {k}", flush=True)
     eager, compiled = results["eager"], results["compile"]
     summary = {"patched_eager_speedup": eager / results["eager + opsmith.ops.patch"],
                "patched_compile_vs_compile": compiled / results["compile + opsmith.ops.patch"]}
     meta = {"config": cfg, "batch": batch, "dtype": str(dtype), "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if args.device != "cpu" else "cpu",
             "command": "python3 bench/bench_llama_step.py " + " ".join(sys.argv[1:])}
+    if profiles:
+        (args.out / "profile.json").write_text(json.dumps(profiles, indent=1))
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "ms_per_step": results, "summary": summary,
                                                        "replaced": replaced}, indent=1))
     print(f"patched eager: {summary['patched_eager_speedup']:.2f}x eager (target >= 1.3); patched compile: "

@@ -1,9 +1,22 @@
-"""Thin ``torch.nn.Module`` wrappers of the opsmith.ops functions (same parameters as torch's)."""
+"""Thin ``torch.nn.Module`` wrappers of the opsmith.ops functions (same parameters as torch's).
+
+Each module has an ``inductor`` attribute (False unless ``opsmith.ops.patch(model,
+under_compile="inductor")`` set it): when True, the module runs torch's own ops while
+``torch.compile`` traces it (:func:`compiling`), so that inductor can fuse them with their
+neighbours, and opsmith's kernels otherwise.
+"""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as TF
 
 from opsmith.ops import _public as F
+
+
+def compiling() -> bool:
+    """True while torch.compile (dynamo) traces the caller."""
+    fn = getattr(torch.compiler, "is_compiling", None)
+    return bool(fn()) if fn is not None else False
 
 __all__ = ["GELU", "CrossEntropyLoss", "GELUAndMul", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "SiLUAndMul",
            "Softmax"]
@@ -12,8 +25,10 @@ __all__ = ["GELU", "CrossEntropyLoss", "GELUAndMul", "LayerNorm", "RMSNorm", "Re
 class ReLU(torch.nn.Module):
     """``torch.nn.ReLU`` on opsmith's kernel."""
 
+    inductor = False
+
     def forward(self, x):
-        return F.relu(x)
+        return torch.relu(x) if self.inductor and compiling() else F.relu(x)
 
 
 class GELU(torch.nn.Module):
@@ -23,7 +38,11 @@ class GELU(torch.nn.Module):
         super().__init__()
         self.approximate = approximate
 
+    inductor = False
+
     def forward(self, x):
+        if self.inductor and compiling():
+            return TF.gelu(x, approximate=self.approximate)
         return F.gelu(x, self.approximate)
 
     def extra_repr(self) -> str:
@@ -33,8 +52,10 @@ class GELU(torch.nn.Module):
 class SiLU(torch.nn.Module):
     """``torch.nn.SiLU`` on opsmith's kernel."""
 
+    inductor = False
+
     def forward(self, x):
-        return F.silu(x)
+        return TF.silu(x) if self.inductor and compiling() else F.silu(x)
 
 
 class SiLUAndMul(torch.nn.Module):
@@ -84,7 +105,11 @@ class LayerNorm(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.ones(self.normalized_shape, **kw)) if elementwise_affine else None
         self.bias = torch.nn.Parameter(torch.zeros(self.normalized_shape, **kw)) if elementwise_affine and bias else None
 
+    inductor = False
+
     def forward(self, x):
+        if self.inductor and compiling():
+            return TF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
@@ -102,7 +127,11 @@ class RMSNorm(torch.nn.Module):
         self.weight = (torch.nn.Parameter(torch.ones(self.normalized_shape, device=device, dtype=dtype))
                        if elementwise_affine else None)
 
+    inductor = False
+
     def forward(self, x):
+        if self.inductor and compiling():
+            return TF.rms_norm(x, self.normalized_shape, self.weight, self.eps)
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:

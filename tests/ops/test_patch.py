@@ -279,3 +279,48 @@ def test_cross_entropy_loss_modules_run_opsmith_and_fall_back_to_torch():
     torch.testing.assert_close(box["ce"](logits, probs), orig(logits, probs))
     assert ops.patch(model) == []  # patched already
     assert ops.patch(Head(), losses=False) == []
+
+
+def _graph_ops(fn, *args) -> set[str]:
+    """The call_function targets of the graphs torch.compile (dynamo) traces for ``fn(*args)``."""
+    import torch._dynamo
+    seen: set[str] = set()
+
+    def backend(gm, example_inputs):
+        seen.update(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*args)
+    finally:
+        torch._dynamo.reset()
+    return seen
+
+
+@pytest.mark.parametrize("under_compile", ["inductor", "opsmith"])
+def test_under_compile_picks_torch_ops_for_inductor_or_keeps_opsmiths(under_compile):
+    """The default leaves the patched modules' math to inductor while torch.compile traces (so it
+    fuses it with its neighbours) and runs opsmith's kernels in eager; "opsmith" keeps opsmith's
+    ops in the graph. Both agree with the original model, eager and compiled."""
+    bench = _bench_module()
+    torch.manual_seed(0)
+    model = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=1, seq=16)
+    ref = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=1, seq=16)
+    ref.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, 64, (2, 16))
+    labels = torch.roll(tokens, -1, dims=1)
+    done = ops.patch(model, under_compile=under_compile)
+    assert {r.new.inductor for r in done} == {under_compile == "inductor"}
+    names = _graph_ops(model, tokens, labels)
+    ours = sorted(n for n in names if "opsmith" in n)
+    if under_compile == "inductor":
+        assert ours == [] and any("rms_norm" in n for n in names) and any("silu" in n for n in names)
+    else:
+        assert any("rms_norm" in n for n in ours) and any("silu" in n for n in ours), ours
+    want = ref(tokens, labels)
+    torch.testing.assert_close(model(tokens, labels), want)  # eager: opsmith's kernels either way
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(model, backend="aot_eager", dynamic=False)(tokens, labels), want)
+    torch._dynamo.reset()
+    with pytest.raises(SpecError, match="under_compile is 'inductor'"):
+        ops.patch(torch.nn.Sequential(torch.nn.ReLU()), under_compile="yes")

@@ -25,8 +25,18 @@
 #ifndef OPSMITH_EW_THREADS
 #define OPSMITH_EW_THREADS 256
 #endif
+// Measured on an H200 with bench/diag_gated.py (bench/results/ops-bwd-h200-2026-11-26/gated.json):
+// 2 rows a trip made the backward 15-23 % faster than 4 (its 91 registers a thread let 512 threads
+// an SM run; at 2 rows more run), the forward the same; the minimum blocks (1-4) changed nothing
+// once the rows were 2.
+#ifndef OPSMITH_GATED_FWD_BLOCKS
+#define OPSMITH_GATED_FWD_BLOCKS 2  // minimum blocks of OPSMITH_EW_THREADS an SM holds (registers a thread)
+#endif
+#ifndef OPSMITH_GATED_BWD_BLOCKS
+#define OPSMITH_GATED_BWD_BLOCKS 2
+#endif
 #ifndef OPSMITH_GATED_ROWS
-#define OPSMITH_GATED_ROWS 4  // rows a thread loads per trip (opsmith/ops/_launch.py reads it too)
+#define OPSMITH_GATED_ROWS 2  // rows a thread loads per trip (opsmith/ops/_launch.py reads it too)
 #endif
 
 namespace opsmith {
@@ -120,14 +130,14 @@ __device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restri
 // The kernels, written out so that their signatures can be read from the source.
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_FWD_BLOCKS)
 silu_and_mul_fwd(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, long long rows,
                  long long d, long long gate_stride, long long up_stride) {
     opsmith::gated<opsmith::Silu, false, T>(nullptr, gate, up, y, nullptr, rows, d, gate_stride, up_stride, d);
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BWD_BLOCKS)
 silu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
                  T* __restrict__ d_gate, T* __restrict__ d_up, long long rows, long long d, long long gate_stride,
                  long long up_stride, long long grad_stride) {
@@ -136,14 +146,14 @@ silu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_FWD_BLOCKS)
 gelu_and_mul_fwd(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, long long rows,
                  long long d, long long gate_stride, long long up_stride) {
     opsmith::gated<opsmith::GeluErf, false, T>(nullptr, gate, up, y, nullptr, rows, d, gate_stride, up_stride, d);
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BWD_BLOCKS)
 gelu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
                  T* __restrict__ d_gate, T* __restrict__ d_up, long long rows, long long d, long long gate_stride,
                  long long up_stride, long long grad_stride) {
@@ -152,14 +162,14 @@ gelu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_FWD_BLOCKS)
 gelu_tanh_and_mul_fwd(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, long long rows,
                       long long d, long long gate_stride, long long up_stride) {
     opsmith::gated<opsmith::GeluTanh, false, T>(nullptr, gate, up, y, nullptr, rows, d, gate_stride, up_stride, d);
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BWD_BLOCKS)
 gelu_tanh_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
                       T* __restrict__ d_gate, T* __restrict__ d_up, long long rows, long long d,
                       long long gate_stride, long long up_stride, long long grad_stride) {

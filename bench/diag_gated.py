@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""gated.cu's kernels (silu_and_mul on separate gate and up tensors, as GatedMLP calls them) compiled
+with other minimum blocks an SM (``OPSMITH_GATED_FWD_BLOCKS`` / ``_BWD_BLOCKS``: the registers a
+thread may use) and rows a thread per trip (``OPSMITH_GATED_ROWS``), each timed alone (CUDA events,
+median, L2 flushed) with gated_plan's grid for those rows, GB/s of the bytes each must move.
+
+    python3 bench/diag_gated.py --json OUT.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from opsmith._runtime import _driver  # noqa: E402
+from opsmith._torch._cuda_module import CudaModule  # noqa: E402
+from opsmith.ops import _launch, _sources  # noqa: E402
+
+SHAPES = [(4096, 5632), (16384, 5632), (8192, 14336), (65536, 1024)]
+CONFIGS = {"r4 f1 b1 (shipped)": (4, 1, 1), "r2 f4 b4": (2, 4, 4), "r2 f3 b3": (2, 3, 3), "r1 f8 b4": (1, 8, 4),
+           "r2 f2 b2": (2, 2, 2)}
+_FLUSH = []
+
+
+def timed(fn, runs: int) -> float:
+    if not _FLUSH:
+        _FLUSH.append(torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda"))
+    out = []
+    for _ in range(runs + 2):
+        _FLUSH[0].zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(out[2:])
+
+
+def plan(rows: int, d: int, itemsize: int, per_trip: int, props) -> _launch.Plan:
+    """gated_plan with ``per_trip`` rows a thread instead of GATED_ROWS."""
+    units = max(1, -(-d // (16 // itemsize)))
+    threads = min(_launch.EW_THREADS, props.max_threads_per_block)
+    tx = min(threads, 1 << max(0, (units - 1).bit_length()))
+    ty = threads // tx
+    gx = -(-units // tx)
+    wave = props.sm_count * max(1, props.max_threads_per_sm // threads)
+    one_row = -(-max(rows, 1) // ty)
+    gy = min(one_row, max(-(-max(rows, 1) // (ty * per_trip)), -(-wave // gx)))
+    return _launch.Plan("gated", (gx, min(gy, 65535)), (tx, ty), 0, 0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args()
+    arch, props = _driver.device_arch(0), _launch.device_props(0)
+    names = _sources.kernel_names("gated.cu", "bfloat16")
+    out = []
+    for cname, (per_trip, fb, bb) in CONFIGS.items():
+        mod = CudaModule(_sources.KERNEL_DIR / "gated.cu", name_expressions=names, arch=arch,
+                         defines={"OPSMITH_GATED_ROWS": per_trip, "OPSMITH_GATED_FWD_BLOCKS": fb,
+                                  "OPSMITH_GATED_BWD_BLOCKS": bb}, name=f"diag-gated-{per_trip}-{fb}-{bb}")
+        fwd, bwd = mod.get_kernel(names[0]), mod.get_kernel(names[1])
+        for rows, d in SHAPES:
+            gate = torch.randn(rows, d, dtype=torch.bfloat16, device="cuda")
+            up, g = torch.randn_like(gate), torch.randn_like(gate)
+            y, dg, du = torch.empty_like(gate), torch.empty_like(gate), torch.empty_like(gate)
+            cfg = _launch.launch_config(plan(rows, d, 2, per_trip, props))
+            n = gate.numel() * 2
+            for name, fn, arrays in (
+                    ("fwd", lambda: fwd.launch(cfg, gate, up, y, rows, d, d, d), 3),  # noqa: B023
+                    ("bwd", lambda: bwd.launch(cfg, g, gate, up, dg, du, rows, d, d, d, d), 5)):  # noqa: B023
+                us = timed(fn, args.runs)
+                out.append({"config": cname, "dir": name, "shape": [rows, d], "us": us, "gbps": arrays * n / us / 1e3})
+                print(f"{cname:20s} {name} {rows}x{d}: {arrays * n / us / 1e3:6.0f} GB/s", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": out}, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
