@@ -16,10 +16,10 @@ Examples
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from importlib import resources
+from typing import NamedTuple
 
 from opsmith._errors import OpsmithError
 
@@ -32,8 +32,7 @@ _API_BLOCK = re.compile(r"^#define OSM_API\(X\)((?:.*\\\n)*.*)$", re.MULTILINE)
 _API_ENTRY = re.compile(r"\bX\(\s*\w+\s*,\s*(\w+)\s*,")
 
 
-@dataclasses.dataclass(frozen=True)
-class CShimSource:
+class CShimSource(NamedTuple):  # not a frozen dataclass: ~1 ms less at import, on a package's path
     """The library's C++ ``text`` and what it declares: the ``max_*`` limits and ``api_names``,
     the symbols of the function table :c:func:`osm_init` receives, in its order."""
 

@@ -16,9 +16,8 @@ What the backward receives is a :class:`Plan`, read from the short form's names.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from opsmith._errors import OpsmithError, SpecError
 
@@ -30,8 +29,7 @@ _NEEDS = re.compile(r"^needs_grad\((\w+)\)$")
 _GRAD = re.compile(r"^grad(\d*)$")
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):  # a NamedTuple, not a frozen dataclass: ~1 ms less at import, on a package's path
     """What an op's backward receives and returns.
 
     ``bargs``: per argument of the backward, ``(B_GRAD, k)`` the gradient of output k,
@@ -145,7 +143,7 @@ def install_autograd(op, backward, setup_context, save, args=None, grads_for=Non
             raise SpecError(f"{op.name}: its backward {name} returns ({', '.join(rets)}): the backward returns "
                             f"{len(rets)} gradients for {len(plan.grads_for)} inputs; return one Tensor per input "
                             f"({', '.join(op.schema.arg_names[i] for i in plan.grads_for)})")
-    if name is not None and _native(op, dataclasses.replace(plan, backward=name)):
+    if name is not None and _native(op, plan._replace(backward=name)):
         op.autograd = "native"
         return
     op.autograd = "python"
