@@ -134,7 +134,7 @@ def sweep(runs: int, dtype: str) -> list[dict]:
                 for op in ("rms_norm", "layer_norm"):
                     if op == "rms_norm":
                         def fn():
-                            k["rms_norm_bwd"].launch(cfg, g, x, w, rstd, dx, pw, rows, cols, 1, want)
+                            k["rms_norm_bwd"].launch(cfg, g, x, w, rstd, dx, pw, rows, cols, 1, want, x, 0)
                     else:
                         def fn():
                             k["layer_norm_bwd"].launch(cfg, g, x, w, mean, rstd, dx, pw, pb, rows, cols, 1, want, want)

@@ -366,14 +366,17 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
     return y, rstd
 
 
-def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None):
-    """(grad_x, grad_weight) of RMS norm (CUDA); an empty tensor where not wanted."""
+def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, grad_residual=None):
+    """(grad_x, grad_weight) of RMS norm (CUDA); an empty tensor where not wanted.
+    ``grad_residual`` (add_rms_norm's): added to grad_x, in the same kernel where the row fits in
+    registers."""
     import torch
     x = x.contiguous()
     g = grad_y.contiguous().to(x.dtype)
     rows, cols = _rows_cols(x, normalized_shape, "rms_norm")
     dx = torch.empty_like(x)
     shape = tuple(normalized_shape)
+    res = grad_residual.contiguous().to(x.dtype) if grad_residual is not None else None
     if not (rows and cols):
         return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else x.new_empty(0))
     w = weight.contiguous() if weight is not None else x
@@ -384,8 +387,9 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None):
         dw = x.new_empty(0)
         if want_w:
             dw, _ = _weight_grads(g, x, None, rstd, rows, cols, True, False, shape)
-        return dx, dw
+        return (dx if res is None else dx.add_(res)), dw
     pw = _partials(plan, cols, rstd, want_w)
     _kernel("norm.cu", "rms_norm_bwd<{T}, {A}>", x).launch(
-        _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w))
+        _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w),
+        res if res is not None else x, int(res is not None))
     return dx, (_col_sums(x, pw, None, cols, shape)[0] if want_w else x.new_empty(0))

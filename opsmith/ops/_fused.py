@@ -7,7 +7,8 @@ and their backwards.
                        ``residual_out = x + residual``, ``y = rms_norm(residual_out) * weight``
 ``add_rms_norm_backward``  ``(grad, s, normalized_shape, rstd, want_w, weight, grad_residual)
                        -> (grad_s, grad_weight)``: rms_norm's backward on ``s`` plus the gradient
-                       that reached ``residual_out``; ``x`` and ``residual`` both get ``grad_s``
+                       that reached ``residual_out`` (added inside rms_norm's backward kernel on
+                       CUDA); ``x`` and ``residual`` both get ``grad_s``
 =====================  =====================================================================
 
 ``add_layer_norm``     ``(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None,
@@ -73,8 +74,12 @@ def _fake(rms_fake):
     return run
 
 
-def _backward(rms_backward):
+def _backward(rms_backward, fused: bool = False):
+    """add_rms_norm's backward over rms_norm's: ``grad_residual`` added to grad_s, by the kernel
+    itself where ``fused`` (CUDA), else after it."""
     def run(grad, s, normalized_shape, rstd, want_w, weight=None, grad_residual=None):
+        if fused:
+            return rms_backward(grad, s, normalized_shape, rstd, want_w, weight, grad_residual)
         ds, dw = rms_backward(grad, s, normalized_shape, rstd, want_w, weight)
         return (ds + grad_residual if grad_residual is not None else ds), dw
     return run
@@ -90,7 +95,7 @@ def define_all(define, rms) -> list:
                 "float? eps=None) -> (Tensor, Tensor, Tensor)", add_rms_norm_cuda, _cpu(cpu), _fake(fake))
     back = define("add_rms_norm_backward", "(Tensor grad, Tensor s, int[] normalized_shape, Tensor rstd, "
                   "bool want_w, Tensor? weight=None, Tensor? grad_residual=None) -> (Tensor, Tensor)",
-                  _backward(fn.rms_norm_bwd), _backward(backward_cpu), _backward(backward_fake))
+                  _backward(fn.rms_norm_bwd, fused=True), _backward(backward_cpu), _backward(backward_fake))
 
     def setup_context(ctx, inputs, output):
         _x, _residual, shape, weight, _eps = inputs

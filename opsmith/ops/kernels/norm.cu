@@ -5,7 +5,7 @@
 // The forward saves mean and rstd per row (in the accumulation type) for the backward:
 //   layer_norm: grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)),  gw = grad_y * w,
 //               xhat = (x - mean) * rstd
-//   rms_norm:   grad_x = rstd * (gw - x * rstd^2 * mean(gw * x))
+//   rms_norm:   grad_x = rstd * (gw - x * rstd^2 * mean(gw * x))  (+ grad_res, add_rms_norm's: has_res)
 // grad_w and grad_b are column sums over the rows. The register-row backwards (*_bwd) are
 // persistent: their blocks stride over the rows, read grad and x once, and add each row's
 // terms into per-thread sums; each block writes one row of partial sums (part[gridDim.x][cols],
@@ -246,10 +246,11 @@ template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS)
 rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
              const A* __restrict__ rstd, T* __restrict__ grad_x, A* __restrict__ dw_part, long long rows, int cols,
-             int has_w, int want_w) {
+             int has_w, int want_w, const T* __restrict__ grad_res, int has_res) {
     constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
     const int tpr = blockDim.x, t = threadIdx.x;
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
+                     (!has_res || aligned16(grad_res));
     Raw wr_[1][C];  // the weight, as loaded
     Raw(&wr)[C] = wr_[0];
     load_chunks<T, 1>({w}, wr_, (long long)cols, vec, tpr, t, has_w ? 1u : 0u);
@@ -268,6 +269,8 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
         const A r = r_now;
         Raw(&gr)[C] = in[0];
         Raw(&xr)[C] = in[1];
+        Raw res_[1][C];  // add_rms_norm: the gradient that reached the new residual, added to grad_x
+        load_chunks<T, 1>({grad_res + base}, res_, n, vec, tpr, t, has_res ? 1u : 0u);
         A d = A(0);
 #pragma unroll
         for (int c = 0; c < C; ++c)
@@ -286,6 +289,7 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
                 for (int k = 0; k < N; ++k) {
                     const A g = OPSMITH_E(gr, c, k), v = OPSMITH_E(xr, c, k);
                     o[k] = r * ((has_w ? g * OPSMITH_E(wr, c, k) : g) - v * r * r * d);
+                    if (has_res) o[k] += OPSMITH_E(res_[0], c, k);
                 }
                 store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
             }

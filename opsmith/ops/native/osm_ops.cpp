@@ -275,9 +275,9 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
         return {dx, dw};
     }
     at::Tensor pw = want_w ? at::empty({p.gx, (int64_t)cols}, s.options()) : s;
-    void *pwp = pw.data_ptr();
-    int ww = want_w;  // the weight gradient's partial sums: one row a block
-    void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww};
+    void *pwp = pw.data_ptr(), *resp = xp;  // no gradient of a residual to add (add_rms_norm's, in Python)
+    int ww = want_w, has_res = 0;  // the weight gradient's partial sums: one row a block
+    void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww, &resp, &has_res};
     launch(RMS_BWD, dt, dev, p, params);
     if (want_w) dw = col_sums(x, &pw, nullptr, cols, shape, dt, dev).first;
     return {dx, dw};
