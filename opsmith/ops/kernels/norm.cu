@@ -43,6 +43,10 @@
 #ifndef OPSMITH_FWD_LATE_PARAMS
 #define OPSMITH_FWD_LATE_PARAMS 0
 #endif
+// Reading w and b after the forwards' reductions instead of with x (fewer live registers, so
+// layer_norm_fwd at 3 blocks spills less) was measured at 30c63c7 and reverted: rms_norm_fwd bf16 lost
+// 5-10 % (the weight's latency exposed), layer_norm_fwd gained only at 8192-wide bf16 and 4096-wide
+// fp32 rows and lost elsewhere (bench/results/ops-bwd-h200-2026-11-26/fwd-late-params.json).
 #ifndef OPSMITH_ROW_BWD_BLOCKS
 #define OPSMITH_ROW_BWD_BLOCKS 1
 #endif
