@@ -24,16 +24,8 @@ from opsmith._torch._cuda_module import CudaModule  # noqa: E402
 from opsmith.ops import _launch, _sources  # noqa: E402
 
 SHAPES = [(4096, 2048), (4096, 4096), (16384, 4096), (65536, 1024), (8192, 8192), (32768, 8192)]
-# name: norm.cu / fused_norm.cu / softmax.cu defines (the first run, fwd.json, swept
-# OPSMITH_ROW_FWD_BLOCKS 1-4 x OPSMITH_ROW_CHUNKS 1-2 for every forward at once; since then each
-# kernel has its own minimum blocks)
-CONFIGS = {
-    "shipped": {},
-    "late params": {"OPSMITH_FWD_LATE_PARAMS": 1},
-    "late, ln 3 rms 4": {"OPSMITH_FWD_LATE_PARAMS": 1, "OPSMITH_LN_FWD_BLOCKS": 3, "OPSMITH_RMS_FWD_BLOCKS": 4},
-    "late, ln 3": {"OPSMITH_FWD_LATE_PARAMS": 1, "OPSMITH_LN_FWD_BLOCKS": 3},
-    "ln 3": {"OPSMITH_LN_FWD_BLOCKS": 3},
-}
+CONFIGS = {"b1 c2 (shipped)": (1, 2), "b2 c2": (2, 2), "b3 c2": (3, 2), "b4 c2": (4, 2), "b2 c1": (2, 1),
+           "b4 c1": (4, 1)}
 _FLUSH = []
 
 
@@ -77,13 +69,13 @@ def main() -> int:
     out = []
     for dtype in args.dtypes.split(","):
         tdt = getattr(torch, dtype)
-        for ci, (cname, defines) in enumerate(CONFIGS.items()):
-            chunks = defines.get("OPSMITH_ROW_CHUNKS", _launch.ROW_CHUNKS)
+        for cname, (blocks, chunks) in CONFIGS.items():
+            defines = {"OPSMITH_ROW_FWD_BLOCKS": blocks, "OPSMITH_ROW_CHUNKS": chunks}
             k = {}
             for f in ("norm.cu", "fused_norm.cu", "softmax.cu"):
                 names = _sources.kernel_names(f, dtype)
                 mod = CudaModule(_sources.KERNEL_DIR / f, name_expressions=names, arch=arch, defines=defines,
-                                 name=f"diag-fwd-{f}-{ci}")
+                                 name=f"diag-fwd-{f}-{blocks}-{chunks}")
                 k.update({n.split("<")[0]: mod.get_kernel(n) for n in names})
             for rows, cols in SHAPES:
                 x = torch.randn(rows, cols, dtype=tdt, device="cuda")
@@ -104,8 +96,6 @@ def main() -> int:
                     "softmax_bwd": (lambda: k["softmax_bwd"].launch(cfg, r, x, y, rows, cols), 3),
                 }
                 for name, (fn, arrays) in cases.items():
-                    if name not in ("rms_norm_fwd", "layer_norm_fwd"):
-                        continue
                     us = timed(fn, args.runs)
                     gbps = arrays * x.numel() * x.element_size() / us / 1e3
                     out.append({"dtype": dtype, "config": cname, "kernel": name, "shape": [rows, cols], "us": us,

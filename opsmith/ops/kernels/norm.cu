@@ -34,15 +34,6 @@
 // (_launch.norm_bwd_plan) puts OPSMITH_ROW_THREADS * this many threads on an SM. The forwards keep
 // the row as floats and read the weight after the reduction, as measured fastest (2,410 against
 // 2,133 GB/s at 4096 x 4096 bf16 for a variant holding the row in T, the weight read first).
-#ifndef OPSMITH_LN_FWD_BLOCKS
-#define OPSMITH_LN_FWD_BLOCKS 2
-#endif
-#ifndef OPSMITH_RMS_FWD_BLOCKS
-#define OPSMITH_RMS_FWD_BLOCKS 3
-#endif
-#ifndef OPSMITH_FWD_LATE_PARAMS
-#define OPSMITH_FWD_LATE_PARAMS 0
-#endif
 // Reading w and b after the forwards' reductions instead of with x (fewer live registers, so
 // layer_norm_fwd at 3 blocks spills less) was measured at 30c63c7 and reverted: rms_norm_fwd bf16 lost
 // 5-10 % (the weight's latency exposed), layer_norm_fwd gained only at 8192-wide bf16 and 4096-wide
@@ -60,23 +51,14 @@ using namespace opsmith;
 #define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
 
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, OPSMITH_LN_FWD_BLOCKS, OPSMITH_LN_FWD_BLOCKS>::value))
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
 layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                int has_b) {
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    Raw in[3][C];  // x, w, b as loaded
-#if OPSMITH_FWD_LATE_PARAMS  // x alone before the reductions, w and b after them (fewer live registers)
-    {
-        Raw xr[1][C];
-        load_chunks<T, 1>({x + base}, xr, n, vec, tpr, t);
-#pragma unroll
-        for (int c = 0; c < C; ++c) in[0][c] = xr[0][c];
-    }
-#else  // all read before the reductions
+    Raw in[3][C];  // x, w, b as loaded, all read before the reductions
     load_chunks<T, 3>({x + base, w, b}, in, n, vec, tpr, t, 1u | (has_w ? 2u : 0u) | (has_b ? 4u : 0u));
-#endif
     A s = A(0);
 #pragma unroll
     for (int c = 0; c < C; ++c)
@@ -95,17 +77,6 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
         mean[row] = mu;
         rstd[row] = r;
     }
-#if OPSMITH_FWD_LATE_PARAMS
-    {
-        Raw pr[2][C];
-        load_chunks<T, 2>({w, b}, pr, n, vec, tpr, t, (has_w ? 1u : 0u) | (has_b ? 2u : 0u));
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            in[1][c] = pr[0][c];
-            in[2][c] = pr[1][c];
-        }
-    }
-#endif
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         A o[N];
@@ -245,22 +216,13 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
 }
 
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, OPSMITH_RMS_FWD_BLOCKS, OPSMITH_RMS_FWD_BLOCKS>::value))
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 3>::value))
 rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
              long long rows, int cols, A eps, int has_w) {
     OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w);
-    Raw in[2][C];  // x and w as loaded
-#if OPSMITH_FWD_LATE_PARAMS  // x alone before the reduction, w after it
-    {
-        Raw xr[1][C];
-        load_chunks<T, 1>({x + base}, xr, n, vec, tpr, t);
-#pragma unroll
-        for (int c = 0; c < C; ++c) in[0][c] = xr[0][c];
-    }
-#else  // both read before the reduction
+    Raw in[2][C];  // x and w as loaded, both read before the reduction
     load_chunks<T, 2>({x + base, w}, in, n, vec, tpr, t, has_w ? 3u : 1u);
-#endif
     A q = A(0);
 #pragma unroll
     for (int c = 0; c < C; ++c)
@@ -272,14 +234,6 @@ rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y
     const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;
     if (t == 0) rstd[row] = r;
-#if OPSMITH_FWD_LATE_PARAMS
-    {
-        Raw wr[1][C];
-        load_chunks<T, 1>({w}, wr, n, vec, tpr, t, has_w ? 1u : 0u);
-#pragma unroll
-        for (int c = 0; c < C; ++c) in[1][c] = wr[0][c];
-    }
-#endif
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         A o[N];
