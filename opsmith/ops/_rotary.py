@@ -94,6 +94,9 @@ def _lead(x, cos, positions) -> tuple:
 _no_positions: dict = {}
 
 
+ROTARY_ROWS = 2  # OPSMITH_ROTARY_ROWS in kernels/rotary.cu
+
+
 @functools.lru_cache(maxsize=4096)
 def _plan(rows: int, d: int, half: int, itemsize: int, props) -> "_launch.Plan":
     """Threads a row from the 16-byte vectors (pairs) it holds; rows fill a block of EW_THREADS."""
@@ -101,7 +104,9 @@ def _plan(rows: int, d: int, half: int, itemsize: int, props) -> "_launch.Plan":
     per_row = max(half // vec, (d - 2 * half) // vec, 1)
     tpr = min(_launch.EW_THREADS, 1 << (per_row - 1).bit_length())
     by = max(1, _launch.EW_THREADS // tpr)
-    return _launch.Plan("rows", (min(max(1, -(-rows // by)), 2**31 - 1),), (tpr, by), 0, 0)
+    # the kernel's vector path with a row one chunk a thread takes ROTARY_ROWS rows a trip
+    per_trip = ROTARY_ROWS if vec > 1 and d == 2 * half and half // vec <= tpr else 1
+    return _launch.Plan("rows", (min(max(1, -(-rows // (by * per_trip))), 2**31 - 1),), (tpr, by), 0, 0)
 
 
 # (shapes, strides, dtypes of the arguments) -> (half, _lead's tuple): the checks and the dim

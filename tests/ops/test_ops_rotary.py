@@ -139,3 +139,24 @@ def test_shape_checks_are_remembered_per_shape_and_failures_never():
     for _ in range(2):  # a bad argument raises on every call: nothing was stored for it
         with pytest.raises(SpecError, match="positions must be integers"):
             _rotary._checked(x, torch.zeros(9, 4), torch.zeros(9, 4), pos.float())
+
+
+def test_launch_plan_covers_every_row_and_pair():
+    """rotary's plan and kernel agree on the rows a thread takes a trip (OPSMITH_ROTARY_ROWS, where
+    a row is one 16-byte chunk a thread and nothing is copied); one trip of the grid covers every row
+    and every pair of it, within a block of EW_THREADS."""
+    import re
+
+    from opsmith.ops import _launch, _rotary, _sources
+    source = (_sources.KERNEL_DIR / "rotary.cu").read_text()
+    assert re.search(r"#define OPSMITH_ROTARY_ROWS (\d+)", source).group(1) == str(_rotary.ROTARY_ROWS)
+    props = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
+    for rows, d, half, itemsize in [(524288, 128, 64, 2), (7, 128, 64, 4), (1, 64, 32, 2), (1000, 96, 32, 2),
+                                    (33, 128, 60, 2), (5, 4096, 2048, 2), (10, 6, 3, 8)]:
+        plan = _rotary._plan(rows, d, half, itemsize, props)
+        (grid,), (tpr, by) = plan.grid, plan.block
+        vec = 16 // itemsize if half % (16 // itemsize) == 0 and d % (16 // itemsize) == 0 else 1
+        assert tpr * by <= _launch.EW_THREADS and tpr * vec >= min(half, _launch.EW_THREADS * vec)
+        per_trip = _rotary.ROTARY_ROWS if vec > 1 and d == 2 * half and half // vec <= tpr else 1
+        assert grid * by * per_trip >= rows and (grid - 1) * by * per_trip < rows
+    assert _rotary._plan(524288, 128, 64, 2, props).grid == (8192,)  # q of [1, 32, 16384, 128] bf16

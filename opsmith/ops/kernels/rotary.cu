@@ -9,7 +9,8 @@
 // (i0..i3) starts at sum(i_k * c_k) (0 strides broadcast); with positions, at
 // positions[sum(i_k * p_k)] * half of a [max_position, half] table.
 //
-// Launch: blockDim.x threads share a row, blockDim.y rows a block, grid-stride over row groups.
+// Launch: blockDim.x threads share a row, blockDim.y rows a block, grid-stride over row groups;
+// where a row is one chunk a thread, OPSMITH_ROTARY_ROWS rows a trip, loaded together.
 // A row's position (the 4 divisions) is found once per row, not per element. Each thread
 // rotates P pairs a trip: P = 16 bytes of T when `vec` (half and d multiples of P, every
 // pointer 16-byte aligned): neox reads one vector of a, one of b, one of cos and one of sin;
@@ -22,6 +23,13 @@
 
 #ifndef OPSMITH_EW_THREADS
 #define OPSMITH_EW_THREADS 256
+#endif
+#ifndef OPSMITH_ROTARY_ROWS
+// rows a thread loads per trip where a row is one chunk a thread (opsmith/ops/_rotary.py reads it).
+// Measured on an H200 with bench/diag_rotary.py (bench/results/ops-bwd-h200-2026-11-26/rotary.json),
+// [1, 8-32 heads, 4096-65536, 128] bf16: 1,140-1,250 GB/s one row a trip (the chunk loop), 2,620-3,130
+// at 2 rows, 1,570-1,710 at 4 (150 registers a thread: one block an SM).
+#define OPSMITH_ROTARY_ROWS 2
 #endif
 
 using namespace opsmith;
@@ -62,80 +70,129 @@ __device__ __forceinline__ void st(T* p, const Pack<T, P>& r) {
     }
 }
 
+// The cos/sin offset of row r (its index along each leading dim, innermost s3, then its cos/sin
+// row); the caller merged the dims it could, so most rows need one or two 32-bit divisions.
+__device__ __forceinline__ long long table_offset(long long r, long long rows, int half, int has_pos,
+                                                  const long long* __restrict__ positions, int s1, int s2, int s3,
+                                                  long long c0, long long c1, long long c2, long long c3,
+                                                  long long p0, long long p1, long long p2, long long p3) {
+    long long i0, i1, i2, i3;
+    if (rows <= 0xffffffffLL) {
+        unsigned int rest = (unsigned int)r;
+        i3 = s3 == 1 ? 0 : rest % (unsigned)s3;
+        rest = s3 == 1 ? rest : rest / (unsigned)s3;
+        i2 = s2 == 1 ? 0 : rest % (unsigned)s2;
+        rest = s2 == 1 ? rest : rest / (unsigned)s2;
+        i1 = s1 == 1 ? 0 : rest % (unsigned)s1;
+        i0 = s1 == 1 ? rest : rest / (unsigned)s1;
+    } else {
+        unsigned long long rest = (unsigned long long)r;
+        i3 = (long long)(rest % (unsigned)s3);
+        rest /= (unsigned)s3;
+        i2 = (long long)(rest % (unsigned)s2);
+        rest /= (unsigned)s2;
+        i1 = (long long)(rest % (unsigned)s1);
+        i0 = (long long)(rest / (unsigned)s1);
+    }
+    return has_pos ? positions[i0 * p0 + i1 * p1 + i2 * p2 + i3 * p3] * half : i0 * c0 + i1 * c1 + i2 * c2 + i3 * c3;
+}
+
+// One unit of work: P pairs of one row, as loaded (a, b: the pairs' two halves; cos, sin)
 template <class T, int P>
+struct Unit {
+    Pack<T, P> c, s, a, b;
+};
+
+template <class T, int P>
+__device__ __forceinline__ Unit<T, P> load_unit(const T* __restrict__ xr, const T* __restrict__ cs,
+                                                 const T* __restrict__ sn, int j, int half, int interleaved) {
+    Unit<T, P> u;
+    u.c = ld<T, P>(cs + j);
+    u.s = ld<T, P>(sn + j);
+    if (interleaved) {  // 2P elements: pairs (2k, 2k + 1)
+        const Pack<T, P> lo = ld<T, P>(xr + 2 * j), hi = ld<T, P>(xr + 2 * j + P);
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+            u.a.v[k] = 2 * k < P ? lo.v[2 * k] : hi.v[2 * k - P];
+            u.b.v[k] = 2 * k + 1 < P ? lo.v[2 * k + 1] : hi.v[2 * k + 1 - P];
+        }
+    } else {
+        u.a = ld<T, P>(xr + j);
+        u.b = ld<T, P>(xr + half + j);
+    }
+    return u;
+}
+
+template <class T, int P>
+__device__ __forceinline__ void store_unit(T* __restrict__ yr, const Unit<T, P>& u, int j, int half, int interleaved,
+                                           int sign) {
+    typedef typename Elem<T>::acc A;
+    Pack<T, P> ra, rb;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+        const A cc = Elem<T>::load(u.c.v[k]), ss = A(sign) * Elem<T>::load(u.s.v[k]);
+        const A av = Elem<T>::load(u.a.v[k]), bv = Elem<T>::load(u.b.v[k]);
+        ra.v[k] = Elem<T>::store(av * cc - bv * ss);
+        rb.v[k] = Elem<T>::store(bv * cc + av * ss);
+    }
+    if (interleaved) {
+        Pack<T, P> lo, hi;
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+            if (2 * k < P) lo.v[2 * k] = ra.v[k]; else hi.v[2 * k - P] = ra.v[k];
+            if (2 * k + 1 < P) lo.v[2 * k + 1] = rb.v[k]; else hi.v[2 * k + 1 - P] = rb.v[k];
+        }
+        st<T, P>(yr + 2 * j, lo);
+        st<T, P>(yr + 2 * j + P, hi);
+    } else {
+        st<T, P>(yr + j, ra);
+        st<T, P>(yr + half + j, rb);
+    }
+}
+
+// Rows grid-stride; a thread's chunks of a row stride by blockDim.x. Where a row is one chunk a
+// thread (chunks <= blockDim.x, no copied tail: head dims of 64-256), each trip takes R rows
+// (rstep apart) and loads all of them before it computes, so that R units are in flight.
+template <class T, int P, int R>
 __device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __restrict__ cos_t,
                                             const T* __restrict__ sin_t, const long long* __restrict__ positions,
                                             T* __restrict__ y, long long rows, int d, int half, int interleaved,
                                             int sign, int has_pos, int s1, int s2, int s3, long long c0,
                                             long long c1, long long c2, long long c3, long long p0, long long p1,
                                             long long p2, long long p3) {
-    typedef typename Elem<T>::acc A;
     const int chunks = half / P, tail = (d - 2 * half) / P;
-    for (long long r = blockIdx.x * (long long)blockDim.y + threadIdx.y; r < rows;
-         r += (long long)gridDim.x * blockDim.y) {
-        // r's index along each leading dim (innermost s3), then its cos/sin row; the caller merged
-        // the dims it could, so most rows need one or two 32-bit divisions (none for size 1)
-        long long i0, i1, i2, i3;
-        if (rows <= 0xffffffffLL) {
-            unsigned int rest = (unsigned int)r;
-            i3 = s3 == 1 ? 0 : rest % (unsigned)s3;
-            rest = s3 == 1 ? rest : rest / (unsigned)s3;
-            i2 = s2 == 1 ? 0 : rest % (unsigned)s2;
-            rest = s2 == 1 ? rest : rest / (unsigned)s2;
-            i1 = s1 == 1 ? 0 : rest % (unsigned)s1;
-            i0 = s1 == 1 ? rest : rest / (unsigned)s1;
-        } else {
-            unsigned long long rest = (unsigned long long)r;
-            i3 = (long long)(rest % (unsigned)s3);
-            rest /= (unsigned)s3;
-            i2 = (long long)(rest % (unsigned)s2);
-            rest /= (unsigned)s2;
-            i1 = (long long)(rest % (unsigned)s1);
-            i0 = (long long)(rest / (unsigned)s1);
+    const long long rstep = (long long)gridDim.x * blockDim.y;
+    long long r = blockIdx.x * (long long)blockDim.y + threadIdx.y;
+    if (R > 1 && tail == 0 && chunks <= (int)blockDim.x) {
+        const int j = threadIdx.x * P;
+        const bool on = (int)threadIdx.x < chunks;
+        for (; r < rows; r += R * rstep) {
+            Unit<T, P> u[R];
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const long long ri = r + i * rstep;
+                if (on && ri < rows) {
+                    const long long coff = table_offset(ri, rows, half, has_pos, positions, s1, s2, s3, c0, c1, c2,
+                                                        c3, p0, p1, p2, p3);
+                    u[i] = load_unit<T, P>(x + ri * d, cos_t + coff, sin_t + coff, j, half, interleaved);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const long long ri = r + i * rstep;
+                if (on && ri < rows) store_unit<T, P>(y + ri * d, u[i], j, half, interleaved, sign);
+            }
         }
-        long long coff;
-        if (has_pos)
-            coff = positions[i0 * p0 + i1 * p1 + i2 * p2 + i3 * p3] * half;
-        else
-            coff = i0 * c0 + i1 * c1 + i2 * c2 + i3 * c3;
+        return;
+    }
+    for (; r < rows; r += rstep) {
+        const long long coff = table_offset(r, rows, half, has_pos, positions, s1, s2, s3, c0, c1, c2, c3, p0, p1,
+                                            p2, p3);
         const T* xr = x + r * d;
         T* yr = y + r * d;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-            const int j = c * P;
-            const Pack<T, P> cv = ld<T, P>(cos_t + coff + j), sv = ld<T, P>(sin_t + coff + j);
-            Pack<T, P> a, b;
-            if (interleaved) {  // 2P elements: pairs (2k, 2k + 1)
-                const Pack<T, P> lo = ld<T, P>(xr + 2 * j), hi = ld<T, P>(xr + 2 * j + P);
-#pragma unroll
-                for (int k = 0; k < P; ++k) {
-                    a.v[k] = 2 * k < P ? lo.v[2 * k] : hi.v[2 * k - P];
-                    b.v[k] = 2 * k + 1 < P ? lo.v[2 * k + 1] : hi.v[2 * k + 1 - P];
-                }
-            } else {
-                a = ld<T, P>(xr + j);
-                b = ld<T, P>(xr + half + j);
-            }
-            Pack<T, P> ra, rb;
-#pragma unroll
-            for (int k = 0; k < P; ++k) {
-                const A cc = Elem<T>::load(cv.v[k]), ss = A(sign) * Elem<T>::load(sv.v[k]);
-                const A av = Elem<T>::load(a.v[k]), bv = Elem<T>::load(b.v[k]);
-                ra.v[k] = Elem<T>::store(av * cc - bv * ss);
-                rb.v[k] = Elem<T>::store(bv * cc + av * ss);
-            }
-            if (interleaved) {
-                Pack<T, P> lo, hi;
-#pragma unroll
-                for (int k = 0; k < P; ++k) {
-                    if (2 * k < P) lo.v[2 * k] = ra.v[k]; else hi.v[2 * k - P] = ra.v[k];
-                    if (2 * k + 1 < P) lo.v[2 * k + 1] = rb.v[k]; else hi.v[2 * k + 1 - P] = rb.v[k];
-                }
-                st<T, P>(yr + 2 * j, lo);
-                st<T, P>(yr + 2 * j + P, hi);
-            } else {
-                st<T, P>(yr + j, ra);
-                st<T, P>(yr + half + j, rb);
-            }
+            const Unit<T, P> u = load_unit<T, P>(xr, cos_t + coff, sin_t + coff, c * P, half, interleaved);
+            store_unit<T, P>(yr, u, c * P, half, interleaved, sign);
         }
         for (int c = threadIdx.x; c < tail; c += blockDim.x)  // the dims beyond the rotary ones
             st<T, P>(yr + 2 * half + c * P, ld<T, P>(xr + 2 * half + c * P));
@@ -155,9 +212,9 @@ rotary(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __restrict
     const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
                      aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
     if (vec)
-        rotate_rows<T, N>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
+        rotate_rows<T, N, OPSMITH_ROTARY_ROWS>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
                           c1, c2, c3, p0, p1, p2, p3);
     else
-        rotate_rows<T, 1>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
+        rotate_rows<T, 1, 1>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
                           c1, c2, c3, p0, p1, p2, p3);
 }
