@@ -6,6 +6,12 @@ kernels (and softmax's backward) timed alone with the launch plan for those chun
 median, L2 flushed), GB/s of the bytes each must move.
 
     python3 bench/diag_row_fwd.py --json OUT.json
+
+bench/results/ops-bwd-h200-2026-11-26/fwd.json was measured with a temporary
+``OPSMITH_ROW_FWD_BLOCKS`` define on every register-row kernel here (the working tree before
+72e7ae5). The kernels now fix their minimum blocks per kernel and element size
+(``RowBlocks<T, ...>`` in common.cuh, from that run), so that define no longer exists and only
+``OPSMITH_ROW_CHUNKS`` varies between these configs.
 """
 from __future__ import annotations
 
