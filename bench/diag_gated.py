@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -20,27 +19,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opsmith._runtime import _driver  # noqa: E402
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
+from _kernel_timing import median_us  # noqa: E402  (bench/ is the script's folder)
 from opsmith.ops import _launch, _sources  # noqa: E402
 
 SHAPES = [(4096, 5632), (16384, 5632), (8192, 14336), (65536, 1024)]
 CONFIGS = {"r4 f1 b1 (shipped)": (4, 1, 1), "r2 f4 b4": (2, 4, 4), "r2 f3 b3": (2, 3, 3), "r1 f8 b4": (1, 8, 4),
            "r2 f2 b2": (2, 2, 2)}
-_FLUSH = []
 
 
-def timed(fn, runs: int) -> float:
-    if not _FLUSH:
-        _FLUSH.append(torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda"))
-    out = []
-    for _ in range(runs + 2):
-        _FLUSH[0].zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(out[2:])
 
 
 def plan(rows: int, d: int, itemsize: int, per_trip: int, props) -> _launch.Plan:
@@ -78,7 +64,7 @@ def main() -> int:
             for name, fn, arrays in (
                     ("fwd", lambda: fwd.launch(cfg, gate, up, y, rows, d, d, d), 3),  # noqa: B023
                     ("bwd", lambda: bwd.launch(cfg, g, gate, up, dg, du, rows, d, d, d, d), 5)):  # noqa: B023
-                us = timed(fn, args.runs)
+                us = median_us(fn, args.runs)
                 out.append({"config": cname, "dir": name, "shape": [rows, d], "us": us, "gbps": arrays * n / us / 1e3})
                 print(f"{cname:20s} {name} {rows}x{d}: {arrays * n / us / 1e3:6.0f} GB/s", flush=True)
     if args.json:

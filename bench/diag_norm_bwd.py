@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,30 +23,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opsmith import ops
+from _kernel_timing import flush_l2, median_us  # noqa: E402  (bench/ is the script's folder)
 from opsmith.ops import _launch, _sources
 
 SHAPES = [(2048, 2048), (4096, 2048), (8192, 2048), (4096, 4096), (16384, 4096), (65536, 1024), (8192, 8192)]
-_FLUSH = None
 
 
-def flush():
-    global _FLUSH
-    if _FLUSH is None:
-        _FLUSH = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    _FLUSH.zero_()
-
-
-def timed(fn, runs: int) -> float:
-    out = []
-    for _ in range(runs + 2):
-        flush()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(out[2:])
 
 
 def steps(op: str, impl: str, rows: int, cols: int):
@@ -77,7 +58,7 @@ def profile(runs: int) -> list[dict]:
                 torch.cuda.synchronize()
                 with prof(activities=[ProfilerActivity.CUDA]) as p:
                     for _ in range(runs):
-                        flush()
+                        flush_l2()
                         step()
                     torch.cuda.synchronize()
                 per = collections.defaultdict(float)
@@ -138,7 +119,7 @@ def sweep(runs: int, dtype: str) -> list[dict]:
                     else:
                         def fn():
                             k["layer_norm_bwd"].launch(cfg, g, x, w, mean, rstd, dx, pw, pb, rows, cols, 1, want, want)
-                    kern = timed(fn, runs)
+                    kern = median_us(fn, runs)
                     rec = {"config": cname, "op": op, "shape": [rows, cols], "dtype": dtype, "plan": pname,
                            "grid": grid, "block": [tpr, per_block], "kernel_us": kern,
                            "gbps": 3 * x.numel() * x.element_size() / kern / 1e3}
@@ -146,8 +127,8 @@ def sweep(runs: int, dtype: str) -> list[dict]:
                             f"kernel {kern:6.1f} us {rec['gbps']:5.0f} GB/s")
                     if want:
                         csum = _sources_col_sum(k, cfg, pw, pb, dw_out, grid, cols, op)
-                        both = timed(lambda: (fn(), csum()), runs)  # noqa: B023
-                        torch_red = timed(lambda: (fn(), pw.sum(0).to(tdt)), runs)  # noqa: B023
+                        both = median_us(lambda: (fn(), csum()), runs)  # noqa: B023
+                        torch_red = median_us(lambda: (fn(), pw.sum(0).to(tdt)), runs)  # noqa: B023
                         rec.update(both_us=both, with_torch_sum_us=torch_red)
                         line += f"  + col_sum {both:6.1f} us  (+ torch sum {torch_red:6.1f})"
                     rows_out.append(rec)

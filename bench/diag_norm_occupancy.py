@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,23 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opsmith._runtime import _driver
 from opsmith._torch._cuda_module import CudaModule
+from _kernel_timing import median_us  # noqa: E402  (bench/ is the script's folder)
 from opsmith.ops import _launch, _sources
 
 SHAPES = [(4096, 4096), (16384, 4096), (65536, 1024), (8192, 8192)]
 
 
-def timed(fn, runs: int) -> float:
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    out = []
-    for _ in range(runs + 2):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(out[2:])
 
 
 def main() -> int:
@@ -85,7 +73,7 @@ def main() -> int:
             for name, (fn, arrays) in cases.items():
                 if chunks != _launch.ROW_CHUNKS and "bwd" in name:
                     continue
-                s = timed(fn, args.runs)
+                s = median_us(fn, args.runs) * 1e-6
                 gbps = arrays * x.numel() * 2 / s / 1e9
                 rows_out.append({"fwd_blocks": fb, "bwd_blocks": bb, "chunks": chunks, "kernel": name,
                                  "shape": [rows, cols], "gbps": gbps})

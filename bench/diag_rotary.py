@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,23 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from opsmith import ops  # noqa: E402
 from opsmith._runtime import _driver  # noqa: E402
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
+from _kernel_timing import median_us  # noqa: E402  (bench/ is the script's folder)
 from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 
 SHAPES = [(16384, 32), (4096, 32), (65536, 8)]  # (seq, heads)
 
 
-def timed(fn, runs: int) -> float:
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    out = []
-    for _ in range(runs + 2):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(out[2:])
 
 
 def main() -> int:
@@ -76,7 +64,7 @@ def main() -> int:
 
                 def fn():
                     k.launch(cfg, q, c, s, pos, y, rows, 128, half, 0, 1, 0, *lead)  # noqa: B023
-                us = timed(fn, args.runs)
+                us = median_us(fn, args.runs)
                 gbps = 2 * q.numel() * 2 / us / 1e3
                 out.append({"rows_per_trip": rows_per, "grid": grid, "shape": [1, heads, seq, 128], "us": us,
                             "gbps": gbps})

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -27,27 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opsmith._runtime import _driver  # noqa: E402
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
+from _kernel_timing import median_us  # noqa: E402  (bench/ is the script's folder)
 from opsmith.ops import _launch, _sources  # noqa: E402
 
 SHAPES = [(4096, 2048), (4096, 4096), (16384, 4096), (65536, 1024), (8192, 8192), (32768, 8192)]
 CONFIGS = {"b1 c2 (shipped)": (1, 2), "b2 c2": (2, 2), "b3 c2": (3, 2), "b4 c2": (4, 2), "b2 c1": (2, 1),
            "b4 c1": (4, 1)}
-_FLUSH = []
 
 
-def timed(fn, runs: int) -> float:
-    if not _FLUSH:
-        _FLUSH.append(torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda"))
-    out = []
-    for _ in range(runs + 2):
-        _FLUSH[0].zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(out[2:])
 
 
 def plan(rows: int, cols: int, itemsize: int, chunks: int, props) -> _launch.Plan | None:
@@ -102,7 +88,7 @@ def main() -> int:
                     "softmax_bwd": (lambda: k["softmax_bwd"].launch(cfg, r, x, y, rows, cols), 3),
                 }
                 for name, (fn, arrays) in cases.items():
-                    us = timed(fn, args.runs)
+                    us = median_us(fn, args.runs)
                     gbps = arrays * x.numel() * x.element_size() / us / 1e3
                     out.append({"dtype": dtype, "config": cname, "kernel": name, "shape": [rows, cols], "us": us,
                                 "gbps": gbps})

@@ -1,0 +1,32 @@
+"""The diag scripts' timing of one kernel launch (or a few): CUDA events around ``fn``, the L2
+flushed before each run (a 256 MiB buffer zeroed), the median of ``runs`` after two warm-ups, in
+microseconds. Unlike :func:`opsmith.ops.benchmark` there is no spin kernel ahead of the launch:
+the host's launch latency is inside the events, which these scripts' comparisons share."""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+_flush: list = []
+
+
+def flush_l2() -> None:
+    """Evict the L2 cache by writing a buffer of 256 MiB (allocated once)."""
+    if not _flush:
+        _flush.append(torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda"))
+    _flush[0].zero_()
+
+
+def median_us(fn, runs: int) -> float:
+    """Median microseconds of ``fn()`` over ``runs`` runs, each after an L2 flush."""
+    out = []
+    for _ in range(runs + 2):
+        flush_l2()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(out[2:])
