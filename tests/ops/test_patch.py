@@ -154,14 +154,19 @@ def _bench_module():
     return module
 
 
-def test_the_bench_models_mlp_is_fused_and_trains_the_same():
+def _bench_models(layers: int):
+    """The bench's Llama twice with the same weights (one to patch, one to compare), tokens, labels."""
     bench = _bench_module()
     torch.manual_seed(0)
-    model = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=2, seq=16)
-    ref = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=2, seq=16)
+    model = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=layers, seq=16)
+    ref = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=layers, seq=16)
     ref.load_state_dict(model.state_dict())
     tokens = torch.randint(0, 64, (2, 16))
-    labels = torch.roll(tokens, -1, dims=1)
+    return model, ref, tokens, torch.roll(tokens, -1, dims=1)
+
+
+def test_the_bench_models_mlp_is_fused_and_trains_the_same():
+    model, ref, tokens, labels = _bench_models(2)
     mlp = model.layers[0].mlp
     done = ops.patch(model)
     assert sorted(r.name for r in done if isinstance(r.new, GatedMLP)) == ["layers.0.mlp", "layers.1.mlp"]
@@ -302,13 +307,7 @@ def test_under_compile_picks_torch_ops_for_inductor_or_keeps_opsmiths(under_comp
     """The default leaves the patched modules' math to inductor while torch.compile traces (so it
     fuses it with its neighbours) and runs opsmith's kernels in eager; "opsmith" keeps opsmith's
     ops in the graph. Both agree with the original model, eager and compiled."""
-    bench = _bench_module()
-    torch.manual_seed(0)
-    model = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=1, seq=16)
-    ref = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=1, seq=16)
-    ref.load_state_dict(model.state_dict())
-    tokens = torch.randint(0, 64, (2, 16))
-    labels = torch.roll(tokens, -1, dims=1)
+    model, ref, tokens, labels = _bench_models(1)
     done = ops.patch(model, under_compile=under_compile)
     assert {r.new.inductor for r in done} == {under_compile == "inductor"}
     names = _graph_ops(model, tokens, labels)
