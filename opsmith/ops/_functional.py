@@ -279,13 +279,15 @@ def _col_sums(x, part_w, part_b, cols: int, shape):
     """The weight (and bias) gradients from partial sums (rows of ``cols`` in the stats' dtype),
     added up by norm_col_sum in one launch and rounded to x's dtype; None where not given."""
     import torch
-    parts = [p for p in (part_w, part_b) if p is not None]
-    outs = [torch.empty(shape, dtype=x.dtype, device=x.device) for _ in parts]
-    plan = _launch.col_sum_plan(cols, len(parts))  # blockIdx.y 1 (the second array) only when there are two
+    dw = torch.empty(shape, dtype=x.dtype, device=x.device) if part_w is not None else None
+    db = torch.empty(shape, dtype=x.dtype, device=x.device) if part_b is not None else None
+    first, second = (part_w, dw) if part_w is not None else (part_b, db)
+    both = part_w is not None and part_b is not None
+    plan = _launch.col_sum_plan(cols, 2 if both else 1)
     _kernel("norm.cu", "norm_col_sum<{T}, {A}>", x).launch(
-        _launch.launch_config(plan), parts[0], parts[-1], outs[0], outs[-1], parts[0].shape[0], cols)
-    given = iter(outs)
-    return (next(given) if part_w is not None else None), (next(given) if part_b is not None else None)
+        _launch.launch_config(plan), first, part_b if both else first, second, db if both else second,
+        first.shape[0], cols)
+    return dw, db
 
 
 def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_w: bool, want_b: bool, shape):
