@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from opsmith._errors import OpsmithError, SpecError
+from opsmith._errors import OpsmithError, SpecError, ToolchainError
 from opsmith._record import Record
 
 __all__ = ["OPS_PACKAGE", "PackageResult", "build_package"]
@@ -199,6 +199,7 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
                         f"compiles (CudaModule / opsmith.cuda_kernel at module level)")
     jobs = [r._replace(arch=a, output=kind) for r in requests for a, kind in targets]
     binaries = compile_all(jobs)
+    _one_nvrtc(binaries)
     payload, kernels = _manifest.kernel_entries(requests, targets, binaries)
     libraries = {}
     for name, lib in sorted(recorded["libraries"].items()):
@@ -248,6 +249,19 @@ def build_package(module: str, *, out_dir: str | os.PathLike = "dist", archs=Non
     return PackageResult(wheel=wheel, package=pkg, version=version, archs=shipped,
                          kernels=len(kernels), ops=[o["name"] for o in recorded["ops"]], sizes=sizes,
                          signed=sign is not None, namespaces=namespaces, seconds=time.perf_counter() - t0)
+
+
+def _one_nvrtc(binaries) -> None:
+    """Refuse a package whose kernels came from more than one NVRTC: the manifest names one, and
+    the drivers a wheel runs on follow from it (NVRTC 13 output needs a CUDA 13 driver)."""
+    found = sorted({b.nvrtc_version for b in binaries})
+    if len(found) > 1:
+        raise ToolchainError(
+            f"the package's kernels were compiled by more than one NVRTC ({', '.join(found)}): this process and "
+            f"its compile workers loaded different libnvrtc (one preloaded by hand?). Build with one NVRTC on "
+            f"the path: a single cuda-bindings and nvidia-cuda-nvrtc install (for CUDA 12.x drivers, NVRTC 12: "
+            f"pip install 'cuda-bindings>=12.8,<13' 'nvidia-cuda-nvrtc-cu12>=12.8'), or LD_PRELOAD the "
+            f"libnvrtc.so to use, which the workers inherit")
 
 
 def _versioned_namespaces(ops: list, version: str) -> dict[str, str]:

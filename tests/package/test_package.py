@@ -319,3 +319,26 @@ def test_versioned_namespace_needs_ops_of_the_module(tmp_path):
     r = _opsmith(["package", "--ops", "--versioned-namespace"], tmp_path, {"OPSMITH_CACHE_DIR": str(tmp_path / "c")},
                  check=False)
     assert r.returncode != 0 and "leave --versioned-namespace out" in r.stderr
+
+
+def test_kernels_from_two_nvrtcs_are_refused(tmp_path, monkeypatch):
+    """A process whose compile workers load another libnvrtc than its own (one preloaded by hand)
+    would ship a wheel whose manifest names one NVRTC and whose cubins came from two: refused,
+    with the fix."""
+    from opsmith._build import _archs_compile
+    from opsmith._errors import ToolchainError
+    from opsmith.package import build_package
+    real = _archs_compile.compile_all
+
+    def two_nvrtcs(jobs, *a, **k):
+        out = list(real(jobs, *a, **k))
+        return [out[0]._replace(nvrtc_version="12.9"), *out[1:]] if out[0].nvrtc_version != "12.9" else \
+            [out[0]._replace(nvrtc_version="13.5"), *out[1:]]
+    monkeypatch.setattr(_archs_compile, "compile_all", two_nvrtcs)
+    monkeypatch.setenv("OPSMITH_CACHE_DIR", str(tmp_path / "cache"))
+    shutil.copytree(ROOT / "examples" / "package_relu", tmp_path / "src")
+    monkeypatch.chdir(tmp_path / "src")  # where `opsmith package relupkg` runs (its import is recorded there)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    with pytest.raises(ToolchainError, match=r"more than one NVRTC .*nvidia-cuda-nvrtc-cu12"):
+        build_package("relupkg", out_dir=tmp_path / "dist", archs=["sm_80", "sm_90"])
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
