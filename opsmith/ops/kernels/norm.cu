@@ -131,8 +131,8 @@ __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, int 
 // their statistics s1, s2: mean and rstd, or rstd twice) before it uses its own, so that a thread
 // has two rows in flight; the first trip's rows are loaded before the loop. Measured on an H200
 // (bench/diag_norm_bwd.py, bench/results/ops-bwd-h200-2026-11-26/sweep.json, 26 cases of 2048-65536
-// rows of 1024-8192 bf16 and fp32, kernel + norm_col_sum): 0.98-1.34x (median 1.2x) the time of the
-// best one-row-a-trip build at any grid, with blocks of up to 128 registers a thread
+// rows of 1024-8192 bf16 and fp32, kernel + norm_col_sum): a speed-up of 0.98-1.34x (median 1.2x)
+// over the best one-row-a-trip build at any grid, with blocks of up to 128 registers a thread
 // (OPSMITH_ROW_BWD_BLOCKS = 1; at 64 the bf16 rms_norm_bwd spilled even without prefetch).
 #define OPSMITH_BWD_LOAD(dst, r_, s1, s2, m_out, r_out)                                     \
     {                                                                                    \
