@@ -26,7 +26,7 @@
 #define OPSMITH_EW_THREADS 256
 #endif
 // Measured on an H200 with bench/diag_gated.py (bench/results/ops-bwd-h200-2026-11-26/gated.json):
-// 2 rows a trip made the backward 15-23 % faster than 4 (its 91 registers a thread let 512 threads
+// 2 rows a trip made the backward 17-24 % faster than 4 (its 91 registers a thread let 512 threads
 // an SM run; at 2 rows more run), the forward the same; the minimum blocks (1-4) changed nothing
 // once the rows were 2.
 #ifndef OPSMITH_GATED_FWD_BLOCKS
