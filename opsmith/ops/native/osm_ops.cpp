@@ -24,6 +24,7 @@
 #include <string>
 
 #include "osm_ops_launch.h"
+#include "osm_ops_composite.h"
 #include "osm_ops_plan.h"
 #include "osm_ops_python.h"
 
@@ -281,26 +282,6 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     launch(RMS_BWD, dt, dev, p, params);
     if (want_w) dw = col_sums(x, &pw, nullptr, cols, shape, dt, dev).first;
     return {dx, dw};
-}
-
-// -- the first output alone: what opsmith.ops.layer_norm / rms_norm return -----------------------------------
-// CompositeImplicitAutograd: the op above runs (with its autograd and its CUDA or CPU kernel) and
-// Python gets one tensor back instead of three (or two) to drop
-at::Tensor layer_norm_y(const at::Tensor &x, at::IntArrayRef shape, const std::optional<at::Tensor> &weight,
-                        const std::optional<at::Tensor> &bias, double eps) {
-    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("opsmith::layer_norm", "").typed<
-        std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor &, at::IntArrayRef,
-                                                       const std::optional<at::Tensor> &,
-                                                       const std::optional<at::Tensor> &, double)>();
-    return std::get<0>(op.call(x, shape, weight, bias, eps));
-}
-
-at::Tensor rms_norm_y(const at::Tensor &x, at::IntArrayRef shape, const std::optional<at::Tensor> &weight,
-                      std::optional<double> eps) {
-    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("opsmith::rms_norm", "").typed<
-        std::tuple<at::Tensor, at::Tensor>(const at::Tensor &, at::IntArrayRef, const std::optional<at::Tensor> &,
-                                           std::optional<double>)>();
-    return std::get<0>(op.call(x, shape, weight, eps));
 }
 
 std::unique_ptr<torch::Library> registration, composite;  // the kernels, for the process's life
