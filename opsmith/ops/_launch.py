@@ -126,7 +126,7 @@ def gated_plan(rows: int, d: int, itemsize: int, props: DeviceProps) -> Plan:
     threads, ``tx`` along a row's 16-byte vectors (fewer for short rows) and ``256 / tx`` rows;
     ``GATED_ROWS`` rows a thread per trip where that still fills the device once, else one.
     The kernel's loops stride by the grid, so a capped grid (65,535 row blocks) stays correct.
-    Measured on an H200 (bench/diag_gated.py): 2 rows a trip, 3,700-4,180 GB/s backward.
+    Measured on an H200 (bench/diag_gated.py): 2 rows a trip, 3,712-4,180 GB/s backward.
     """
     units = max(1, _cdiv(d, 16 // itemsize))
     threads = min(EW_THREADS, props.max_threads_per_block)

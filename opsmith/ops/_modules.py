@@ -12,14 +12,14 @@ import torch.nn.functional as TF
 
 from opsmith.ops import _public as F
 
+__all__ = ["GELU", "CrossEntropyLoss", "GELUAndMul", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "SiLUAndMul",
+           "Softmax"]
+
 
 def compiling() -> bool:
     """True while torch.compile (dynamo) traces the caller."""
     fn = getattr(torch.compiler, "is_compiling", None)
     return bool(fn()) if fn is not None else False
-
-__all__ = ["GELU", "CrossEntropyLoss", "GELUAndMul", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "SiLUAndMul",
-           "Softmax"]
 
 
 class ReLU(torch.nn.Module):
