@@ -271,7 +271,9 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         if plan.strategy == "long":
             _kernel("norm_long.cu", "layer_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         else:
-            _kernel("norm.cu", "layer_norm_fwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
+            vec = cols % (16 // x.element_size()) == 0 and all(t.data_ptr() % 16 == 0 for t in (x, w, b, y))
+            name = _launch.layer_norm_kernel(plan, vec)
+            _kernel("norm.cu", name + "<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
     return y, mean, rstd
 
 

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 __all__ = [
     "EW_THREADS",
+    "LN_WIDE_TPR",
     "LONG_THREADS",
     "ROW_BWD_BLOCKS",
     "ROW_CHUNKS",
@@ -32,6 +33,7 @@ __all__ = [
     "elementwise_plan",
     "gated_plan",
     "launch_config",
+    "layer_norm_kernel",
     "norm_bwd_plan",
     "row_plan",
     "weight_grad_plan",
@@ -41,6 +43,7 @@ __all__ = [
 ROW_CHUNKS = 2        # OPSMITH_ROW_CHUNKS: 16-byte vectors per thread and input in registers
 ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-row kernels
 ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm.cu: ROW_THREADS-blocks an SM holds in the norm backwards
+LN_WIDE_TPR = 256     # layer_norm_fwd_wide (norm.cu) serves register rows of this many threads or more
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels
 EW_THREADS = 256      # OPSMITH_EW_THREADS: __launch_bounds__ of the elementwise kernels
 EW_UNROLL = 4         # OPSMITH_EW_UNROLL in elementwise.cu: vectors in flight per thread per trip
@@ -165,6 +168,17 @@ def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProp
         per_sm = max(1, min(per_sm, props.smem_per_sm // (row_bytes + _STATIC_SMEM)))
     grid = max(1, min(rows, per_sm * props.sm_count))
     return Plan("long", (grid,), (threads, 1), row_bytes if cache else 0, int(cache))
+
+
+def layer_norm_kernel(plan: Plan, vec: bool) -> str:
+    """The forward kernel of layer_norm for ``plan`` (``row_plan``'s): ``layer_norm_fwd_wide`` (w and b
+    read after the reductions, 3 blocks of ROW_THREADS an SM) where a row has ``LN_WIDE_TPR`` threads
+    or more and ``vec`` (16-byte access: the width a multiple of 16 bytes, every pointer aligned), where
+    it measured faster; ``layer_norm_fwd`` elsewhere (norm.cu says by how much)."""
+    if plan.strategy == "long":
+        return "layer_norm_fwd_long"
+    return "layer_norm_fwd_wide" if vec and plan.strategy == "block" and plan.block[0] >= LN_WIDE_TPR \
+        else "layer_norm_fwd"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -36,7 +36,7 @@ def consts() -> list[int]:
     source."""
     from opsmith.ops import _launch
     return [_launch.ROW_CHUNKS, _launch.ROW_THREADS, _launch.LONG_THREADS, _launch.EW_THREADS,
-            _launch.EW_UNROLL, _launch._STATIC_SMEM, _launch.ROW_BWD_BLOCKS]
+            _launch.EW_UNROLL, _launch._STATIC_SMEM, _launch.ROW_BWD_BLOCKS, _launch.LN_WIDE_TPR]
 
 
 def build() -> str:
@@ -58,7 +58,7 @@ def build() -> str:
 def _open(path: str):
     import torch  # noqa: F401  (the library links against the torch libraries torch loaded)
     lib = ctypes.CDLL(path)
-    if lib.osm_ops_abi() != 3:
+    if lib.osm_ops_abi() != 4:
         raise OpsmithError(f"the native opsmith.ops library at {path} is of another version; clear the cache "
                            "(opsmith cache clear)")
     lib.osm_ops_kernel_file.restype = ctypes.c_char_p

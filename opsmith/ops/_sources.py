@@ -28,7 +28,7 @@ FILES: dict[str, tuple[str, ...]] = {
                             for d in ("fwd", "bwd")),
     "softmax.cu": tuple(f"softmax_{d}{s}<{{T}}>" for d in ("fwd", "bwd") for s in ("", "_long")),
     "norm.cu": tuple(f"{op}_{d}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for d in ("fwd", "bwd"))
-    + ("norm_col_sum<{T}, {A}>",),
+    + ("norm_col_sum<{T}, {A}>", "layer_norm_fwd_wide<{T}, {A}>"),
     "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
                           for d in ("fwd", "bwd")) + ("norm_bwd_weight<{T}, {A}>",),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),

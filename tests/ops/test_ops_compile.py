@@ -220,8 +220,8 @@ def test_cli_warm_ops_compiles_then_hits(fresh_cache):
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr
         outs.append(out.stdout)
-    assert "opsmith.ops for sm_90: 32 programs (132 kernels), 32 compiled, 0 from the cache" in outs[0]
-    assert "opsmith.ops for sm_90: 32 programs (132 kernels), 0 compiled, 32 from the cache" in outs[1]
+    assert "opsmith.ops for sm_90: 32 programs (136 kernels), 32 compiled, 0 from the cache" in outs[0]
+    assert "opsmith.ops for sm_90: 32 programs (136 kernels), 0 compiled, 32 from the cache" in outs[1]
     for out in outs:  # and the torch C++ libraries the ops run on, built once for this torch
         assert "opsmith.ops native CUDA kernels (opsmith/ops/native/osm_ops.cpp): ready for this torch" in out
         assert "opsmith.ops native Autograd kernels" in out
@@ -325,7 +325,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     monkeypatch.setattr(_sources, "kernel", kernel)
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)
     dt = getattr(torch, dtype)
-    for cols in (1, 100, 3000, 12000, 70000):  # warp, block, long cached, long without the cache
+    for cols in (1, 100, 1024, 3000, 12000, 70000):  # warp, block, wide (layer_norm), long cached, long uncached
         x = torch.randn(3, cols, dtype=dt)
         w, b = torch.randn(cols, dtype=dt), torch.randn(cols, dtype=dt)
         for op in ("relu", "gelu_erf", "gelu_tanh", "silu"):
@@ -392,6 +392,26 @@ def test_a_first_call_that_is_compiled_registers_the_ops_outside_the_trace(tmp_p
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
                          check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+def test_layer_norm_forward_kernel_choice(props):
+    """layer_norm_fwd_wide for block rows of LN_WIDE_TPR threads or more with 16-byte access only;
+    layer_norm_fwd for warp rows, narrower block rows and element access; the long kernel for long rows."""
+    for rows, cols, itemsize in itertools.product((1, 300, 65536), (1, 100, 1024, 2048, 3000, 4096, 8192, 20000),
+                                                  (2, 4, 8)):
+        p = _launch.row_plan(rows, cols, itemsize, 1, props)
+        for vec in (True, False):
+            k = _launch.layer_norm_kernel(p, vec)
+            if p.strategy == "long":
+                assert k == "layer_norm_fwd_long"
+            elif vec and p.strategy == "block" and p.block[0] >= _launch.LN_WIDE_TPR:
+                assert k == "layer_norm_fwd_wide"
+            else:
+                assert k == "layer_norm_fwd", (rows, cols, itemsize, vec, p)
+    p = _launch.row_plan(4096, 4096, 2, 1, props)
+    assert _launch.layer_norm_kernel(p, True) == "layer_norm_fwd_wide"  # bf16 4096-wide rows: 256 threads
+    assert _launch.layer_norm_kernel(_launch.row_plan(65536, 1024, 2, 1, props), True) == "layer_norm_fwd"
 
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])

@@ -45,6 +45,19 @@ def test_matches_torch(dtype, shape, weight):
             torch.testing.assert_close(got[2].double(), exp[1], atol=8 * atol * shape[0], rtol=8 * rtol)
 
 
+@pytest.mark.parametrize("dtype", sorted(TOL, key=str))
+@pytest.mark.parametrize("cols", [7, 256, 1000, 4096])  # element checks, full warp rows, vectors, a full block row
+def test_inf_nan_make_the_row_nan(dtype, cols):
+    x = torch.randn(8, cols, device="cuda", dtype=dtype)
+    r = torch.randn_like(x)
+    x[0, 1], x[1, 2], r[2, 3] = float("nan"), float("inf"), float("-inf")
+    y, s = O.add_rms_norm(x, r, cols, None, 1e-6)
+    torch.testing.assert_close(s, x + r, equal_nan=True, atol=0, rtol=0)
+    assert torch.isnan(y[:3]).all(), "a row holding inf or NaN is NaN, as rms_norm's"
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(y[3:].double(), F.rms_norm(s[3:].double(), [cols], None, 1e-6), atol=atol, rtol=rtol)
+
+
 def test_gradcheck_opcheck_compile():
     x = torch.randn(3, 40, device="cuda", dtype=torch.float64, requires_grad=True)
     r = torch.randn_like(x, requires_grad=True)

@@ -207,7 +207,28 @@ def test_norms_multi_dim_shapes_and_views(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("cols", [7, 1000, 20000])
+def test_layer_norm_wide_kernel_and_misaligned_rows(dtype):
+    """Rows of 256+ threads take layer_norm_fwd_wide when 16-byte access is possible; a misaligned view
+    takes layer_norm_fwd's element path; the wide kernel itself is right on any row (its element path)."""
+    from opsmith.ops import _sources
+    rows, cols = 6, 2048 if dtype == torch.float64 else 4096  # 512 or 256 threads a row
+    base = _rand((rows * cols + 8,), dtype, 30)
+    w, b = _rand(cols, dtype, 31), _rand(cols, dtype, 32)
+    for x in (base[: rows * cols].view(rows, cols), base[1: 1 + rows * cols].view(rows, cols)):  # aligned, not
+        want = F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)
+        _close(ops.layer_norm(x, (cols,), w, b, 1e-5), want, dtype, what="layer_norm")
+        plan = _launch.row_plan(rows, cols, x.element_size(), 1, _launch.device_props(0))
+        assert plan.strategy == "block" and plan.block[0] >= _launch.LN_WIDE_TPR
+        y = torch.full_like(x, float("nan"))
+        mean, rstd = (torch.empty(rows, device="cuda", dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+                      for _ in range(2))
+        k = _sources.kernel("norm.cu", "layer_norm_fwd_wide<{T}, {A}>", str(dtype).split(".")[1], 0)
+        k.launch(_launch.launch_config(plan), x, w, b, y, mean, rstd, rows, cols, 1e-5, 1, 1)
+        _close(y, want, dtype, what="layer_norm_fwd_wide launched directly")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("cols", [7, 256, 1000, 1024, 20000])  # element checks, full warp/block rows, vectors, long
 def test_norms_inf_nan_as_torch(cols, dtype):
     x = _rand((4, cols), dtype, 18)
     x[0, 1] = float("nan")

@@ -8,7 +8,8 @@
 // wave of blocks striding over the tensor by 4-12 points of copy bandwidth.
 //
 // Kernels: <op>_fwd<T>(x, y, n) and <op>_bwd<T>(grad_y, x, grad_x, n), T in
-// {float, double, __half, __nv_bfloat16}; math in float (double for double).
+// {float, double, __half, __nv_bfloat16}; math in float (double for double; the 16-bit types take
+// the activations' fast forms, activations.cuh).
 #include "common.cuh"
 #include "activations.cuh"
 
@@ -33,7 +34,7 @@ __device__ __forceinline__ void map(const T* __restrict__ g, const T* __restrict
         const long long nvec = n / N;
         const Vec<T>* xv = reinterpret_cast<const Vec<T>*>(x);
         const Vec<T>* gv = reinterpret_cast<const Vec<T>*>(g);
-        Vec<T>* yv = reinterpret_cast<Vec<T>*>(y);
+        Raw* yr = reinterpret_cast<Raw*>(y);  // outputs packed by raw_pack: two 16-bit elements an instruction
         long long i = tid;
         // UNROLL independent vectors per trip: their loads are all in flight before any math
         for (; i + (OPSMITH_EW_UNROLL - 1) * stride < nvec; i += OPSMITH_EW_UNROLL * stride) {
@@ -45,32 +46,32 @@ __device__ __forceinline__ void map(const T* __restrict__ g, const T* __restrict
             }
 #pragma unroll
             for (int u = 0; u < OPSMITH_EW_UNROLL; ++u) {
-                Vec<T> o;
+                A o[N];
 #pragma unroll
                 for (int k = 0; k < N; ++k) {
                     const A xa = Elem<T>::load(a[u].v[k]);
-                    o.v[k] = Elem<T>::store(G ? Op::bwd(Elem<T>::load(b[u].v[k]), xa) : Op::fwd(xa));
+                    o[k] = G ? act_bwd<Op, T>(Elem<T>::load(b[u].v[k]), xa) : act_fwd<Op, T>(xa);
                 }
-                yv[i + u * stride] = o;
+                yr[i + u * stride] = raw_pack<T>(o);
             }
         }
         for (; i < nvec; i += stride) {
             const Vec<T> a = xv[i];
             Vec<T> b;
             if (G) b = gv[i];
-            Vec<T> o;
+            A o[N];
 #pragma unroll
             for (int k = 0; k < N; ++k) {
                 const A xa = Elem<T>::load(a.v[k]);
-                o.v[k] = Elem<T>::store(G ? Op::bwd(Elem<T>::load(b.v[k]), xa) : Op::fwd(xa));
+                o[k] = G ? act_bwd<Op, T>(Elem<T>::load(b.v[k]), xa) : act_fwd<Op, T>(xa);
             }
-            yv[i] = o;
+            yr[i] = raw_pack<T>(o);
         }
         done = nvec * N;
     }
     for (long long i = done + tid; i < n; i += stride) {  // the tail, or everything when unaligned
         const A xa = Elem<T>::load(x[i]);
-        y[i] = Elem<T>::store(G ? Op::bwd(Elem<T>::load(g[i]), xa) : Op::fwd(xa));
+        y[i] = Elem<T>::store(G ? act_bwd<Op, T>(Elem<T>::load(g[i]), xa) : act_fwd<Op, T>(xa));
     }
 }
 

@@ -14,41 +14,67 @@
 
 using namespace opsmith;
 
+// One row, bounds checks as mode M (common.cuh's RowMode): x, residual and the weight as loaded
+// (zeros past the row's end), all read before the reduction; the row s = x + residual, rounded to
+// T as the residual stream holds it, replaces x and is written before the reduction.
+template <int M, class T, class A>
+__device__ __forceinline__ void add_rms_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ residual,
+                                                     const T* __restrict__ w, T* __restrict__ y,
+                                                     T* __restrict__ residual_out, A* __restrict__ rstd, long long rows,
+                                                     int cols, A eps, int has_w) {
+    OPSMITH_ROW_SETUP
+    Raw in[3][C];
+    load_chunks<T, 3>({x + base, residual + base, w}, in, n, M != ROW_SCALAR, tpr, t, has_w ? 7u : 3u);
+    A p[4] = {A(0), A(0), A(0), A(0)};
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        A s[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) s[k] = raw_get<T>(in[0][c], k) + raw_get<T>(in[1][c], k);
+        in[0][c] = raw_pack<T>(s);  // rounded to T
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const A v = raw_get<T>(in[0][c], k);
+            p[k & 3] += v * v;
+        }
+        store_chunk<T>(residual_out + base, (long long)(c * tpr + t) * N, n, M != ROW_SCALAR, in[0][c]);  // idle rows: n = 0
+    }
+    const A q = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
+    const A r = m_rsqrt(q / A(cols) + eps);
+    if (active) {
+        if (t == 0) rstd[row] = r;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            A o[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A v = raw_get<T>(in[0][c], k) * r;
+                o[k] = has_w ? v * raw_get<T>(in[2][c], k) : v;
+            }
+            store_vals<M>(y + base, (c * tpr + t) * N, n, o);
+        }
+    }
+    // an inf in s, as rms_norm_fwd: s is read back from residual_out (this thread's own chunks)
+    rms_inf_rows<T>(q, residual_out + base, y + base, rstd + (active ? row : 0), n, tpr);
+}
+
+template <class T, class A>
+__device__ __noinline__ void add_rms_norm_fwd_scalar(const T* __restrict__ x, const T* __restrict__ residual,
+                                                     const T* __restrict__ w, T* __restrict__ y,
+                                                     T* __restrict__ residual_out, A* __restrict__ rstd,
+                                                     long long rows, int cols, A eps, int has_w) {
+    add_rms_norm_fwd_row<ROW_SCALAR>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+}
+
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
 add_rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                  T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
                  A eps, int has_w) {
-    OPSMITH_ROW_SETUP
-    const bool vec = cols % N == 0 && aligned16(x) && aligned16(residual) && aligned16(y) &&
+    const bool vec = cols % Vec<T>::N == 0 && aligned16(x) && aligned16(residual) && aligned16(y) &&
                      aligned16(residual_out) && aligned16(w);
-    // x, residual and the weight as loaded, all read before the reduction; the row
-    // s = x + residual, rounded to T as the residual stream holds it, replaces x
-    Raw in[3][C];
-    load_chunks<T, 3>({x + base, residual + base, w}, in, n, vec, tpr, t, has_w ? 7u : 3u);
-    A q = A(0);
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const T e = Elem<T>::store(raw_get<T>(in[0][c], k) + raw_get<T>(in[1][c], k));
-            raw_put<T>(in[0][c], k, e);
-            const A v = Elem<T>::load(e);
-            q += v * v + nonfinite(v);
-        }
-        store_chunk<T>(residual_out + base, (long long)(c * tpr + t) * N, n, vec, in[0][c]);  // idle rows: n = 0
-    }
-    const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
-    if (!active) return;
-    if (t == 0) rstd[row] = r;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-        A o[N];
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A v = raw_get<T>(in[0][c], k) * r;
-            o[k] = has_w ? v * raw_get<T>(in[2][c], k) : v;
-        }
-        store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, o);
-    }
+    const int mode = row_mode<T>(vec, cols);
+    if (mode == ROW_FULL) add_rms_norm_fwd_row<ROW_FULL>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+    else if (mode == ROW_VEC) add_rms_norm_fwd_row<ROW_VEC>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+    else add_rms_norm_fwd_scalar(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }

@@ -41,31 +41,34 @@
 
 namespace opsmith {
 
-// one element: y = act(gate) * up; or, when G, the two input gradients
-template <class Op, class A>
-__device__ __forceinline__ A gated_fwd1(A gate, A up) { return Op::fwd(gate) * up; }
+// one element: y = act(gate) * up; or, when G, the two input gradients (T: the element type, whose
+// width picks the activation's form: activations.cuh's act_fwd)
+template <class Op, class T, class A>
+__device__ __forceinline__ A gated_fwd1(A gate, A up) { return act_fwd<Op, T>(gate) * up; }
 
-template <class Op, class A>
+template <class Op, class T, class A>
 __device__ __forceinline__ void gated_bwd1(A g, A gate, A up, A& d_gate, A& d_up) {
-    d_gate = Op::bwd(g * up, gate);  // (g * up) * act'(gate)
-    d_up = g * Op::fwd(gate);
+    d_gate = act_bwd<Op, T>(g * up, gate);  // (g * up) * act'(gate)
+    d_up = g * act_fwd<Op, T>(gate);
 }
 
-// N elements (one 16-byte vector) of one row: y, or (G) d_gate and d_up
+// N elements (one 16-byte vector) of one row: y, or (G) d_gate and d_up, packed into 16 bytes of T
+// (raw_pack: two 16-bit elements an instruction)
 template <class Op, bool G, class T>
-__device__ __forceinline__ void gated_vec(const Vec<T>& gv, const Vec<T>& a, const Vec<T>& b, Vec<T>& o0,
-                                          Vec<T>& o1) {
+__device__ __forceinline__ void gated_vec(const Vec<T>& gv, const Vec<T>& a, const Vec<T>& b, Raw& o0, Raw& o1) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    A r0[N], r1[N];
 #pragma unroll
-    for (int k = 0; k < Vec<T>::N; ++k) {
+    for (int k = 0; k < N; ++k) {
         if (G) {
-            typename Elem<T>::acc da, db;
-            gated_bwd1<Op>(Elem<T>::load(gv.v[k]), Elem<T>::load(a.v[k]), Elem<T>::load(b.v[k]), da, db);
-            o0.v[k] = Elem<T>::store(da);
-            o1.v[k] = Elem<T>::store(db);
+            gated_bwd1<Op, T>(Elem<T>::load(gv.v[k]), Elem<T>::load(a.v[k]), Elem<T>::load(b.v[k]), r0[k], r1[k]);
         } else {
-            o0.v[k] = Elem<T>::store(gated_fwd1<Op>(Elem<T>::load(a.v[k]), Elem<T>::load(b.v[k])));
+            r0[k] = gated_fwd1<Op, T>(Elem<T>::load(a.v[k]), Elem<T>::load(b.v[k]));
         }
     }
+    o0 = raw_pack<T>(r0);
+    if (G) o1 = raw_pack<T>(r1);
 }
 
 // g: grad_y (G) or unused; out: y (!G, row stride d) or d_gate (G, row stride os); out1: d_up (G).
@@ -100,10 +103,10 @@ __device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restri
                 for (int k = 0; k < R; ++k) {
                     const long long rk = r + k * rstep;
                     if (rk < rows) {
-                        Vec<T> o0, o1;
+                        Raw o0, o1;
                         gated_vec<Op, G, T>(gv[k], a[k], b[k], o0, o1);
-                        reinterpret_cast<Vec<T>*>(out + rk * os)[c] = o0;
-                        if (G) reinterpret_cast<Vec<T>*>(out1 + rk * os)[c] = o1;
+                        reinterpret_cast<Raw*>(out + rk * os)[c] = o0;
+                        if (G) reinterpret_cast<Raw*>(out1 + rk * os)[c] = o1;
                     }
                 }
             }
@@ -115,11 +118,11 @@ __device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restri
             const A a = Elem<T>::load(gate[r * gs + j]), b = Elem<T>::load(up[r * us + j]);
             if (G) {
                 A da, db;
-                gated_bwd1<Op>(Elem<T>::load(g[r * d + j]), a, b, da, db);
+                gated_bwd1<Op, T>(Elem<T>::load(g[r * d + j]), a, b, da, db);
                 out[r * os + j] = Elem<T>::store(da);
                 out1[r * os + j] = Elem<T>::store(db);
             } else {
-                out[r * d + j] = Elem<T>::store(gated_fwd1<Op>(a, b));
+                out[r * d + j] = Elem<T>::store(gated_fwd1<Op, T>(a, b));
             }
         }
     }

@@ -50,29 +50,40 @@ using namespace opsmith;
 #define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
 #define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
 
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
-layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
-               A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
-               int has_b) {
+// One row of layer_norm's register forward, bounds checks as mode M (common.cuh's RowMode); sums
+// in 4 partials a thread (chains of 4 instead of C * N). LATE = 0: w and b are loaded with x, before
+// the reductions; 1: after them, so that only x's registers live through the reductions (what lets
+// layer_norm_fwd_wide hold 3 blocks an SM without spilling, see there).
+template <int M, int LATE, class T, class A>
+__device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w,
+                                                   const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
+                                                   A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+                                                   int has_b) {
     OPSMITH_ROW_SETUP
-    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    Raw in[3][C];  // x, w, b as loaded, all read before the reductions
-    load_chunks<T, 3>({x + base, w, b}, in, n, vec, tpr, t, 1u | (has_w ? 2u : 0u) | (has_b ? 4u : 0u));
-    A s = A(0);
+    Raw in[1][C], wb[2][C];  // x, w, b as loaded (zeros past the row's end)
+    const unsigned on = (has_w ? 1u : 0u) | (has_b ? 2u : 0u);
+    load_chunks<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
+    if (!LATE) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
+    A p[4] = {A(0), A(0), A(0), A(0)};
 #pragma unroll
     for (int c = 0; c < C; ++c)
 #pragma unroll
-        for (int k = 0; k < N; ++k) s += OPSMITH_E(in[0], c, k);
-    const A mu = row_allreduce(s, SumOp(), A(0), tpr) / A(cols);
-    A q = A(0);
+        for (int k = 0; k < N; ++k) p[k & 3] += OPSMITH_E(in[0], c, k);
+    const A mu = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols);
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) {
-        const A d = OPSMITH_COL(i) < n ? OPSMITH_E(in[0], i / N, i % N) - mu : A(0);
-        q += d * d;
+    for (int i = 0; i < 4; ++i) p[i] = A(0);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const int j = (c * tpr + t) * N;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const A d = in_row<M>(j, k, n) ? OPSMITH_E(in[0], c, k) - mu : A(0);
+            p[k & 3] += d * d;
+        }
     }
-    const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
+    const A r = m_rsqrt(row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;  // no reduction follows
+    if (LATE) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
     if (t == 0) {
         mean[row] = mu;
         rstd[row] = r;
@@ -83,11 +94,52 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
 #pragma unroll
         for (int k = 0; k < N; ++k) {
             o[k] = (OPSMITH_E(in[0], c, k) - mu) * r;
-            if (has_w) o[k] *= OPSMITH_E(in[1], c, k);
-            if (has_b) o[k] += OPSMITH_E(in[2], c, k);
+            if (has_w) o[k] *= OPSMITH_E(wb[0], c, k);
+            if (has_b) o[k] += OPSMITH_E(wb[1], c, k);
         }
-        store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, o);
+        store_vals<M>(y + base, (c * tpr + t) * N, n, o);
     }
+}
+
+template <class T, class A>
+__device__ __noinline__ void layer_norm_fwd_scalar(const T* __restrict__ x, const T* __restrict__ w,
+                                                   const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
+                                                   A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+                                                   int has_b) {
+    layer_norm_fwd_row<ROW_SCALAR, 0>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+}
+
+// The element-wise rows (unaligned or odd widths) run out of line (`__noinline__`), so that their
+// registers do not weigh on the vector paths (softmax_fwd's bf16 spilled with all three inline).
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
+layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+               A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+               int has_b) {
+    const bool vec = cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
+    const int mode = row_mode<T>(vec, cols);
+    if (mode == ROW_FULL) layer_norm_fwd_row<ROW_FULL, 0>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    else if (mode == ROW_VEC) layer_norm_fwd_row<ROW_VEC, 0>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    else layer_norm_fwd_scalar(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+}
+
+// layer_norm_fwd for rows of 256 threads or more with 16-byte access (the launchers
+// pick it: _launch.layer_norm_kernel and osm_ops.cpp): w and b read after the reductions, 3 blocks
+// of 512 threads an SM (40 registers). Measured on an H200 (bench/diag_pipe.py, ln-wide.json): bf16
+// 8192 x 8192 2,531 -> 2,967 GB/s, fp32 16384 x 4096 2,846 -> 3,614; at 1024-wide and narrower rows
+// (fewer threads a row, where the weight's latency after the reductions is less hidden) and on the
+// element-wise path it was slower, which layer_norm_fwd keeps. Correct for any row (the element-wise
+// one runs out of line, spilling).
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 3>::value))
+layer_norm_fwd_wide(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                    A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+                    int has_b) {
+    const bool vec = cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
+    const int mode = row_mode<T>(vec, cols);
+    if (mode == ROW_FULL) layer_norm_fwd_row<ROW_FULL, 1>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    else if (mode == ROW_VEC) layer_norm_fwd_row<ROW_VEC, 1>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    else layer_norm_fwd_scalar(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
 // The backwards' weight (and bias) gradients: each thread adds its columns' terms of every row
@@ -216,35 +268,55 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
     if (want_b) write_partial<T>(db, db_part, cols);
 }
 
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 3>::value))
-rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
-             long long rows, int cols, A eps, int has_w) {
+// One row of rms_norm's register forward, bounds checks as mode M; the sum of squares in 4
+// partials a thread; an inf in the row is looked for after the row is written, where the sum is
+// inf (rms_inf_rows; before, each square added nonfinite(x): two more instructions an element).
+template <int M, class T, class A>
+__device__ __forceinline__ void rms_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                                 A* __restrict__ rstd, long long rows, int cols, A eps, int has_w) {
     OPSMITH_ROW_SETUP
-    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w);
-    Raw in[2][C];  // x and w as loaded, both read before the reduction
-    load_chunks<T, 2>({x + base, w}, in, n, vec, tpr, t, has_w ? 3u : 1u);
-    A q = A(0);
+    Raw in[2][C];  // x and w as loaded (zeros past the row's end), both read before the reduction
+    load_chunks<T, 2>({x + base, w}, in, n, M != ROW_SCALAR, tpr, t, has_w ? 3u : 1u);
+    A p[2] = {A(0), A(0)};
 #pragma unroll
     for (int c = 0; c < C; ++c)
 #pragma unroll
         for (int k = 0; k < N; ++k) {
             const A v = OPSMITH_E(in[0], c, k);
-            q += v * v + nonfinite(v);
+            p[k & 1] += v * v;
         }
-    const A r = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
-    if (!active) return;
-    if (t == 0) rstd[row] = r;
+    const A q = row_allreduce(p[0] + p[1], SumOp(), A(0), tpr);
+    const A r = m_rsqrt(q / A(cols) + eps);
+    if (active) {
+        if (t == 0) rstd[row] = r;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-        A o[N];
+        for (int c = 0; c < C; ++c) {
+            A o[N];
 #pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A v = OPSMITH_E(in[0], c, k);
-            o[k] = has_w ? v * r * OPSMITH_E(in[1], c, k) : v * r;
+            for (int k = 0; k < N; ++k) {
+                const A v = OPSMITH_E(in[0], c, k);
+                o[k] = has_w ? v * r * OPSMITH_E(in[1], c, k) : v * r;
+            }
+            store_vals<M>(y + base, (c * tpr + t) * N, n, o);
         }
-        store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, o);
     }
+    rms_inf_rows<T>(q, x + base, y + base, rstd + (active ? row : 0), n, tpr);
+}
+
+template <class T, class A>
+__device__ __noinline__ void rms_norm_fwd_scalar(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                                 A* __restrict__ rstd, long long rows, int cols, A eps, int has_w) {
+    rms_norm_fwd_row<ROW_SCALAR>(x, w, y, rstd, rows, cols, eps, has_w);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 3>::value))
+rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
+             long long rows, int cols, A eps, int has_w) {
+    const int mode = row_mode<T>(cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y) && aligned16(w), cols);
+    if (mode == ROW_FULL) rms_norm_fwd_row<ROW_FULL>(x, w, y, rstd, rows, cols, eps, has_w);
+    else if (mode == ROW_VEC) rms_norm_fwd_row<ROW_VEC>(x, w, y, rstd, rows, cols, eps, has_w);
+    else rms_norm_fwd_scalar(x, w, y, rstd, rows, cols, eps, has_w);
 }
 
 template <class T, class A>

@@ -123,30 +123,42 @@ __device__ __forceinline__ Unit<T, P> load_unit(const T* __restrict__ xr, const 
     return u;
 }
 
+// P values of the accumulation type to p, rounded to T: one 16-byte store packed by raw_pack (two
+// 16-bit elements an instruction) when P is a vector, else one element
+template <class T, int P, class A>
+__device__ __forceinline__ void st_vals(T* p, const A* v) {
+    if constexpr (P == Vec<T>::N) {
+        *reinterpret_cast<Raw*>(p) = raw_pack<T>(v);
+    } else {
+#pragma unroll
+        for (int k = 0; k < P; ++k) p[k] = Elem<T>::store(v[k]);
+    }
+}
+
 template <class T, int P>
 __device__ __forceinline__ void store_unit(T* __restrict__ yr, const Unit<T, P>& u, int j, int half, int interleaved,
                                            int sign) {
     typedef typename Elem<T>::acc A;
-    Pack<T, P> ra, rb;
+    A ra[P], rb[P];
 #pragma unroll
     for (int k = 0; k < P; ++k) {
         const A cc = Elem<T>::load(u.c.v[k]), ss = A(sign) * Elem<T>::load(u.s.v[k]);
         const A av = Elem<T>::load(u.a.v[k]), bv = Elem<T>::load(u.b.v[k]);
-        ra.v[k] = Elem<T>::store(av * cc - bv * ss);
-        rb.v[k] = Elem<T>::store(bv * cc + av * ss);
+        ra[k] = av * cc - bv * ss;
+        rb[k] = bv * cc + av * ss;
     }
     if (interleaved) {
-        Pack<T, P> lo, hi;
+        A lo[P], hi[P];
 #pragma unroll
         for (int k = 0; k < P; ++k) {
-            if (2 * k < P) lo.v[2 * k] = ra.v[k]; else hi.v[2 * k - P] = ra.v[k];
-            if (2 * k + 1 < P) lo.v[2 * k + 1] = rb.v[k]; else hi.v[2 * k + 1 - P] = rb.v[k];
+            if (2 * k < P) lo[2 * k] = ra[k]; else hi[2 * k - P] = ra[k];
+            if (2 * k + 1 < P) lo[2 * k + 1] = rb[k]; else hi[2 * k + 1 - P] = rb[k];
         }
-        st<T, P>(yr + 2 * j, lo);
-        st<T, P>(yr + 2 * j + P, hi);
+        st_vals<T, P>(yr + 2 * j, lo);
+        st_vals<T, P>(yr + 2 * j + P, hi);
     } else {
-        st<T, P>(yr + j, ra);
-        st<T, P>(yr + half + j, rb);
+        st_vals<T, P>(yr + j, ra);
+        st_vals<T, P>(yr + half + j, rb);
     }
 }
 

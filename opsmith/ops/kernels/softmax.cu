@@ -12,7 +12,7 @@
 //    copies the row into shared memory when the launch gave enough (`cache` = 1), so that
 //    the second reads it from there instead of from L2/DRAM.
 // Numerics: the max is subtracted before exp (no overflow); sums in float (double for double);
-// exp as exp2 (m_expe). The register forward keeps two reductions: one reduction of each thread's
+// exp as exp2 (m_expe; the register forward's flushes subnormal results: m_exp2_ftz). The register forward keeps two reductions: one reduction of each thread's
 // (max, sum of exp) merged online ran 35-41 % slower on an H100 (exp twice an element, and in merges).
 // A NaN anywhere in a row, +inf, or a row of only -inf give a row of NaN, as in torch.
 #include "common.cuh"
@@ -55,40 +55,60 @@ template <class A> __device__ __forceinline__ void online_allreduce(A& m, A& s, 
 
 using namespace opsmith;
 
-template <class T>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 4>::value))
-softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+// One row of the register forward, bounds checks as mode M (common.cuh's RowMode). The max and
+// the sum of a thread's elements go into 4 partials each (chains of 4 instead of C * N).
+template <int M, class T>
+__device__ __forceinline__ void softmax_fwd_row(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
     typedef typename Elem<T>::acc A;
     constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
     const int tpr = blockDim.x, t = threadIdx.x;
     const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
     const bool active = row < rows;  // idle rows still take part in the reductions
-    const long long n = active ? cols : 0;
-    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y);
+    const int n = active ? cols : 0;
     const long long base = (active ? row : 0) * (long long)cols;
     Raw in[1][C];
-    load_chunks<T, 1>({x + base}, in, n, vec, tpr, t);
-    A v[C * N];
+    load_chunks<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
+    A v[C * N], p[4] = {neg_inf<A>(), neg_inf<A>(), neg_inf<A>(), neg_inf<A>()};
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) v[i] = OPSMITH_COL(i) < n ? raw_get<T>(in[0][i / N], i % N) : neg_inf<A>();
-    A m = neg_inf<A>();
+    for (int c = 0; c < C; ++c) {
+        const int j = (c * tpr + t) * N;
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) m = m_max(m, v[i]);
-    m = row_allreduce(m, MaxOp(), neg_inf<A>(), tpr);
-    A s = A(0);
+        for (int k = 0; k < N; ++k) {
+            v[c * N + k] = in_row<M>(j, k, n) ? raw_get<T>(in[0][c], k) : neg_inf<A>();
+            p[k & 3] = m_max(p[k & 3], v[c * N + k]);
+        }
+    }
+    const A m = row_allreduce(m_max(m_max(p[0], p[1]), m_max(p[2], p[3])), MaxOp(), neg_inf<A>(), tpr);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = A(0);
 #pragma unroll
     for (int i = 0; i < C * N; ++i) {
-        v[i] = m_expe(v[i] - m);  // padding is -inf: adds 0
-        s += v[i];
+        v[i] = m_exp2_ftz((v[i] - m) * log2e<A>());  // padding is -inf: adds 0
+        p[i & 3] += v[i];
     }
-    s = row_allreduce(s, SumOp(), A(0), tpr);
-    const A r = A(1) / s;
+    const A r = A(1) / row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
 #pragma unroll
     for (int i = 0; i < C * N; ++i) v[i] *= r;
     if (active) {
 #pragma unroll
-        for (int c = 0; c < C; ++c) store_vec(y + base, (long long)(c * tpr + t) * N, n, vec, v + c * N);
+        for (int c = 0; c < C; ++c) store_vals<M>(y + base, (c * tpr + t) * N, n, v + c * N);
     }
+}
+
+// the element-wise row (unaligned or odd widths) out of line, so that its registers do not
+// weigh on the vector paths (inlined, it made the bf16 kernel spill)
+template <class T>
+__device__ __noinline__ void softmax_fwd_scalar(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    softmax_fwd_row<ROW_SCALAR>(x, y, rows, cols);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 4, 4>::value))
+softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    const int mode = row_mode<T>(cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y), cols);
+    if (mode == ROW_FULL) softmax_fwd_row<ROW_FULL>(x, y, rows, cols);
+    else if (mode == ROW_VEC) softmax_fwd_row<ROW_VEC>(x, y, rows, cols);
+    else softmax_fwd_scalar(x, y, rows, cols);
 }
 
 template <class T>
@@ -105,10 +125,10 @@ softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict
     const long long base = (active ? row : 0) * (long long)cols;
     Raw in[2][C];  // grad_y and y as loaded (zeros past the row's end)
     load_chunks<T, 2>({grad_y + base, y + base}, in, n, vec, tpr, t);
-    A dot = A(0);
+    A p[4] = {A(0), A(0), A(0), A(0)};  // 4 chains instead of C * N
 #pragma unroll
-    for (int i = 0; i < C * N; ++i) dot += raw_get<T>(in[0][i / N], i % N) * raw_get<T>(in[1][i / N], i % N);
-    dot = row_allreduce(dot, SumOp(), A(0), tpr);
+    for (int i = 0; i < C * N; ++i) p[i & 3] += raw_get<T>(in[0][i / N], i % N) * raw_get<T>(in[1][i / N], i % N);
+    const A dot = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
     A g[C * N];
 #pragma unroll
     for (int i = 0; i < C * N; ++i) g[i] = raw_get<T>(in[1][i / N], i % N) * (raw_get<T>(in[0][i / N], i % N) - dot);

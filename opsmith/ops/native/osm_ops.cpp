@@ -158,14 +158,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         at::Tensor w = param(weight, x, c, op, "weight"), b = param(bias, x, c, op, "bias");
         long long rows = r;
         int cols = cols32(c, op), has_w = given(weight), has_b = given(bias), cache;
-        function(LN_FWD, dt, dev);
+        function(LN_FWD, dt, dev);  // the device's properties come with its first kernel
         const Plan p = row_plan(r, c, x.element_size(), 1, props[dev]);
         cache = p.cache;
         Eps e = eps_for(dt, eps);
         void *xp = x.data_ptr(), *wp = w.data_ptr(), *bp = b.data_ptr(), *yp = y.data_ptr();
         void *mp = mean.data_ptr(), *rp = rstd.data_ptr();
         void *params[] = {&xp, &wp, &bp, &yp, &mp, &rp, &rows, &cols, &e, &has_w, &has_b, &cache};
-        launch(p.strategy == S_LONG ? LN_FWD_LONG : LN_FWD, dt, dev, p, params);
+        // _launch.layer_norm_kernel: the wide kernel for rows of LN_WIDE_TPR threads or more, 16-byte access
+        const bool vec = cols % (16 / x.element_size()) == 0 && aligned16(xp) && aligned16(wp) && aligned16(bp) &&
+                         aligned16(yp);
+        const Kernel k = p.strategy == S_LONG ? LN_FWD_LONG
+                         : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
+        launch(k, dt, dev, p, params);
     }
     return {y, mean, rstd};
 }
@@ -289,7 +294,7 @@ std::unique_ptr<torch::Library> registration, composite;  // the kernels, for th
 }  // namespace
 
 extern "C" {
-__attribute__((visibility("default"))) int osm_ops_abi(void) { return 3; }
+__attribute__((visibility("default"))) int osm_ops_abi(void) { return 4; }
 __attribute__((visibility("default"))) int osm_ops_kernel_count(void) { return N_KERNELS; }
 __attribute__((visibility("default"))) const char *osm_ops_kernel_file(int k) {
     return k >= 0 && k < N_KERNELS ? kernel_file[k] : nullptr;

@@ -28,6 +28,7 @@
     X(SOFTMAX_BWD_LONG, "softmax.cu", "softmax_bwd_long<{T}>")                \
     X(LN_FWD, "norm.cu", "layer_norm_fwd<{T}, {A}>")                          \
     X(LN_FWD_LONG, "norm_long.cu", "layer_norm_fwd_long<{T}, {A}>")           \
+    X(LN_FWD_WIDE, "norm.cu", "layer_norm_fwd_wide<{T}, {A}>")                \
     X(LN_BWD, "norm.cu", "layer_norm_bwd<{T}, {A}>")                          \
     X(LN_BWD_LONG, "norm_long.cu", "layer_norm_bwd_long<{T}, {A}>")           \
     X(RMS_FWD, "norm.cu", "rms_norm_fwd<{T}, {A}>")                           \
@@ -153,6 +154,9 @@ void launch(int k, int dt, int dev, const Plan &p, void **params) {
                              (unsigned)p.smem, stream, params, nullptr);
     TORCH_CHECK(r == 0, "opsmith.ops: cuLaunchKernel(", kernel_template[k], ") failed with CUresult ", r);
 }
+
+// the pointer allows 16-byte vector access (the kernels' aligned16)
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // a kernel's `int cols` and the stats' dtype
 int32_t cols32(int64_t cols, const char *op) {

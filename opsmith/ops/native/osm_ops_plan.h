@@ -9,7 +9,8 @@
 namespace {
 
 // the launch plans' numbers, from opsmith/ops/_launch.py (osm_ops_init), in this order
-enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, N_CONSTS };
+enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, C_LN_WIDE_TPR,
+       N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
