@@ -1,10 +1,12 @@
 """Packages across torch versions (issue 21): the tutorial's ReLU package and an opsmith.ops
 package, built here once, installed into a fresh venv per torch version (the oldest opsmith
-supports, the first whose C shim the op library uses, the newest), each checked in a process with
+supports and the newest, whose C shim the op library uses), each checked in a process with
 no compiler on PATH and NVRTC unimportable: import, schemas, CPU implementations, autograd, fake
 kernels, opcheck, opsmith.ops on CPU against torch, the packaged kernels served, zero compiles.
 
-The versions: ``OPSMITH_TEST_TORCH_VERSIONS`` (comma-separated; empty: none). A version pip cannot
+The versions: ``OPSMITH_TEST_TORCH_VERSIONS`` (comma-separated; empty: none; default 2.4.1 and 2.14.1,
+about 100-170 s each on the 2-core CI machine, most of it pip; 2.8.0, the first with the C shim,
+passed here and is left to that variable to keep CI under 30 minutes). A version pip cannot
 install here skips with pip's reason. Each venv (torch with its CUDA libraries, ~5 GB) is removed
 after its test.
 """
@@ -24,7 +26,7 @@ pytest.importorskip("cuda.bindings.nvrtc")
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = Path(__file__).with_name("installed_check.py")
-VERSIONS = [v for v in os.environ.get("OPSMITH_TEST_TORCH_VERSIONS", "2.4.1,2.8.0,2.14.1").split(",") if v]
+VERSIONS = [v for v in os.environ.get("OPSMITH_TEST_TORCH_VERSIONS", "2.4.1,2.14.1").split(",") if v]
 
 pytestmark = pytest.mark.timeout(1800)
 
