@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""rotary.cu compiled with 1, 2 or 4 rows a thread per trip (``OPSMITH_ROTARY_ROWS``), the kernel
+"""rotary.cu compiled with 1, 2 or 4 rows a thread per trip (``OPSMITH_ROTARY_ROWS``; ``--blocks``: also 2
+rows with ``OPSMITH_ROTARY_BLOCKS`` minimum blocks an SM, a register cap), the kernel
 alone on q-like tensors [1, heads, seq, 128] bf16 with cos/sin [seq, 64] (CUDA events, median, L2
 flushed), GB/s of x read and y written; ``--ncu`` runs one launch of the shipped build for
 Nsight Compute (``ncu --section ... python3 bench/diag_rotary.py --ncu``).
@@ -33,6 +34,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--ncu", action="store_true")
+    ap.add_argument("--blocks", default="", help="also OPSMITH_ROTARY_BLOCKS values (comma-separated) at 2 rows a trip")
     args = ap.parse_args()
     if args.ncu:
         q = torch.randn(1, 32, 16384, 128, dtype=torch.bfloat16, device="cuda")
@@ -45,9 +47,11 @@ def main() -> int:
     arch, props = _driver.device_arch(0), _launch.device_props(0)
     names = _sources.kernel_names("rotary.cu", "bfloat16")
     out = []
-    for rows_per in (1, 2, 4):
+    configs = [(1, None), (2, None), (4, None)] + [(2, int(b)) for b in args.blocks.split(",") if b]
+    for rows_per, blocks in configs:
+        defines = {"OPSMITH_ROTARY_ROWS": rows_per, **({"OPSMITH_ROTARY_BLOCKS": blocks} if blocks else {})}
         mod = CudaModule(_sources.KERNEL_DIR / "rotary.cu", name_expressions=names, arch=arch,
-                         defines={"OPSMITH_ROTARY_ROWS": rows_per}, name=f"diag-rotary-{rows_per}")
+                         defines=defines, name=f"diag-rotary-{rows_per}-{blocks}")
         k = mod.get_kernel(names[0])
         for seq, heads in SHAPES:
             q = torch.randn(1, heads, seq, 128, dtype=torch.bfloat16, device="cuda")
@@ -66,9 +70,9 @@ def main() -> int:
                     k.launch(cfg, q, c, s, pos, y, rows, 128, half, 0, 1, 0, *lead)  # noqa: B023
                 us = median_us(fn, args.runs)
                 gbps = 2 * q.numel() * 2 / us / 1e3
-                out.append({"rows_per_trip": rows_per, "grid": grid, "shape": [1, heads, seq, 128], "us": us,
+                out.append({"rows_per_trip": rows_per, "blocks": blocks, "grid": grid, "shape": [1, heads, seq, 128], "us": us,
                             "gbps": gbps})
-                print(f"R={rows_per} grid {grid:7d} [1,{heads},{seq},128]: {gbps:6.0f} GB/s", flush=True)
+                print(f"R={rows_per} blocks {blocks} grid {grid:7d} [1,{heads},{seq},128]: {gbps:6.0f} GB/s", flush=True)
                 if rows_per == 1:
                     break
     if args.json:

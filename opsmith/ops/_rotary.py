@@ -94,7 +94,7 @@ def _lead(x, cos, positions) -> tuple:
 _no_positions: dict = {}
 
 
-ROTARY_ROWS = 2  # OPSMITH_ROTARY_ROWS in kernels/rotary.cu
+ROTARY_ROWS = 1  # OPSMITH_ROTARY_ROWS in kernels/rotary.cu
 
 
 @functools.lru_cache(maxsize=4096)

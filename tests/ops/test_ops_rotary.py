@@ -159,4 +159,5 @@ def test_launch_plan_covers_every_row_and_pair():
         assert tpr * by <= _launch.EW_THREADS and tpr * vec >= min(half, _launch.EW_THREADS * vec)
         per_trip = _rotary.ROTARY_ROWS if vec > 1 and d == 2 * half and half // vec <= tpr else 1
         assert grid * by * per_trip >= rows and (grid - 1) * by * per_trip < rows
-    assert _rotary._plan(524288, 128, 64, 2, props).grid == (8192,)  # q of [1, 32, 16384, 128] bf16
+    # q of [1, 32, 16384, 128] bf16: 8 threads a row, 32 rows a block, ROTARY_ROWS rows a thread
+    assert _rotary._plan(524288, 128, 64, 2, props).grid == (524288 // (32 * _rotary.ROTARY_ROWS),)

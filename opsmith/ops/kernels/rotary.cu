@@ -24,12 +24,22 @@
 #ifndef OPSMITH_EW_THREADS
 #define OPSMITH_EW_THREADS 256
 #endif
+// the kernel's launch bounds: OPSMITH_ROTARY_BLOCKS, where defined, the minimum blocks an SM must
+// hold (bench/diag_rotary.py --blocks); without it ptxas picks (80 registers for bf16)
+#ifdef OPSMITH_ROTARY_BLOCKS
+#define OPSMITH_ROTARY_BOUNDS __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_ROTARY_BLOCKS)
+#else
+#define OPSMITH_ROTARY_BOUNDS __launch_bounds__(OPSMITH_EW_THREADS)
+#endif
 #ifndef OPSMITH_ROTARY_ROWS
 // rows a thread loads per trip where a row is one chunk a thread (opsmith/ops/_rotary.py reads it).
-// Measured on an H200 with bench/diag_rotary.py (bench/results/ops-bwd-h200-2026-11-26/rotary.json),
-// [1, 8-32 heads, 4096-65536, 128] bf16: 1,140-1,250 GB/s one row a trip (the chunk loop), 2,620-3,130
-// at 2 rows, 1,570-1,710 at 4 (150 registers a thread: one block an SM).
-#define OPSMITH_ROTARY_ROWS 2
+// Measured on an H200 with bench/diag_rotary.py, [1, 8-32 heads, 4096-65536, 128] bf16: first
+// (bench/results/ops-bwd-h200-2026-11-26/rotary.json) 1,140-1,250 GB/s one row a trip (the chunk
+// loop), 2,620-3,130 at 2 rows, 1,570-1,710 at 4 (150 registers a thread: one block an SM); since
+// the outputs are packed two 16-bit elements an instruction (st_vals, raw_pack;
+// bench/results/ops-fwd-h200-2026-11-26/rotary.json) one row a trip is the fastest: 2,859-3,567
+// against 2,605-3,152 at 2 rows. A cap of 64 registers (--blocks 4) spilled: 1,960-2,639.
+#define OPSMITH_ROTARY_ROWS 1
 #endif
 
 using namespace opsmith;
@@ -214,7 +224,7 @@ __device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __
 }  // namespace
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS)
+__global__ void OPSMITH_ROTARY_BOUNDS
 rotary(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __restrict__ sin_t,
        const long long* __restrict__ positions, T* __restrict__ y, long long rows, int d, int half, int interleaved,
        int sign, int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1, long long c2, long long c3,
