@@ -39,7 +39,7 @@ __all__ = [
     "weight_grad_plan",
 ]
 
-# The kernels' compile-time numbers (common.cuh, elementwise.cu, softmax.cu, norm.cu).
+# The kernels' compile-time numbers (common.cuh, rows.cuh, elementwise.cu, softmax.cu, norm.cu).
 ROW_CHUNKS = 2        # OPSMITH_ROW_CHUNKS: 16-byte vectors per thread and input in registers
 ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-row kernels
 ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm.cu: ROW_THREADS-blocks an SM holds in the norm backwards

@@ -6,7 +6,7 @@
 // The register-row strategy of norm.cu (the row in registers, tpr threads a row); rows too long
 // for it are served by the caller as an add and rms_norm_fwd_long (opsmith/ops/_fused.py).
 // inf and NaN as rms_norm: a nonfinite element makes the row NaN.
-#include "common.cuh"
+#include "rows.cuh"
 
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
@@ -14,7 +14,7 @@
 
 using namespace opsmith;
 
-// One row, bounds checks as mode M (common.cuh's RowMode): x, residual and the weight as loaded
+// One row, bounds checks as mode M (rows.cuh's RowMode): x, residual and the weight as loaded
 // (zeros past the row's end), all read before the reduction; the row s = x + residual, rounded to
 // T as the residual stream holds it, replaces x and is written before the reduction.
 template <int M, class T, class A>

@@ -7,11 +7,9 @@
 //               xhat = (x - mean) * rstd
 //   rms_norm:   grad_x = rstd * (gw - x * rstd^2 * mean(gw * x))  (+ grad_res, add_rms_norm's: has_res)
 // grad_w and grad_b are column sums over the rows. The register-row backwards (*_bwd) are
-// persistent: their blocks stride over the rows, read grad and x once, and add each row's
-// terms into per-thread sums; each block writes one row of partial sums (part[gridDim.x][cols],
-// a few rows per SM), which norm_col_sum adds up. After the long-row backwards, norm_bwd_weight
-// reads grad and x again and writes partial sums per chunk of rows (one block per 32 columns x
-// chunk), which norm_col_sum adds up too.
+// persistent: their blocks stride over the rows, read grad and x once, add each row's terms into
+// per-thread sums and write one row of partial sums a block (part[gridDim.x][cols]), which
+// norm_col_sum adds up; after the long-row backwards, norm_bwd_weight's partials per chunk of rows.
 //
 // The strategies are softmax.cu's: the row in registers (*_fwd, *_bwd here; tpr threads per
 // row, tpr <= 32 is one warp per row), or one block per long row (*_long, in norm_long.cu) with
@@ -20,24 +18,19 @@
 // not E[x^2] - E[x]^2, which cancels catastrophically for rows with a large mean. (One reduction
 // of each thread's (count, mean, squared deviations) merged pairwise ran 13-31 % slower on an H100:
 // the merges' divisions.)
-// `has_w` / `has_b` = 0: no weight / bias (the pointer is then any tensor and is not read).
-// inf and NaN as torch on CUDA: an inf or NaN in a row makes the whole row NaN, for layer_norm
-// (mean inf, inf - inf) and for rms_norm too, where mean(x^2) = inf alone would give rstd = 0
-// and finite outputs of 0, so its sum of squares adds nonfinite(x) (0, or NaN for inf/NaN).
-#include "common.cuh"
+// `has_w` / `has_b` = 0: no weight / bias (the pointer is then any tensor and is not read). An inf
+// or NaN in a row makes it NaN, as torch on CUDA: layer_norm by itself (inf - inf), rms_norm by
+// rms_inf_rows (mean(x^2) = inf alone would give rstd = 0 and outputs of 0).
+#include "rows.cuh"
 
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
 #endif
 // blocks of OPSMITH_ROW_THREADS an SM must hold at once in the persistent backwards: 1, so up to
 // 128 registers a thread (two rows in flight, see OPSMITH_BWD_LOAD); their launch plan
-// (_launch.norm_bwd_plan) puts OPSMITH_ROW_THREADS * this many threads on an SM. The forwards keep
-// the row as floats and read the weight after the reduction, as measured fastest (2,410 against
-// 2,133 GB/s at 4096 x 4096 bf16 for a variant holding the row in T, the weight read first).
-// Reading w and b after the forwards' reductions instead of with x (fewer live registers, so
-// layer_norm_fwd at 3 blocks spills less) was measured at 30c63c7 and reverted: rms_norm_fwd bf16 lost
-// 5-10 % (the weight's latency exposed), layer_norm_fwd gained only at 8192-wide bf16 and 4096-wide
-// fp32 rows and lost elsewhere (bench/results/ops-bwd-h200-2026-11-26/fwd-late-params.json).
+// (_launch.norm_bwd_plan) puts OPSMITH_ROW_THREADS * this many threads on an SM. The forwards read w
+// and b with x, but for layer_norm_fwd_wide (after the reductions: see there, and
+// bench/results/ops-bwd-h200-2026-11-26/fwd-late-params.json for rms_norm_fwd, where it was slower).
 #ifndef OPSMITH_ROW_BWD_BLOCKS
 #define OPSMITH_ROW_BWD_BLOCKS 1
 #endif
@@ -50,10 +43,9 @@ using namespace opsmith;
 #define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
 #define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
 
-// One row of layer_norm's register forward, bounds checks as mode M (common.cuh's RowMode); sums
-// in 4 partials a thread (chains of 4 instead of C * N). LATE = 0: w and b are loaded with x, before
-// the reductions; 1: after them, so that only x's registers live through the reductions (what lets
-// layer_norm_fwd_wide hold 3 blocks an SM without spilling, see there).
+// One row of layer_norm's register forward, bounds checks as mode M (rows.cuh's RowMode), sums in 4
+// partials a thread (chains of 4, not C * N). w and b are loaded with x (LATE = 0) or after the
+// reductions (1: only x lives through them, which lets layer_norm_fwd_wide hold 3 blocks an SM).
 template <int M, int LATE, class T, class A>
 __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w,
                                                    const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
@@ -123,13 +115,11 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
     else layer_norm_fwd_scalar(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
-// layer_norm_fwd for rows of 256 threads or more with 16-byte access (the launchers
-// pick it: _launch.layer_norm_kernel and osm_ops.cpp): w and b read after the reductions, 3 blocks
-// of 512 threads an SM (40 registers). Measured on an H200 (bench/diag_pipe.py, ln-wide.json): bf16
-// 8192 x 8192 2,531 -> 2,967 GB/s, fp32 16384 x 4096 2,846 -> 3,614; at 1024-wide and narrower rows
-// (fewer threads a row, where the weight's latency after the reductions is less hidden) and on the
-// element-wise path it was slower, which layer_norm_fwd keeps. Correct for any row (the element-wise
-// one runs out of line, spilling).
+// layer_norm_fwd for rows of 256+ threads with 16-byte access (picked by _launch.layer_norm_kernel
+// and osm_ops.cpp): w and b read after the reductions, 3 blocks of 512 threads an SM. H200
+// (bench/results/ops-fwd-h200-2026-11-26/fwd-layer-norm-variants.json): bf16 8192 x 8192 2,531 ->
+// 2,967 GB/s, fp32 16384 x 4096 2,846 -> 3,614; slower on narrower rows and on the element path (it
+// spills there), which layer_norm_fwd keeps. Correct for any row.
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 3>::value))
 layer_norm_fwd_wide(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
@@ -268,9 +258,8 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
     if (want_b) write_partial<T>(db, db_part, cols);
 }
 
-// One row of rms_norm's register forward, bounds checks as mode M; the sum of squares in 4
-// partials a thread; an inf in the row is looked for after the row is written, where the sum is
-// inf (rms_inf_rows; before, each square added nonfinite(x): two more instructions an element).
+// One row of rms_norm's register forward, bounds checks as mode M, the sum of squares in 2 partials;
+// an inf in the row is looked for after the row is written, where the sum is inf (rms_inf_rows).
 template <int M, class T, class A>
 __device__ __forceinline__ void rms_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                                  A* __restrict__ rstd, long long rows, int cols, A eps, int has_w) {
@@ -375,7 +364,6 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
     }
     if (want_w) write_partial<T>(dw, dw_part, cols);
 }
-
 
 // The persistent backwards' partial sums added up: out[col] = sum of part[r][col] over prows rows,
 // rounded to T (blockIdx.y = 1: part2 into out2, layer_norm's bias). Blocks of 32 columns x 32 row

@@ -15,7 +15,7 @@
 // exp as exp2 (m_expe; the register forward's flushes subnormal results: m_exp2_ftz). The register forward keeps two reductions: one reduction of each thread's
 // (max, sum of exp) merged online ran 35-41 % slower on an H100 (exp twice an element, and in merges).
 // A NaN anywhere in a row, +inf, or a row of only -inf give a row of NaN, as in torch.
-#include "common.cuh"
+#include "rows.cuh"
 
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
@@ -55,7 +55,7 @@ template <class A> __device__ __forceinline__ void online_allreduce(A& m, A& s, 
 
 using namespace opsmith;
 
-// One row of the register forward, bounds checks as mode M (common.cuh's RowMode). The max and
+// One row of the register forward, bounds checks as mode M (rows.cuh's RowMode). The max and
 // the sum of a thread's elements go into 4 partials each (chains of 4 instead of C * N).
 template <int M, class T>
 __device__ __forceinline__ void softmax_fwd_row(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
