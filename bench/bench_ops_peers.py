@@ -111,16 +111,21 @@ def impls(op: str, liger):
         if liger is not None:  # it writes the gradient into the logits (no matter for the timing)
             out["liger"] = (ce_args, lambda x, t: liger.liger_cross_entropy(x, t))
         return out
-    if op == "add_rms_norm":  # y alone is timed (the new residual is written by every implementation)
+    if op == "add_rms_norm":
+        # y and the new residual, from every implementation: the next layer reads the residual, and a
+        # compiled function that returned y alone would never write it (Inductor drops the dead store:
+        # up to 5,787 GB/s "of the floor" in bench/results/ops-fwd-h200-2026-11-26/table.txt, which
+        # timed y alone)
         mk = lambda r, c, dt, dev, g: (*row_args(r, c, dt, dev, g, 1), torch.randn(r, c, dtype=dt, device=dev,
                                                                                    requires_grad=g))
 
         def eager_add(x, w, res):
-            return F.rms_norm(x + res, (x.shape[-1],), w, 1e-6)
-        out = {"opsmith": (mk, lambda x, w, res: ops.add_rms_norm(x, res, (x.shape[-1],), w, 1e-6)[0]),
+            s = x + res
+            return F.rms_norm(s, (x.shape[-1],), w, 1e-6), s
+        out = {"opsmith": (mk, lambda x, w, res: ops.add_rms_norm(x, res, (x.shape[-1],), w, 1e-6)),
                "eager": (mk, eager_add), "compile": (mk, eager_add)}
         if liger is not None and hasattr(liger, "liger_fused_add_rms_norm"):
-            out["liger"] = (mk, lambda x, w, res: liger.liger_fused_add_rms_norm(x, res, w, 1e-6, in_place=False)[0])
+            out["liger"] = (mk, lambda x, w, res: liger.liger_fused_add_rms_norm(x, res, w, 1e-6, in_place=False))
         return out
     act = {"silu_and_mul": F.silu, "gelu_and_mul": lambda g: F.gelu(g, approximate="tanh")}[op]
     ours = {"silu_and_mul": ops.silu_and_mul, "gelu_and_mul": lambda x: ops.gelu_and_mul(x, "tanh")}[op]
