@@ -29,8 +29,7 @@
 // blocks of OPSMITH_ROW_THREADS an SM must hold at once in the persistent backwards: 1, so up to
 // 128 registers a thread (two rows in flight, see OPSMITH_BWD_LOAD); their launch plan
 // (_launch.norm_bwd_plan) puts OPSMITH_ROW_THREADS * this many threads on an SM. The forwards read w
-// and b with x, but for layer_norm_fwd_wide (after the reductions: see there, and
-// bench/results/ops-bwd-h200-2026-11-26/fwd-late-params.json for rms_norm_fwd, where it was slower).
+// and b with x, but layer_norm_fwd_wide (after the reductions; rms_norm_fwd lost by it, fwd-late-params.json).
 #ifndef OPSMITH_ROW_BWD_BLOCKS
 #define OPSMITH_ROW_BWD_BLOCKS 1
 #endif
@@ -101,18 +100,27 @@ __device__ __noinline__ void layer_norm_fwd_scalar(const T* __restrict__ x, cons
     layer_norm_fwd_row<ROW_SCALAR, 0>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
-// The element-wise rows (unaligned or odd widths) run out of line (`__noinline__`), so that their
-// registers do not weigh on the vector paths (softmax_fwd's bf16 spilled with all three inline).
+// A row in the mode its launch allows; the element-wise rows (unaligned or odd widths) run out of
+// line (`__noinline__`), so that their registers do not weigh on the vector paths (softmax_fwd's
+// bf16 spilled with all three inline).
+template <int LATE, class T, class A>
+__device__ __forceinline__ void layer_norm_fwd_any(const T* __restrict__ x, const T* __restrict__ w,
+                                                   const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
+                                                   A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+                                                   int has_b) {
+    const bool vec = cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
+    const int mode = row_mode<T>(vec, cols);
+    if (mode == ROW_FULL) layer_norm_fwd_row<ROW_FULL, LATE>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    else if (mode == ROW_VEC) layer_norm_fwd_row<ROW_VEC, LATE>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    else layer_norm_fwd_scalar(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+}
+
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
 layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                int has_b) {
-    const bool vec = cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    const int mode = row_mode<T>(vec, cols);
-    if (mode == ROW_FULL) layer_norm_fwd_row<ROW_FULL, 0>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-    else if (mode == ROW_VEC) layer_norm_fwd_row<ROW_VEC, 0>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-    else layer_norm_fwd_scalar(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    layer_norm_fwd_any<0>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
 // layer_norm_fwd for rows of 256+ threads with 16-byte access (picked by _launch.layer_norm_kernel
@@ -125,17 +133,12 @@ __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 3>::valu
 layer_norm_fwd_wide(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                     A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                     int has_b) {
-    const bool vec = cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    const int mode = row_mode<T>(vec, cols);
-    if (mode == ROW_FULL) layer_norm_fwd_row<ROW_FULL, 1>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-    else if (mode == ROW_VEC) layer_norm_fwd_row<ROW_VEC, 1>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-    else layer_norm_fwd_scalar(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    layer_norm_fwd_any<1>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
-// The backwards' weight (and bias) gradients: each thread adds its columns' terms of every row
-// it visits (the blocks stride over the rows); at the end the blockDim.y rows of a block meet
-// in shared memory and the block writes one row of partial sums, part[blockIdx.x][cols], which
-// the caller adds up (gridDim.x rows: a few per SM). grad and x are read once.
+// The backwards' weight (and bias) gradients: each thread adds its columns' terms of every row it
+// visits; at the end the blockDim.y rows of a block meet in shared memory and the block writes one
+// row of partial sums, part[blockIdx.x][cols], which the caller adds up. grad and x are read once.
 template <class T, class A>
 __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, int cols) {
     constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
@@ -169,13 +172,10 @@ __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, int 
     for (long long row0 = blockIdx.x * (long long)blockDim.y; row0 < rows;                 \
          row0 += (long long)gridDim.x * blockDim.y)
 
-// The persistent backwards' loads: each trip loads the next trip's rows of grad_y and x (and
-// their statistics s1, s2: mean and rstd, or rstd twice) before it uses its own, so that a thread
-// has two rows in flight; the first trip's rows are loaded before the loop. Measured on an H200
-// (bench/diag_norm_bwd.py, bench/results/ops-bwd-h200-2026-11-26/sweep.json, 26 cases of 2048-65536
-// rows of 1024-8192 bf16 and fp32, kernel + norm_col_sum): a speed-up of 0.98-1.34x (median 1.2x)
-// over the best one-row-a-trip build at any grid, with blocks of up to 128 registers a thread
-// (OPSMITH_ROW_BWD_BLOCKS = 1; at 64 the bf16 rms_norm_bwd spilled even without prefetch).
+// The persistent backwards' loads: each trip loads the next trip's rows of grad_y and x (and their
+// statistics s1, s2: mean and rstd, or rstd twice) before it uses its own: two rows in flight a
+// thread. H200 (bench/diag_norm_bwd.py, ops-bwd-h200-2026-11-26/sweep.json, 26 cases): 0.98-1.34x
+// (median 1.2x) the best one-row-a-trip build at any grid, with up to 128 registers a thread.
 #define OPSMITH_BWD_LOAD(dst, r_, s1, s2, m_out, r_out)                                     \
     {                                                                                    \
         const bool a_ = (r_) < rows;                                                     \
