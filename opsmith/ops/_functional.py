@@ -190,12 +190,13 @@ def softmax_fwd(x):
     cols = x.shape[-1] if x.dim() else 1
     if x.numel():
         rows = x.numel() // cols
-        plan = _launch.row_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device()))
+        plan = _launch.softmax_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device()))
         if plan.strategy == "long":
             _kernel("softmax.cu", "softmax_fwd_long<{T}>", x).launch(
                 _launch.launch_config(plan), x, y, rows, cols, plan.cache)
         else:
-            _kernel("softmax.cu", "softmax_fwd<{T}>", x).launch(_launch.launch_config(plan), x, y, rows, cols)
+            name = "softmax_fwd_wide<{T}>" if plan.strategy == "wide" else "softmax_fwd<{T}>"
+            _kernel("softmax.cu", name, x).launch(_launch.launch_config(plan), x, y, rows, cols)
     return y
 
 
@@ -208,12 +209,13 @@ def softmax_bwd(grad_y, y):
     cols = y.shape[-1] if y.dim() else 1
     if y.numel():
         rows = y.numel() // cols
-        plan = _launch.row_plan(rows, cols, y.element_size(), 2, _launch.device_props(y.get_device()))
+        plan = _launch.softmax_plan(rows, cols, y.element_size(), 2, _launch.device_props(y.get_device()))
         if plan.strategy == "long":
             _kernel("softmax.cu", "softmax_bwd_long<{T}>", y).launch(
                 _launch.launch_config(plan), g, y, dx, rows, cols, plan.cache)
         else:
-            _kernel("softmax.cu", "softmax_bwd<{T}>", y).launch(_launch.launch_config(plan), g, y, dx, rows, cols)
+            name = "softmax_bwd_wide<{T}>" if plan.strategy == "wide" else "softmax_bwd<{T}>"
+            _kernel("softmax.cu", name, y).launch(_launch.launch_config(plan), g, y, dx, rows, cols)
     return dx
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "ROW_BWD_BLOCKS",
     "ROW_CHUNKS",
     "ROW_THREADS",
+    "WIDE_CHUNKS",
     "DeviceProps",
     "Plan",
     "col_sum_plan",
@@ -36,6 +37,7 @@ __all__ = [
     "layer_norm_kernel",
     "norm_bwd_plan",
     "row_plan",
+    "softmax_plan",
     "weight_grad_plan",
 ]
 
@@ -45,6 +47,7 @@ ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-r
 ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm.cu: ROW_THREADS-blocks an SM holds in the norm backwards
 LN_WIDE_TPR = 256     # layer_norm_fwd_wide (norm.cu) serves register rows of this many threads or more
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels
+WIDE_CHUNKS = 4       # OPSMITH_WIDE_CHUNKS in softmax.cu: 16-byte chunks a thread in softmax_fwd_wide
 EW_THREADS = 256      # OPSMITH_EW_THREADS: __launch_bounds__ of the elementwise kernels
 EW_UNROLL = 4         # OPSMITH_EW_UNROLL in elementwise.cu: vectors in flight per thread per trip
 GATED_ROWS = 2        # OPSMITH_GATED_ROWS in gated.cu: rows a thread loads per trip
@@ -168,6 +171,22 @@ def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProp
         per_sm = max(1, min(per_sm, props.smem_per_sm // (row_bytes + _STATIC_SMEM)))
     grid = max(1, min(rows, per_sm * props.sm_count))
     return Plan("long", (grid,), (threads, 1), row_bytes if cache else 0, int(cache))
+
+
+@functools.lru_cache(maxsize=4096)
+def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProps) -> Plan:
+    """softmax's (``arrays`` 1: forward, 2: backward): ``row_plan``'s, but rows too long for its register
+    strategy and short enough for ``LONG_THREADS`` threads of ``WIDE_CHUNKS`` chunks (bf16 up to 32,768)
+    take ``"wide"``: softmax_fwd_wide / softmax_bwd_wide, one block a row holding the row in registers,
+    read once (the long strategy reads it, or its shared-memory copy, twice; the forward with an
+    online rescale)."""
+    p = row_plan(rows, cols, itemsize, arrays, props)
+    if p.strategy != "long":
+        return p
+    tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * (16 // itemsize)))
+    if tpr > min(LONG_THREADS, props.max_threads_per_block):
+        return p
+    return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
 
 
 def layer_norm_kernel(plan: Plan, vec: bool) -> str:

@@ -36,7 +36,8 @@ def consts() -> list[int]:
     source."""
     from opsmith.ops import _launch
     return [_launch.ROW_CHUNKS, _launch.ROW_THREADS, _launch.LONG_THREADS, _launch.EW_THREADS,
-            _launch.EW_UNROLL, _launch._STATIC_SMEM, _launch.ROW_BWD_BLOCKS, _launch.LN_WIDE_TPR]
+            _launch.EW_UNROLL, _launch._STATIC_SMEM, _launch.ROW_BWD_BLOCKS, _launch.LN_WIDE_TPR,
+            _launch.WIDE_CHUNKS]
 
 
 def build() -> str:
@@ -58,7 +59,7 @@ def build() -> str:
 def _open(path: str):
     import torch  # noqa: F401  (the library links against the torch libraries torch loaded)
     lib = ctypes.CDLL(path)
-    if lib.osm_ops_abi() != 4:
+    if lib.osm_ops_abi() != 5:
         raise OpsmithError(f"the native opsmith.ops library at {path} is of another version; clear the cache "
                            "(opsmith cache clear)")
     lib.osm_ops_kernel_file.restype = ctypes.c_char_p
@@ -91,7 +92,7 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 
 
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
-    """The C++ plan (``"elementwise"`` with ``rows`` = n, ``"row"``, ``"weight"``, ``"norm_bwd"``) for ``props``
+    """The C++ plan (``"elementwise"`` with ``rows`` = n, ``"row"``, ``"weight"``, ``"norm_bwd"``, ``"softmax"``) for ``props``
     (a :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid, block, smem, cache,
     per_chunk); before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
@@ -99,9 +100,10 @@ def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, li
     out = (ctypes.c_int64 * 8)()
     p = (ctypes.c_int64 * 5)(props.sm_count, props.max_threads_per_block, props.max_threads_per_sm,
                              props.smem_per_block_optin, props.smem_per_sm)
-    if lib.osm_ops_plan({"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3}[which], rows, cols, itemsize, arrays, p, out):
+    if lib.osm_ops_plan({"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3, "softmax": 4}[which], rows, cols,
+                        itemsize, arrays, p, out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
-    names = {0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent"}
+    names = {0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide"}
     return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7]
 
 

@@ -26,7 +26,8 @@ DTYPES: dict[str, tuple[str, str]] = {
 FILES: dict[str, tuple[str, ...]] = {
     "elementwise.cu": tuple(f"{op}_{d}<{{T}}>" for op in ("relu", "gelu_erf", "gelu_tanh", "silu")
                             for d in ("fwd", "bwd")),
-    "softmax.cu": tuple(f"softmax_{d}{s}<{{T}}>" for d in ("fwd", "bwd") for s in ("", "_long")),
+    "softmax.cu": tuple(f"softmax_{d}{s}<{{T}}>" for d in ("fwd", "bwd") for s in ("", "_long"))
+    + ("softmax_fwd_wide<{T}>", "softmax_bwd_wide<{T}>"),
     "norm.cu": tuple(f"{op}_{d}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for d in ("fwd", "bwd"))
     + ("norm_col_sum<{T}, {A}>", "layer_norm_fwd_wide<{T}, {A}>"),
     "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")

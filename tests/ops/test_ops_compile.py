@@ -223,8 +223,8 @@ def test_cli_warm_ops_compiles_then_hits(fresh_cache):
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr
         outs.append(out.stdout)
-    assert "opsmith.ops for sm_90: 32 programs (136 kernels), 32 compiled, 0 from the cache" in outs[0]
-    assert "opsmith.ops for sm_90: 32 programs (136 kernels), 0 compiled, 32 from the cache" in outs[1]
+    assert "opsmith.ops for sm_90: 32 programs (144 kernels), 32 compiled, 0 from the cache" in outs[0]
+    assert "opsmith.ops for sm_90: 32 programs (144 kernels), 0 compiled, 32 from the cache" in outs[1]
     for out in outs:  # and the torch C++ libraries the ops run on, built once for this torch
         assert "opsmith.ops native CUDA kernels (opsmith/ops/native/osm_ops.cpp): ready for this torch" in out
         assert "opsmith.ops native Autograd kernels" in out
@@ -395,6 +395,28 @@ def test_a_first_call_that_is_compiled_registers_the_ops_outside_the_trace(tmp_p
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
                          check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+def test_softmax_plan_takes_the_wide_strategy_between_register_and_long_rows(props):
+    """Rows beyond the register strategy whose WIDE_CHUNKS chunks fit LONG_THREADS threads: "wide", one
+    block a row; everything else as row_plan."""
+    for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 4096, 8192, 8193, 16384, 32768, 32769,
+                                                                     70000), (2, 4, 8)):
+        p, r = _launch.softmax_plan(rows, cols, itemsize, 1, props), _launch.row_plan(rows, cols, itemsize, 1, props)
+        vec = 16 // itemsize
+        if p.strategy != "wide":
+            assert p == r
+            continue
+        assert r.strategy == "long" and p.grid == (rows,) and p.shared_mem == 0
+        tpr = p.block[0]
+        assert p.block == (tpr, 1) and tpr <= min(_launch.LONG_THREADS, props.max_threads_per_block)
+        assert tpr * _launch.WIDE_CHUNKS * vec >= cols > tpr * _launch.WIDE_CHUNKS * vec // 2  # the least that fits
+    assert _launch.softmax_plan(2048, 32768, 2, 1, props).strategy == "wide"  # bf16 32,768: 1,024 threads x 4 chunks
+    assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == "wide"  # the backward's too
+    assert _launch.softmax_plan(2048, 32769, 2, 1, props) == _launch.row_plan(2048, 32769, 2, 1, props)  # long
+    assert _launch.softmax_plan(2048, 32769, 2, 2, props) == _launch.row_plan(2048, 32769, 2, 2, props)
+    assert _launch.softmax_plan(2048, 8192, 2, 1, props).strategy == "block"
 
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])

@@ -130,7 +130,8 @@ def test_softmax_any_dim_and_views(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("cols", [7, 1000, 20000, 70001])  # warp, block, long (cached), long (not cached)
+# warp, block, wide (fp32) / long, wide (bf16) / long (cached), long (not cached)
+@pytest.mark.parametrize("cols", [7, 1000, 16384, 20000, 70001])
 def test_softmax_inf_nan_as_torch(cols, dtype):
     x = _rand((6, cols), dtype, 7)
     x[0, cols // 2] = float("nan")

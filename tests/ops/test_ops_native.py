@@ -47,6 +47,9 @@ def _py(which, rows, cols, itemsize, arrays, props):
     if which == "row":
         p = _launch.row_plan(rows, cols, itemsize, arrays, props)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0
+    if which == "softmax":
+        p = _launch.softmax_plan(rows, cols, itemsize, arrays, props)
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0
     if which == "norm_bwd":
         p = _launch.norm_bwd_plan(rows, cols, itemsize, props)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0
@@ -63,14 +66,14 @@ def test_plans_match_python_on_synthetic_devices(lib, device):
     props = DEVICES[device]
     strategies = set()
     for rows, cols, itemsize, arrays in itertools.product(ROWS, COLS, (2, 4, 8), (1, 2)):
-        for which in ("row", "weight", "norm_bwd"):
+        for which in ("row", "weight", "norm_bwd", "softmax"):
             got = _native.plan(which, rows, cols, itemsize, arrays, props, lib=lib)
             assert got == _py(which, rows, cols, itemsize, arrays, props), (which, rows, cols, itemsize, arrays)
             strategies.add(got[0])
     for n, itemsize in itertools.product((1, 5, 1000, 2**20 + 3, 3 * 10**9, 2**40), (2, 4, 8)):
         assert _native.plan("elementwise", n, 0, itemsize, 1, props, lib=lib) == \
             _py("elementwise", n, 0, itemsize, 1, props)
-    assert {"warp", "block", "long", "columns", "persistent"} <= strategies
+    assert {"warp", "block", "long", "columns", "persistent", "wide"} <= strategies
 
 
 def test_plans_match_python_on_random_shapes(lib):
@@ -82,7 +85,7 @@ def test_plans_match_python_on_random_shapes(lib):
                       arrays=st.integers(1, 3), device=st.sampled_from(sorted(DEVICES)))
     def check(rows, cols, itemsize, arrays, device):
         props = DEVICES[device]
-        for which in ("row", "weight", "norm_bwd"):
+        for which in ("row", "weight", "norm_bwd", "softmax"):
             assert _native.plan(which, rows, cols, itemsize, arrays, props, lib=lib) == \
                 _py(which, rows, cols, itemsize, arrays, props)
     check()

@@ -301,10 +301,10 @@ template <class T, class A> __device__ __forceinline__ Raw raw_pack(const A* in)
 // pointer aligned, so a chunk is wholly inside the row or wholly past it). Loading chunk by chunk
 // through a per-chunk helper compiled (cuobjdump, sm_90) into a branch per chunk holding its load
 // and the unpacking that waits for it: one 16-byte load in flight per thread at a time.
-template <class T, int K>
-__device__ __forceinline__ void load_chunks(const T* const (&src)[K], Raw (&dst)[K][OPSMITH_ROW_CHUNKS],
-                                            long long n, bool vec, int tpr, int t, unsigned on = ~0u) {
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+template <class T, int K, int C>
+__device__ __forceinline__ void load_chunks(const T* const (&src)[K], Raw (&dst)[K][C], long long n, bool vec,
+                                            int tpr, int t, unsigned on = ~0u) {
+    constexpr int N = Vec<T>::N;
     if (vec) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {

@@ -44,8 +44,8 @@ template <int M, class T, class A> __device__ __forceinline__ void store_vals(T*
 }
 
 // the mode of this launch's rows: vec = 16-byte access allowed (cols % N == 0, pointers aligned)
-template <class T> __device__ __forceinline__ int row_mode(bool vec, int cols) {
-    return !vec ? ROW_SCALAR : cols == OPSMITH_ROW_CHUNKS * Vec<T>::N * (int)blockDim.x ? ROW_FULL : ROW_VEC;
+template <class T, int C = OPSMITH_ROW_CHUNKS> __device__ __forceinline__ int row_mode(bool vec, int cols) {
+    return !vec ? ROW_SCALAR : cols == C * Vec<T>::N * (int)blockDim.x ? ROW_FULL : ROW_VEC;
 }
 
 // a 16-byte chunk of T holds an inf or a NaN (on the bits: a conversion to float per element would

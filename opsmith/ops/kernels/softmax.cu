@@ -23,6 +23,9 @@
 #ifndef OPSMITH_LONG_THREADS
 #define OPSMITH_LONG_THREADS 1024
 #endif
+#ifndef OPSMITH_WIDE_CHUNKS
+#define OPSMITH_WIDE_CHUNKS 4  // 16-byte chunks a thread in softmax_fwd_wide (_launch.WIDE_CHUNKS)
+#endif
 
 namespace opsmith {
 
@@ -55,12 +58,12 @@ template <class A> __device__ __forceinline__ void online_allreduce(A& m, A& s, 
 
 using namespace opsmith;
 
-// One row of the register forward, bounds checks as mode M (rows.cuh's RowMode). The max and
-// the sum of a thread's elements go into 4 partials each (chains of 4 instead of C * N).
-template <int M, class T>
+// One row of the register forward, C chunks a thread, bounds checks as mode M (rows.cuh's RowMode).
+// The max and the sum of a thread's elements go into 4 partials each (chains of 4, not C * N).
+template <int M, int C, class T>
 __device__ __forceinline__ void softmax_fwd_row(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
     typedef typename Elem<T>::acc A;
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
     const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
     const bool active = row < rows;  // idle rows still take part in the reductions
@@ -97,26 +100,41 @@ __device__ __forceinline__ void softmax_fwd_row(const T* __restrict__ x, T* __re
 
 // the element-wise row (unaligned or odd widths) out of line, so that its registers do not
 // weigh on the vector paths (inlined, it made the bf16 kernel spill)
-template <class T>
+template <int C, class T>
 __device__ __noinline__ void softmax_fwd_scalar(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
-    softmax_fwd_row<ROW_SCALAR>(x, y, rows, cols);
+    softmax_fwd_row<ROW_SCALAR, C>(x, y, rows, cols);
+}
+
+template <int C, class T>
+__device__ __forceinline__ void softmax_fwd_any(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    const int mode = row_mode<T, C>(cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y), cols);
+    if (mode == ROW_FULL) softmax_fwd_row<ROW_FULL, C>(x, y, rows, cols);
+    else if (mode == ROW_VEC) softmax_fwd_row<ROW_VEC, C>(x, y, rows, cols);
+    else softmax_fwd_scalar<C>(x, y, rows, cols);
 }
 
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 4, 4>::value))
 softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
-    const int mode = row_mode<T>(cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y), cols);
-    if (mode == ROW_FULL) softmax_fwd_row<ROW_FULL>(x, y, rows, cols);
-    else if (mode == ROW_VEC) softmax_fwd_row<ROW_VEC>(x, y, rows, cols);
-    else softmax_fwd_scalar(x, y, rows, cols);
+    softmax_fwd_any<OPSMITH_ROW_CHUNKS>(x, y, rows, cols);
 }
 
+// The register forward for rows too long for OPSMITH_ROW_THREADS threads of OPSMITH_ROW_CHUNKS
+// chunks and short enough for OPSMITH_LONG_THREADS of OPSMITH_WIDE_CHUNKS (bf16 up to 32,768: the
+// row read once, into registers, one block a row, as Liger's), where softmax_fwd_long takes two
+// passes and an online rescale (_launch.softmax_plan's "wide" strategy).
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, 1)
-softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
-            int cols) {
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS, 1)
+softmax_fwd_wide(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    softmax_fwd_any<OPSMITH_WIDE_CHUNKS>(x, y, rows, cols);
+}
+
+// The register backward's row, C chunks a thread.
+template <int C, class T>
+__device__ __forceinline__ void softmax_bwd_row(const T* __restrict__ grad_y, const T* __restrict__ y,
+                                                T* __restrict__ grad_x, long long rows, int cols) {
     typedef typename Elem<T>::acc A;
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
     const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
     const bool active = row < rows;
@@ -129,13 +147,30 @@ softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict
 #pragma unroll
     for (int i = 0; i < C * N; ++i) p[i & 3] += raw_get<T>(in[0][i / N], i % N) * raw_get<T>(in[1][i / N], i % N);
     const A dot = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
-    A g[C * N];
-#pragma unroll
-    for (int i = 0; i < C * N; ++i) g[i] = raw_get<T>(in[1][i / N], i % N) * (raw_get<T>(in[0][i / N], i % N) - dot);
     if (active) {
 #pragma unroll
-        for (int c = 0; c < C; ++c) store_vec(grad_x + base, (long long)(c * tpr + t) * N, n, vec, g + c * N);
+        for (int c = 0; c < C; ++c) {
+            A g[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) g[k] = raw_get<T>(in[1][c], k) * (raw_get<T>(in[0][c], k) - dot);
+            store_vec(grad_x + base, (long long)(c * tpr + t) * N, n, vec, g);
+        }
     }
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, 1)
+softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
+            int cols) {
+    softmax_bwd_row<OPSMITH_ROW_CHUNKS>(grad_y, y, grad_x, rows, cols);
+}
+
+// softmax_bwd for softmax_fwd_wide's rows (_launch.softmax_plan's "wide"): grad_y and y read once.
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS, 1)
+softmax_bwd_wide(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
+                 int cols) {
+    softmax_bwd_row<OPSMITH_WIDE_CHUNKS>(grad_y, y, grad_x, rows, cols);
 }
 
 template <class T>

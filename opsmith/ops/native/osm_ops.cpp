@@ -93,11 +93,12 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         long long rows = x.numel() / c;
         int cols = cols32(c, "softmax");
         function(SOFTMAX_FWD, dt, dev);
-        const Plan p = row_plan(rows, c, x.element_size(), 1, props[dev]);
+        const Plan p = softmax_plan(rows, c, x.element_size(), 1, props[dev]);
         void *xp = x.data_ptr(), *yp = y.data_ptr();
         int cache = p.cache;
         void *params[] = {&xp, &yp, &rows, &cols, &cache};
-        launch(p.strategy == S_LONG ? SOFTMAX_FWD_LONG : SOFTMAX_FWD, dt, dev, p, params);
+        launch(p.strategy == S_LONG ? SOFTMAX_FWD_LONG : p.strategy == S_WIDE ? SOFTMAX_FWD_WIDE : SOFTMAX_FWD, dt, dev, p,
+               params);
     }
     return y;
 }
@@ -115,11 +116,12 @@ at::Tensor softmax_backward_last(const at::Tensor &grad, const at::Tensor &y_) {
         long long rows = y.numel() / c;
         int cols = cols32(c, "softmax_backward");
         function(SOFTMAX_BWD, dt, dev);
-        const Plan p = row_plan(rows, c, y.element_size(), 2, props[dev]);
+        const Plan p = softmax_plan(rows, c, y.element_size(), 2, props[dev]);
         void *gp = g.data_ptr(), *yp = y.data_ptr(), *dp = dx.data_ptr();
         int cache = p.cache;
         void *params[] = {&gp, &yp, &dp, &rows, &cols, &cache};
-        launch(p.strategy == S_LONG ? SOFTMAX_BWD_LONG : SOFTMAX_BWD, dt, dev, p, params);
+        launch(p.strategy == S_LONG ? SOFTMAX_BWD_LONG : p.strategy == S_WIDE ? SOFTMAX_BWD_WIDE : SOFTMAX_BWD, dt, dev, p,
+               params);
     }
     return dx;
 }
@@ -294,7 +296,7 @@ std::unique_ptr<torch::Library> registration, composite;  // the kernels, for th
 }  // namespace
 
 extern "C" {
-__attribute__((visibility("default"))) int osm_ops_abi(void) { return 4; }
+__attribute__((visibility("default"))) int osm_ops_abi(void) { return 5; }
 __attribute__((visibility("default"))) int osm_ops_kernel_count(void) { return N_KERNELS; }
 __attribute__((visibility("default"))) const char *osm_ops_kernel_file(int k) {
     return k >= 0 && k < N_KERNELS ? kernel_file[k] : nullptr;
@@ -349,7 +351,8 @@ __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows,
     if (itemsize < 1 || itemsize > 16) return 1;
     const Plan q = which == 0 ? elementwise_plan(rows, itemsize, d)
                  : which == 1 ? row_plan(rows, cols, itemsize, arrays, d)
-                 : which == 2 ? weight_grad_plan(rows, cols, d) : norm_bwd_plan(rows, cols, itemsize, d);
+                 : which == 2 ? weight_grad_plan(rows, cols, d)
+                 : which == 3 ? norm_bwd_plan(rows, cols, itemsize, d) : softmax_plan(rows, cols, itemsize, arrays, d);
     const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk};
     for (int i = 0; i < 8; i++) out[i] = v[i];
     return 0;

@@ -24,8 +24,10 @@
     X(SILU_BWD, "elementwise.cu", "silu_bwd<{T}>")                            \
     X(SOFTMAX_FWD, "softmax.cu", "softmax_fwd<{T}>")                          \
     X(SOFTMAX_FWD_LONG, "softmax.cu", "softmax_fwd_long<{T}>")                \
+    X(SOFTMAX_FWD_WIDE, "softmax.cu", "softmax_fwd_wide<{T}>")                \
     X(SOFTMAX_BWD, "softmax.cu", "softmax_bwd<{T}>")                          \
     X(SOFTMAX_BWD_LONG, "softmax.cu", "softmax_bwd_long<{T}>")                \
+    X(SOFTMAX_BWD_WIDE, "softmax.cu", "softmax_bwd_wide<{T}>")                \
     X(LN_FWD, "norm.cu", "layer_norm_fwd<{T}, {A}>")                          \
     X(LN_FWD_LONG, "norm_long.cu", "layer_norm_fwd_long<{T}, {A}>")           \
     X(LN_FWD_WIDE, "norm.cu", "layer_norm_fwd_wide<{T}, {A}>")                \

@@ -10,7 +10,7 @@ namespace {
 
 // the launch plans' numbers, from opsmith/ops/_launch.py (osm_ops_init), in this order
 enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, C_LN_WIDE_TPR,
-       N_CONSTS };
+       C_WIDE_CHUNKS, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -18,7 +18,7 @@ struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its 
 };
 
 // -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
-enum { S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5 };
+enum { S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5, S_WIDE = 6 };
 struct Plan {
     int strategy;
     int64_t gx, gy;
@@ -56,6 +56,14 @@ Plan row_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, cons
     if (cache) per_sm = std::max<int64_t>(1, std::min(per_sm, p.smem_per_sm / (row_bytes + K[C_STATIC_SMEM])));
     const int64_t grid = std::max<int64_t>(1, std::min(rows, per_sm * p.sm_count));
     return {S_LONG, grid, 1, threads, 1, cache ? row_bytes : 0, cache ? 1 : 0, 0};
+}
+
+Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, const Props &p) {
+    const Plan q = row_plan(rows, cols, itemsize, arrays, p);
+    if (q.strategy != S_LONG) return q;
+    const int64_t tpr = pow2_at_least(cdiv(cols, K[C_WIDE_CHUNKS] * (16 / itemsize)));
+    if (tpr > std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block)) return q;
+    return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
 
 Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
