@@ -12,7 +12,9 @@ Row strategies (see ``kernels/softmax.cu``):
 - ``"block"``: the row fits in the registers of up to ``ROW_THREADS`` threads: one row per
   block;
 - ``"long"``: longer rows: one block of up to ``LONG_THREADS`` threads per row, grid-stride
-  over rows, the row staged in shared memory when ``arrays`` rows of it fit, else read again.
+  over rows, the row staged in shared memory when ``arrays`` rows of it fit, else read again;
+- ``"wide"`` (softmax only, ``softmax_plan``): rows beyond ``"block"`` that fit ``LONG_THREADS``
+  threads of ``WIDE_CHUNKS`` chunks: one block a row, the row in registers.
 """
 from __future__ import annotations
 
