@@ -1,19 +1,21 @@
 // opsmith.ops softmax over the last dimension: y = exp(x - max) / sum(exp(x - max)), and its
 // backward grad_x = y * (grad_y - sum(grad_y * y)). Rows of `cols` elements, `rows` of them.
 //
-// Two strategies (opsmith/ops/_launch.py picks one from the row length and the device):
+// Three strategies (opsmith/ops/_launch.py's softmax_plan picks one from the row length and the device):
 //  * softmax_fwd / softmax_bwd: the row lives in registers. A block is (tpr, rows per block):
 //    tpr threads share a row, each holding OPSMITH_ROW_CHUNKS vectors of 16 bytes. tpr <= 32
 //    is the one-warp-per-row path (several rows per block, shuffles only); tpr > 32 holds one
 //    row per block and meets in shared memory. One read and one write of the row: the floor.
-//  * softmax_fwd_long / softmax_bwd_long: rows longer than the registers hold. One block per
-//    row (grid-stride over rows). The forward is the online softmax: one pass keeps a running
-//    (max, sum), rescaling the sum when the max grows, a second pass writes. The first pass
-//    copies the row into shared memory when the launch gave enough (`cache` = 1), so that
-//    the second reads it from there instead of from L2/DRAM.
+//  * softmax_fwd_wide / softmax_bwd_wide: the same with OPSMITH_WIDE_CHUNKS vectors a thread and
+//    up to OPSMITH_LONG_THREADS threads, for rows the first cannot hold (bf16 up to 32,768).
+//  * softmax_fwd_long / softmax_bwd_long: longer rows. One block per row (grid-stride over rows).
+//    The forward is the online softmax: one pass keeps a running (max, sum), rescaling the sum
+//    when the max grows, a second pass writes. The first pass copies the row into shared memory
+//    when the launch gave enough (`cache` = 1), so that the second reads it from there.
 // Numerics: the max is subtracted before exp (no overflow); sums in float (double for double);
-// exp as exp2 (m_expe; the register forward's flushes subnormal results: m_exp2_ftz). The register forward keeps two reductions: one reduction of each thread's
-// (max, sum of exp) merged online ran 35-41 % slower on an H100 (exp twice an element, and in merges).
+// exp as exp2 (m_expe; the register forwards flush subnormal results: m_exp2_ftz). The register
+// forward keeps two reductions: one reduction of each thread's (max, sum of exp) merged online ran
+// 35-41 % slower on an H100 (exp twice an element, and in merges).
 // A NaN anywhere in a row, +inf, or a row of only -inf give a row of NaN, as in torch.
 #include "rows.cuh"
 
