@@ -145,15 +145,22 @@ def parse_kernels(source: str) -> dict[str, KernelDecl]:
     found: dict[str, KernelDecl] = {}
     for m in re.finditer(_GLOBAL, text):
         # the declaration: from __global__ to the parameter list's opening parenthesis
-        head = re.match(r"[^;{}()]*?\b([A-Za-z_]\w*)\s*\(", text[m.end():])
-        if head is None:
+        # the declaration's last `name(...)` before its body or `;`: earlier ones are attribute
+        # macros (`__global__ void MY_BOUNDS(256) kernel(...)`)
+        pos, decl = m.end(), None
+        while (head := re.match(r"[^;{}()]*?\b([A-Za-z_]\w*)\s*\(", text[pos:])) is not None:
+            start = pos + head.end()
+            depth, i = 1, start
+            while i < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+            decl = (head.group(1), start, i)
+            if re.match(r"\s*[A-Za-z_]\w*\s*\(", text[i:]) is None:
+                break
+            pos = i
+        if decl is None:
             continue
-        name = head.group(1)
-        start = m.end() + head.end()
-        depth, i = 1, start
-        while i < len(text) and depth:
-            depth += {"(": 1, ")": -1}.get(text[i], 0)
-            i += 1
+        name, start, i = decl
         params = " ".join(text[start:i - 1].split())
         before = text[:m.start()]
         stmt_start = max(before.rfind(";"), before.rfind("}"), before.rfind("{")) + 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
+from opsmith.ops import _norms
 from opsmith.ops import _launch, _sources
 
 __all__ = ["add_layer_norm_cuda", "add_rms_norm_cuda", "define_all", "define_layer_norm"]
@@ -47,7 +48,7 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
         if rows and cols else None
     if plan is None or plan.strategy == "long":
         s = x + residual
-        y, rstd = fn.rms_norm_fwd(s, normalized_shape, weight, eps)
+        y, rstd = _norms.rms_norm_fwd(s, normalized_shape, weight, eps)
         return y, s, rstd
     y, s = torch.empty_like(x), torch.empty_like(x)
     rstd = torch.empty(rows, dtype=fn._stats_dtype(x), device=x.device)
@@ -95,7 +96,7 @@ def define_all(define, rms) -> list:
                 "float? eps=None) -> (Tensor, Tensor, Tensor)", add_rms_norm_cuda, _cpu(cpu), _fake(fake))
     back = define("add_rms_norm_backward", "(Tensor grad, Tensor s, int[] normalized_shape, Tensor rstd, "
                   "bool want_w, Tensor? weight=None, Tensor? grad_residual=None) -> (Tensor, Tensor)",
-                  _backward(fn.rms_norm_bwd, fused=True), _backward(backward_cpu), _backward(backward_fake))
+                  _backward(_norms.rms_norm_bwd, fused=True), _backward(backward_cpu), _backward(backward_fake))
 
     def setup_context(ctx, inputs, output):
         _x, _residual, shape, weight, _eps = inputs
@@ -127,7 +128,7 @@ def _add_layer_norm(layer_norm):
     return forward
 
 
-add_layer_norm_cuda = _add_layer_norm(fn.layer_norm_fwd)  # on CUDA: torch's add, then layer_norm's kernels
+add_layer_norm_cuda = _add_layer_norm(_norms.layer_norm_fwd)  # on CUDA: torch's add, then layer_norm's kernels
 
 
 def define_layer_norm(define, ln) -> list:
@@ -150,7 +151,7 @@ def define_layer_norm(define, ln) -> list:
                 _add_layer_norm(cpu), fake_fwd)
     back = define("add_layer_norm_backward", "(Tensor grad, Tensor s, int[] normalized_shape, Tensor mean, "
                   "Tensor rstd, bool want_w, bool want_b, Tensor? weight=None, Tensor? grad_residual=None) "
-                  "-> (Tensor, Tensor, Tensor)", back_of(fn.layer_norm_bwd), back_of(backward_cpu),
+                  "-> (Tensor, Tensor, Tensor)", back_of(_norms.layer_norm_bwd), back_of(backward_cpu),
                   back_of(backward_fake))
 
     def setup_context(ctx, inputs, output):

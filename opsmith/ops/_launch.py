@@ -14,7 +14,11 @@ Row strategies (see ``kernels/softmax.cu``):
 - ``"long"``: longer rows: one block of up to ``LONG_THREADS`` threads per row, grid-stride
   over rows, the row staged in shared memory when ``arrays`` rows of it fit, else read again;
 - ``"wide"`` (softmax only, ``softmax_plan``): rows beyond ``"block"`` that fit ``LONG_THREADS``
-  threads of ``WIDE_CHUNKS`` chunks: one block a row, the row in registers.
+  threads of ``WIDE_CHUNKS`` chunks: one block a row, the row in registers;
+- ``"cluster"`` (the norms, ``norm_cluster_plan``, sm_90+): rows beyond ``"block"`` that fit 2
+  blocks of ``ROW_THREADS`` (and, backward, ``CLUSTER_MAX`` of ``CLUSTER_THREADS``): a
+  thread-block cluster a row, each block a slice of it in registers, the row's sums through
+  distributed shared memory.
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ __all__ = [
     "ROW_CHUNKS",
     "ROW_THREADS",
     "WIDE_CHUNKS",
+    "CLUSTER_MAX",
+    "CLUSTER_THREADS",
     "DeviceProps",
     "Plan",
     "col_sum_plan",
@@ -38,6 +44,7 @@ __all__ = [
     "launch_config",
     "layer_norm_kernel",
     "norm_bwd_plan",
+    "norm_cluster_plan",
     "row_plan",
     "softmax_plan",
     "weight_grad_plan",
@@ -53,6 +60,9 @@ WIDE_CHUNKS = 4       # OPSMITH_WIDE_CHUNKS in softmax.cu: 16-byte chunks a thre
 EW_THREADS = 256      # OPSMITH_EW_THREADS: __launch_bounds__ of the elementwise kernels
 EW_UNROLL = 4         # OPSMITH_EW_UNROLL in elementwise.cu: vectors in flight per thread per trip
 GATED_ROWS = 2        # OPSMITH_GATED_ROWS in gated.cu: rows a thread loads per trip
+CLUSTER_MAX = 8       # the larger cluster of norm_cluster.cu's kernels (K = 2 or 8; 8 is the portable limit)
+CLUSTER_THREADS = 256 # the most threads a block of norm_cluster_plan's clusters of CLUSTER_MAX
+CLUSTER_FWD_BLOCKS = 2  # OPSMITH_CLUSTER_FWD_BLOCKS in norm_cluster.cu: ROW_THREADS-blocks an SM holds in its forwards
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32
 
@@ -65,6 +75,7 @@ class DeviceProps(NamedTuple):
     max_threads_per_sm: int
     smem_per_block_optin: int
     smem_per_sm: int
+    clusters: bool = False  # thread-block clusters (compute capability 9.0+)
 
 
 class Plan(NamedTuple):
@@ -75,6 +86,7 @@ class Plan(NamedTuple):
     block: tuple
     shared_mem: int
     cache: int
+    cluster: int = 1  # blocks a cluster ("cluster": the kernel's K, its __cluster_dims__)
 
 
 # One LaunchConfig per plan, so that its id stays stable (the launcher remembers validated
@@ -102,7 +114,8 @@ def device_props(device: int) -> DeviceProps:
         max_threads_per_block=getattr(p, "max_threads_per_block", 1024) or 1024,
         max_threads_per_sm=getattr(p, "max_threads_per_multi_processor", 2048) or 2048,
         smem_per_block_optin=int(optin),
-        smem_per_sm=int(getattr(p, "shared_memory_per_multiprocessor", optin) or optin))
+        smem_per_sm=int(getattr(p, "shared_memory_per_multiprocessor", optin) or optin),
+        clusters=p.major >= 9)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -241,3 +254,43 @@ def weight_grad_plan(rows: int, cols: int, props: DeviceProps) -> tuple[Plan, in
     per_chunk = _cdiv(rows, chunks)
     chunks = _cdiv(rows, per_chunk)
     return Plan("columns", (col_blocks, chunks), (32, 8), 0, 0), per_chunk
+
+
+@functools.lru_cache(maxsize=4096)
+def norm_cluster_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, backward: bool) -> Plan | None:
+    """norm_cluster.cu's launch for rows too long for one block's registers (``row_plan``'s ``"long"``),
+    on a device with clusters; None where the long kernels measured faster. A cluster holds a row,
+    each block a slice of ``ROW_CHUNKS`` 16-byte chunks a thread, the row spread evenly over whole
+    warps:
+
+    - ``K`` = 2 blocks of up to ``ROW_THREADS`` (bf16 rows up to 16,384, fp32 8,192), both directions;
+    - ``K`` = ``CLUSTER_MAX`` (8) blocks of up to ``CLUSTER_THREADS`` (bf16 up to 32,768), the
+      backward only.
+
+    H200, against the long kernels (bench/diag_norm_cluster.py, ``diag-cluster.json``): K = 2 ran
+    forwards 1.16-1.96x and forward + backward 1.56-2.0x as fast at bf16; K = 8 forward + backward
+    1.02-1.36x, but its forwards 0.74-0.95x but for bf16 layer_norm (1.13x); 4 blocks of 512 or 256
+    threads ran slower than either, and 8 blocks of 512 (bf16 65,536) slower than long for layer_norm.
+    Both directions are persistent: as many clusters as the SMs hold at once (``ROW_THREADS *
+    CLUSTER_FWD_BLOCKS`` threads an SM forward, ``ROW_THREADS * ROW_BWD_BLOCKS`` backward), at most
+    one a row (two rows backward), striding over the rows; each backward cluster writes one row of
+    partial sums."""
+    if not props.clusters:
+        return None
+    units = _cdiv(max(cols, 1), ROW_CHUNKS * (16 // itemsize))  # threads a row needs
+    limit = min(ROW_THREADS, props.max_threads_per_block)
+    if units <= limit:
+        return None
+    if units <= 2 * limit:
+        k = 2
+    elif backward and units <= CLUSTER_MAX * min(CLUSTER_THREADS, limit):
+        k = CLUSTER_MAX
+    else:
+        return None
+    tpr = _cdiv(_cdiv(units, k), _WARP) * _WARP  # whole warps, the row spread evenly
+    if rows * k > 2**31 - 1:
+        return None
+    blocks = ROW_BWD_BLOCKS if backward else CLUSTER_FWD_BLOCKS
+    per_sm = max(1, min(ROW_THREADS * blocks, props.max_threads_per_sm) // tpr)
+    groups = max(1, min(per_sm * props.sm_count // k, _cdiv(rows, 2) if backward else rows))
+    return Plan("cluster", (groups * k,), (tpr, 1), 0, 0, k)

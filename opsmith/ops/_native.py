@@ -31,13 +31,19 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 
 
 def consts() -> list[int]:
-    """The plans' numbers in osm_ops.cpp's order (ROW_CHUNKS, ROW_THREADS, LONG_THREADS,
-    EW_THREADS, EW_UNROLL, STATIC_SMEM, ROW_BWD_BLOCKS): :mod:`opsmith.ops._launch` is their one
-    source."""
+    """The plans' numbers in osm_ops_plan.h's order (ROW_CHUNKS, ROW_THREADS, LONG_THREADS,
+    EW_THREADS, EW_UNROLL, STATIC_SMEM, ROW_BWD_BLOCKS, LN_WIDE_TPR, WIDE_CHUNKS, CLUSTER_MAX,
+    CLUSTER_THREADS, CLUSTER_FWD_BLOCKS): :mod:`opsmith.ops._launch` is their one source."""
     from opsmith.ops import _launch
     return [_launch.ROW_CHUNKS, _launch.ROW_THREADS, _launch.LONG_THREADS, _launch.EW_THREADS,
             _launch.EW_UNROLL, _launch._STATIC_SMEM, _launch.ROW_BWD_BLOCKS, _launch.LN_WIDE_TPR,
-            _launch.WIDE_CHUNKS]
+            _launch.WIDE_CHUNKS, _launch.CLUSTER_MAX, _launch.CLUSTER_THREADS, _launch.CLUSTER_FWD_BLOCKS]
+
+
+def _props(p):
+    """osm_ops_set_device's and osm_ops_plan's six numbers of a DeviceProps."""
+    return (ctypes.c_int64 * 6)(p.sm_count, p.max_threads_per_block, p.max_threads_per_sm, p.smem_per_block_optin,
+                                p.smem_per_sm, int(p.clusters))
 
 
 def build() -> str:
@@ -59,7 +65,7 @@ def build() -> str:
 def _open(path: str):
     import torch  # noqa: F401  (the library links against the torch libraries torch loaded)
     lib = ctypes.CDLL(path)
-    if lib.osm_ops_abi() != 5:
+    if lib.osm_ops_abi() != 6:
         raise OpsmithError(f"the native opsmith.ops library at {path} is of another version; clear the cache "
                            "(opsmith cache clear)")
     lib.osm_ops_kernel_file.restype = ctypes.c_char_p
@@ -92,19 +98,20 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 
 
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
-    """The C++ plan (``"elementwise"`` with ``rows`` = n, ``"row"``, ``"weight"``, ``"norm_bwd"``, ``"softmax"``) for ``props``
-    (a :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid, block, smem, cache,
-    per_chunk); before :func:`register` it uses the numbers of :func:`consts`."""
+    """The C++ plan (``"elementwise"`` with ``rows`` = n, ``"row"``, ``"weight"``, ``"norm_bwd"``, ``"softmax"``,
+    ``"cluster_fwd"``, ``"cluster_bwd"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`), as
+    (strategy, grid, block, smem, cache, per_chunk, cluster), strategy None where a cluster plan has none;
+    before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
     _init(lib, cuda=False)
-    out = (ctypes.c_int64 * 8)()
-    p = (ctypes.c_int64 * 5)(props.sm_count, props.max_threads_per_block, props.max_threads_per_sm,
-                             props.smem_per_block_optin, props.smem_per_sm)
-    if lib.osm_ops_plan({"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3, "softmax": 4}[which], rows, cols,
-                        itemsize, arrays, p, out):
+    out = (ctypes.c_int64 * 9)()
+    which_id = {"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3, "softmax": 4, "cluster_fwd": 5,
+                "cluster_bwd": 6}[which]
+    if lib.osm_ops_plan(which_id, rows, cols, itemsize, arrays, _props(props), out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
-    names = {0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide"}
-    return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7]
+    names = {-1: None, 0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide",
+             7: "cluster"}
+    return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7], out[8]
 
 
 def _init(lib, cuda: bool) -> None:
@@ -145,10 +152,7 @@ def _prepare(kernel: int, dtype: int, device: int) -> int:
         st = k._state(device)
         if "_long" in template:  # the row cache may need more than the default 48 KiB
             st.opt_in_shared()
-        p = _launch.device_props(device)
-        props = (ctypes.c_int64 * 5)(p.sm_count, p.max_threads_per_block, p.max_threads_per_sm,
-                                     p.smem_per_block_optin, p.smem_per_sm)
-        if lib.osm_ops_set_device(device, props, _driver.primary_context(device)):
+        if lib.osm_ops_set_device(device, _props(_launch.device_props(device)), _driver.primary_context(device)):
             raise OpsmithError(f"cuda:{device} is beyond the native library's {lib.osm_ops_max_devices()} devices")
         if lib.osm_ops_set_function(kernel, dtype, device, st.fn):
             raise OpsmithError("osm_ops_set_function refused the kernel")

@@ -43,6 +43,7 @@ import threading
 
 from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
+from opsmith.ops import _norms
 
 __all__ = ["CROSS_ENTROPY_NAMES", "FUSED_NAMES", "GATED_NAMES", "OP_NAMES", "ROTARY_NAMES", "ops"]
 
@@ -240,19 +241,19 @@ def _register_all() -> None:
 
     # layer_norm
     ln = define("layer_norm", "(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
-                "float eps=1e-05) -> (Tensor, Tensor, Tensor)", fn.layer_norm_fwd, _layer_norm_cpu, _layer_norm_fake)
+                "float eps=1e-05) -> (Tensor, Tensor, Tensor)", _norms.layer_norm_fwd, _layer_norm_cpu, _layer_norm_fake)
     ln_b = define("layer_norm_backward", "(Tensor grad, Tensor x, int[] normalized_shape, Tensor mean, "
                   "Tensor rstd, bool want_w, bool want_b, Tensor? weight=None) -> (Tensor, Tensor, Tensor)",
-                  fn.layer_norm_bwd, _layer_norm_backward_cpu, _layer_norm_backward_fake)
+                  _norms.layer_norm_bwd, _layer_norm_backward_cpu, _layer_norm_backward_fake)
 
     ln.register_autograd(ln_b, args=("grad0", "x", "normalized_shape", "out1", "out2", "needs_grad(weight)",
                                      "needs_grad(bias)", "weight"), grads_for=("x", "weight", "bias"))
 
     # rms_norm
     rms = define("rms_norm", "(Tensor x, int[] normalized_shape, Tensor? weight=None, float? eps=None) "
-                 "-> (Tensor, Tensor)", fn.rms_norm_fwd, _rms_norm_cpu, _rms_norm_fake)
+                 "-> (Tensor, Tensor)", _norms.rms_norm_fwd, _rms_norm_cpu, _rms_norm_fake)
     rms_b = define("rms_norm_backward", "(Tensor grad, Tensor x, int[] normalized_shape, Tensor rstd, "
-                   "bool want_w, Tensor? weight=None) -> (Tensor, Tensor)", fn.rms_norm_bwd, _rms_norm_backward_cpu,
+                   "bool want_w, Tensor? weight=None) -> (Tensor, Tensor)", _norms.rms_norm_bwd, _rms_norm_backward_cpu,
                    _rms_norm_backward_fake)
 
     rms.register_autograd(rms_b, args=("grad0", "x", "normalized_shape", "out1", "needs_grad(weight)", "weight"),

@@ -1,7 +1,7 @@
 """The CUDA sources of opsmith.ops and their compiled modules.
 
 One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu``,
-``norm.cu``, ``norm_long.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
+``norm.cu``, ``norm_long.cu``, ``norm_cluster.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
 float16 and bfloat16, each with the name expressions of its kernels. The first use of any op on a dtype
 compiles that dtype's programs at once (:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all
 of them ahead of time.
@@ -32,6 +32,8 @@ FILES: dict[str, tuple[str, ...]] = {
     + ("norm_col_sum<{T}, {A}>", "layer_norm_fwd_wide<{T}, {A}>"),
     "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
                           for d in ("fwd", "bwd")) + ("norm_bwd_weight<{T}, {A}>",),
+    "norm_cluster.cu": tuple(f"{op}_{d}_cluster<{k}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
+                             for d, ks in (("fwd", (2,)), ("bwd", (2, 8))) for k in ks),  # _launch.norm_cluster_plan's
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>",),
     "rotary.cu": ("rotary<{T}>",),
@@ -40,7 +42,7 @@ FILES: dict[str, tuple[str, ...]] = {
 
 # the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep
 # their Python CUDA implementations (opsmith/ops/_functional.py) on every machine
-NATIVE_FILES = ("elementwise.cu", "softmax.cu", "norm.cu", "norm_long.cu")
+NATIVE_FILES = ("elementwise.cu", "softmax.cu", "norm.cu", "norm_long.cu", "norm_cluster.cu")
 
 
 def kernel_names(file: str, dtype: str) -> list[str]:

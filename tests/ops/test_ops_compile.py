@@ -25,7 +25,7 @@ ARCHS = ("sm_80", "sm_90", "sm_100")
 
 # synthetic devices: H100-like, A100-like, and a small part with the classic 48 KiB of shared memory
 H100 = DeviceProps(sm_count=132, max_threads_per_block=1024, max_threads_per_sm=2048,
-                   smem_per_block_optin=232448, smem_per_sm=233472)
+                   smem_per_block_optin=232448, smem_per_sm=233472, clusters=True)
 A100 = DeviceProps(108, 1024, 2048, 166912, 167936)
 SMALL = DeviceProps(8, 1024, 1536, 49152, 65536)
 TORCH_DTYPE = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16"}
@@ -66,7 +66,7 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
     assert names == ["activations.cuh", "common.cuh", "cross_entropy.cu", "elementwise.cu", "fused_norm.cu", "gated.cu",
-                     "norm.cu", "norm_long.cu", "rotary.cu", "rows.cuh", "softmax.cu"]
+                     "norm.cu", "norm_cluster.cu", "norm_long.cu", "rotary.cu", "rows.cuh", "softmax.cu"]
     # the only includes are our own headers (common.cuh first, or rows.cuh, which includes it) and
     # CUDA's fp16/bf16 headers, behind __has_include
     ours = {'#include "common.cuh"', '#include "rows.cuh"', '#include "activations.cuh"'}
@@ -223,8 +223,10 @@ def test_cli_warm_ops_compiles_then_hits(fresh_cache):
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr
         outs.append(out.stdout)
-    assert "opsmith.ops for sm_90: 32 programs (144 kernels), 32 compiled, 0 from the cache" in outs[0]
-    assert "opsmith.ops for sm_90: 32 programs (144 kernels), 0 compiled, 32 from the cache" in outs[1]
+    programs = len(_sources.FILES) * len(_sources.DTYPES)
+    kernels = sum(map(len, _sources.FILES.values())) * len(_sources.DTYPES)
+    assert f"opsmith.ops for sm_90: {programs} programs ({kernels} kernels), {programs} compiled, 0 from the cache" in outs[0]
+    assert f"opsmith.ops for sm_90: {programs} programs ({kernels} kernels), 0 compiled, {programs} from the cache" in outs[1]
     for out in outs:  # and the torch C++ libraries the ops run on, built once for this torch
         assert "opsmith.ops native CUDA kernels (opsmith/ops/native/osm_ops.cpp): ready for this torch" in out
         assert "opsmith.ops native Autograd kernels" in out
@@ -316,6 +318,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     kernels' signatures: every strategy of every op, with and without weight and bias."""
     import torch
     from opsmith.ops import _functional as fn
+    from opsmith.ops import _norms as nf
     binaries = {j["source"].name: b for j, b in zip(_sources.jobs("sm_90", (dtype,)),
                                                    opsmith.compile_many(_sources.jobs("sm_90", (dtype,)), progress=False))}
     modules = {f: opsmith.CudaModule(b) for f, b in binaries.items()}
@@ -328,7 +331,8 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     monkeypatch.setattr(_sources, "kernel", kernel)
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)
     dt = getattr(torch, dtype)
-    for cols in (1, 100, 1024, 3000, 12000, 70000):  # warp, block, wide (layer_norm), long cached, long uncached
+    # warp, block, wide (layer_norm), cluster, long cached (its forward), long uncached
+    for cols in (1, 100, 1024, 3000, 6000, 12000, 20000, 40000, 70000):
         x = torch.randn(3, cols, dtype=dt)
         w, b = torch.randn(cols, dtype=dt), torch.randn(cols, dtype=dt)
         for op in ("relu", "gelu_erf", "gelu_tanh", "silu"):
@@ -338,12 +342,12 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         fn.softmax_cuda(x, 0)
         fn.softmax_backward_cuda(x, x, -1)
         for weight, bias in ((w, b), (None, None), (w, None)):
-            y, mean, rstd = fn.layer_norm_fwd(x, [cols], weight, bias, 1e-5)
+            y, mean, rstd = nf.layer_norm_fwd(x, [cols], weight, bias, 1e-5)
             assert mean.dtype == (torch.float64 if dtype == "float64" else torch.float32) and mean.shape == (3,)
-            dx, dw, db = fn.layer_norm_bwd(x, x, [cols], mean, rstd, weight is not None, bias is not None, weight)
+            dx, dw, db = nf.layer_norm_bwd(x, x, [cols], mean, rstd, weight is not None, bias is not None, weight)
             assert dx.shape == x.shape and dw.shape == ((cols,) if weight is not None else (0,))
-            y, rstd = fn.rms_norm_fwd(x, [cols], weight, None)
-            dx, dw = fn.rms_norm_bwd(x, x, [cols], rstd, weight is not None, weight)
+            y, rstd = nf.rms_norm_fwd(x, [cols], weight, None)
+            dx, dw = nf.rms_norm_bwd(x, x, [cols], rstd, weight is not None, weight)
         for weight in (w, None):
             from opsmith.ops import _fused
             y, s, rstd = _fused.add_rms_norm_cuda(x, x, [cols], weight, None)
@@ -371,7 +375,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     # empty tensors launch nothing
     before = len(calls)
     fn.ew_fwd("relu", torch.empty(0, dtype=dt))
-    fn.layer_norm_fwd(torch.empty(0, 8, dtype=dt), [8])
+    nf.layer_norm_fwd(torch.empty(0, 8, dtype=dt), [8])
     fn.softmax_cuda(torch.empty(4, 0, dtype=dt))
     fn.gated_fwd("silu", torch.empty(0, 8, dtype=dt))
     assert len(calls) == before
@@ -437,6 +441,38 @@ def test_layer_norm_forward_kernel_choice(props):
     p = _launch.row_plan(4096, 4096, 2, 1, props)
     assert _launch.layer_norm_kernel(p, True) == "layer_norm_fwd_wide"  # bf16 4096-wide rows: 256 threads
     assert _launch.layer_norm_kernel(_launch.row_plan(65536, 1024, 2, 1, props), True) == "layer_norm_fwd"
+
+
+@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+def test_norm_cluster_plan_covers_rows_between_one_block_and_eight(props):
+    """norm_cluster_plan: only on devices with clusters, only for rows row_plan sends to "long": 2
+    blocks of up to ROW_THREADS both ways, 8 of up to CLUSTER_THREADS backward, the row spread
+    evenly over whole warps; both directions run the clusters the SMs hold at once (fewer where the
+    rows are fewer: a row a cluster forward, two backward); longer rows stay long."""
+    limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
+    for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536), (1000, 4096, 8192, 8200, 12000, 16384,
+                                                                            16392, 32768, 32776, 65536, 262144),
+                                                  (2, 4, 8)):
+        units = -(-cols // (_launch.ROW_CHUNKS * (16 // itemsize)))
+        for backward in (False, True):
+            plan = _launch.norm_cluster_plan(rows, cols, itemsize, props, backward)
+            longest = _launch.CLUSTER_MAX * _launch.CLUSTER_THREADS if backward else 2 * limit
+            if not props.clusters or units <= limit or units > longest:
+                assert plan is None, (rows, cols, itemsize, backward)
+                continue
+            assert _launch.row_plan(rows, cols, itemsize, 1, props).strategy == "long"
+            k, (tpr, one) = plan.cluster, plan.block
+            assert k == (2 if units <= 2 * limit else _launch.CLUSTER_MAX) and one == 1 and plan.shared_mem == 0
+            assert tpr % 32 == 0 and tpr <= (limit if k == 2 else _launch.CLUSTER_THREADS)
+            assert units <= k * tpr < units + 32 * k  # the row fits, spread evenly (whole warps a block)
+            assert plan.grid[0] % k == 0
+            blocks = _launch.ROW_BWD_BLOCKS if backward else _launch.CLUSTER_FWD_BLOCKS
+            most = -(-rows // 2) if backward else rows
+            groups = plan.grid[0] // k
+            resident = min(_launch.ROW_THREADS * blocks, props.max_threads_per_sm) // tpr * props.sm_count // k
+            assert 1 <= groups <= max(1, resident) and groups <= max(1, most)
+            if most >= resident:  # enough rows: every SM full
+                assert groups == max(1, resident)
 
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])

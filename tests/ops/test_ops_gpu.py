@@ -38,7 +38,8 @@ EW_OPS = {
 # in shared memory (fp32 backward: 2 x 70001 x 4 bytes), empty
 ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000), (4, 1024), (3, 3001),
               (2, 4096), (2, 4097), (3, 8193), (2, 20000), (1, 32768), (2, 70001), (0, 64), (300, 33),
-              (4099, 256), (2500, 3000)]  # the persistent norm backwards: many trips a block
+              (4099, 256), (2500, 3000),  # the persistent norm backwards: many trips a block
+              (700, 12000), (300, 16385)]  # sm_90+: the cluster kernels' many trips (K = 2 and 8)
 
 
 def _close(actual, expected, dtype, scale=1.0, what=""):
@@ -268,7 +269,15 @@ def test_the_sweep_covers_every_strategy():
             seen.add((plan.strategy, plan.cache))
             if plan.strategy == "persistent" and rows > plan.grid[0] * plan.block[1]:
                 seen.add("several trips")
+            for backward in (False, True):
+                cl = _launch.norm_cluster_plan(max(rows, 1), cols, itemsize, props, backward)
+                if cl is not None:
+                    seen.add(("cluster", cl.cluster))
+                    if backward and rows > cl.grid[0] // cl.cluster:
+                        seen.add("several cluster trips")
     assert {("warp", 0), ("block", 0), ("long", 1), ("long", 0), ("persistent", 0), "several trips"} <= seen
+    if props.clusters:
+        assert {("cluster", 2), ("cluster", 8), "several cluster trips"} <= seen, seen
 
 
 def test_benchmark_helper_reports_bandwidth():

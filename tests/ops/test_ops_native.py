@@ -18,11 +18,11 @@ from conftest import cache_dir  # noqa: E402
 from opsmith.ops import _launch, _native, _sources  # noqa: E402
 from opsmith.ops._launch import DeviceProps  # noqa: E402
 
-# sm_count, max threads a block, max threads an SM, shared memory a block (opt-in), an SM
+# sm_count, max threads a block, max threads an SM, shared memory a block (opt-in), an SM; clusters
 DEVICES = {
     "A100": DeviceProps(108, 1024, 2048, 166912, 167936),
-    "H100": DeviceProps(132, 1024, 2048, 232448, 233472),
-    "B200": DeviceProps(148, 1024, 2048, 232448, 233472),
+    "H100": DeviceProps(132, 1024, 2048, 232448, 233472, clusters=True),
+    "B200": DeviceProps(148, 1024, 2048, 232448, 233472, clusters=True),
     "T4": DeviceProps(40, 1024, 1024, 65536, 65536),
     "small": DeviceProps(2, 512, 1024, 49152, 65536),
 }
@@ -43,22 +43,28 @@ def test_kernel_table_is_the_sources_kernels(lib):
 def _py(which, rows, cols, itemsize, arrays, props):
     if which == "elementwise":
         p = _launch.elementwise_plan(rows, itemsize, props)
-        return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0
+        return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1
+    if which.startswith("cluster"):
+        p = _launch.norm_cluster_plan(rows, cols, itemsize, props, which == "cluster_bwd")
+        if p is None:
+            return None, (0, 0), (0, 0), 0, 0, 0, 1
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, p.cluster
     if which == "row":
         p = _launch.row_plan(rows, cols, itemsize, arrays, props)
-        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1
     if which == "softmax":
         p = _launch.softmax_plan(rows, cols, itemsize, arrays, props)
-        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1
     if which == "norm_bwd":
         p = _launch.norm_bwd_plan(rows, cols, itemsize, props)
-        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1
     p, per_chunk = _launch.weight_grad_plan(rows, cols, props)
-    return p.strategy, tuple(p.grid), tuple(p.block), 0, 0, per_chunk
+    return p.strategy, tuple(p.grid), tuple(p.block), 0, 0, per_chunk, 1
 
 
 ROWS = (1, 2, 7, 64, 131, 1000, 4096, 65536, 10**6)
-COLS = (1, 3, 8, 31, 64, 100, 255, 1024, 4096, 5000, 8192, 16384, 32768, 65537, 262144)
+COLS = (1, 3, 8, 31, 64, 100, 255, 1024, 4096, 5000, 8192, 8200, 12000, 16384, 32768, 65536, 65537, 262144)
+WHICH = ("row", "weight", "norm_bwd", "softmax", "cluster_fwd", "cluster_bwd")
 
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
@@ -66,7 +72,7 @@ def test_plans_match_python_on_synthetic_devices(lib, device):
     props = DEVICES[device]
     strategies = set()
     for rows, cols, itemsize, arrays in itertools.product(ROWS, COLS, (2, 4, 8), (1, 2)):
-        for which in ("row", "weight", "norm_bwd", "softmax"):
+        for which in WHICH:
             got = _native.plan(which, rows, cols, itemsize, arrays, props, lib=lib)
             assert got == _py(which, rows, cols, itemsize, arrays, props), (which, rows, cols, itemsize, arrays)
             strategies.add(got[0])
@@ -74,6 +80,7 @@ def test_plans_match_python_on_synthetic_devices(lib, device):
         assert _native.plan("elementwise", n, 0, itemsize, 1, props, lib=lib) == \
             _py("elementwise", n, 0, itemsize, 1, props)
     assert {"warp", "block", "long", "columns", "persistent", "wide"} <= strategies
+    assert ("cluster" in strategies) == props.clusters
 
 
 def test_plans_match_python_on_random_shapes(lib):
@@ -85,7 +92,7 @@ def test_plans_match_python_on_random_shapes(lib):
                       arrays=st.integers(1, 3), device=st.sampled_from(sorted(DEVICES)))
     def check(rows, cols, itemsize, arrays, device):
         props = DEVICES[device]
-        for which in ("row", "weight", "norm_bwd", "softmax"):
+        for which in WHICH:
             assert _native.plan(which, rows, cols, itemsize, arrays, props, lib=lib) == \
                 _py(which, rows, cols, itemsize, arrays, props)
     check()

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _functional as fn  # noqa: E402
+from opsmith.ops import _norms as nf  # noqa: E402
 from opsmith.ops import _register  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -63,15 +64,15 @@ def test_row_ops_equal_to_the_python_implementation(T, dtype):
         _same(T.softmax_backward(g, y, -1), fn.softmax_backward_cuda(g, y, -1), ("softmax_backward", rows, cols))
         for weight, bias in ((None, None), (w, b), (w, None)):
             out = T.layer_norm(x, [cols], weight, bias, 1e-5)
-            _same(out, fn.layer_norm_fwd(x, [cols], weight, bias, 1e-5), ("layer_norm", rows, cols))
+            _same(out, nf.layer_norm_fwd(x, [cols], weight, bias, 1e-5), ("layer_norm", rows, cols))
             want = (weight is not None, bias is not None)
             _same(T.layer_norm_backward(g, x, [cols], out[1], out[2], *want, weight),
-                  fn.layer_norm_bwd(g, x, [cols], out[1], out[2], *want, weight), ("layer_norm_backward", rows, cols))
+                  nf.layer_norm_bwd(g, x, [cols], out[1], out[2], *want, weight), ("layer_norm_backward", rows, cols))
             for eps in (None, 1e-6):
                 out = T.rms_norm(x, [cols], weight, eps)
-                _same(out, fn.rms_norm_fwd(x, [cols], weight, eps), ("rms_norm", rows, cols, eps))
+                _same(out, nf.rms_norm_fwd(x, [cols], weight, eps), ("rms_norm", rows, cols, eps))
                 _same(T.rms_norm_backward(g, x, [cols], out[1], weight is not None, weight),
-                      fn.rms_norm_bwd(g, x, [cols], out[1], weight is not None, weight), ("rms_norm_bwd", rows, cols))
+                      nf.rms_norm_bwd(g, x, [cols], out[1], weight is not None, weight), ("rms_norm_bwd", rows, cols))
 
 
 def test_views_other_dims_and_multi_dim_shapes(T):
@@ -80,8 +81,8 @@ def test_views_other_dims_and_multi_dim_shapes(T):
         _same(T.softmax(x, dim), fn.softmax_cuda(x, dim), ("softmax", dim))
     xt = x.transpose(1, 2)  # not contiguous
     _same(T.layer_norm(xt, [33], None, None, 1e-5)[0],
-          fn.layer_norm_fwd(xt, [33], None, None, 1e-5)[0], "layer_norm view")
-    _same(T.rms_norm(x, [33, 40], None, None), fn.rms_norm_fwd(x, [33, 40], None, None), "rms_norm 2-d")
+          nf.layer_norm_fwd(xt, [33], None, None, 1e-5)[0], "layer_norm view")
+    _same(T.rms_norm(x, [33, 40], None, None), nf.rms_norm_fwd(x, [33, 40], None, None), "rms_norm 2-d")
     _same(T.relu(xt), torch.relu(xt), "relu view")
     w = _rand(40, torch.float32, 8)  # the public functions: the composite first-output ops
     _same(ops.layer_norm(x, 40, w), T.layer_norm(x, [40], w, None, 1e-5)[0], "layer_norm_y")

@@ -28,12 +28,15 @@ extern "C" {
 __global__ void vec(float4* v, size_t n, double d, bool flag, const void* any, short* h) {}
 }
 __global__ void cpp_kernel(int* out, short s, unsigned char c) {}
+#define MY_DIMS(k) __cluster_dims__(k, 1, 1)
+template <int K> __global__ void MY_DIMS(K) with_macro(float* x, int n);
 """
 
 
 def test_parse_kernels_finds_declarations_with_attributes_templates_and_extern_c():
     d = parse_kernels(SRC)
-    assert set(d) == {"relu", "scale", "vec", "cpp_kernel"}
+    assert set(d) == {"relu", "scale", "vec", "cpp_kernel", "with_macro"}
+    assert d["with_macro"].params_text == "float* x, int n" and d["with_macro"].template_params == ("K",)
     assert d["relu"].extern_c and d["vec"].extern_c and not d["cpp_kernel"].extern_c
     assert d["scale"].template_params == ("T", "N")
     assert d["relu"].params_text == "const float* __restrict__ x, float* __restrict__ y, long long n"

@@ -120,6 +120,143 @@ __device__ __forceinline__ void store_chunk(T* row, long long j, long long n, bo
     }
 }
 
+// -- thread-block clusters (sm_90+: norm_cluster.cu) --------------------------------------------
+// A cluster of K blocks shares one row; each block sums its slice, then the blocks read each other's
+// sums from distributed shared memory. Below sm_90 the helpers trap: the launch plans never pick the
+// cluster kernels there (DeviceProps.clusters).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define OPSMITH_CLUSTER_DIMS(k) __cluster_dims__(k, 1, 1)
+#define OPSMITH_HAS_CLUSTERS 1
+#else
+#define OPSMITH_CLUSTER_DIMS(k)
+#define OPSMITH_HAS_CLUSTERS 0
+#endif
+
+// this block's rank in its cluster
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r = 0;
+#if OPSMITH_HAS_CLUSTERS
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+// every thread of the cluster's blocks arrives (its memory writes released) ...
+__device__ __forceinline__ void cluster_arrive() {
+#if OPSMITH_HAS_CLUSTERS
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+// ... (or arrives without ordering anything: at a kernel's end, so that no block exits while its
+// sends may be in flight)
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if OPSMITH_HAS_CLUSTERS
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+// ... and waits for all the others (their writes acquired)
+__device__ __forceinline__ void cluster_wait() {
+#if OPSMITH_HAS_CLUSTERS
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// a generic pointer to shared memory as a 32-bit shared-window address, and that address in the
+// shared memory of the cluster's block `rank`
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    unsigned a = 0;
+#if OPSMITH_HAS_CLUSTERS
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
+#endif
+    return a;
+}
+__device__ __forceinline__ unsigned cluster_map(unsigned a, unsigned rank) {
+    unsigned r = 0;
+#if OPSMITH_HAS_CLUSTERS
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+#endif
+    return r;
+}
+// v into the cluster-window address `remote`, completing sizeof(v) bytes of the mbarrier at `bar`
+__device__ __forceinline__ void st_async(unsigned remote, float v, unsigned bar) {
+#if OPSMITH_HAS_CLUSTERS
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 :: "r"(remote), "r"(__float_as_uint(v)), "r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void st_async(unsigned remote, double v, unsigned bar) {
+#if OPSMITH_HAS_CLUSTERS
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
+                 :: "r"(remote), "l"(__double_as_longlong(v)), "r"(bar) : "memory");
+#endif
+}
+
+// The cluster reductions' shared state (OPSMITH_CLUSTER_RED in a kernel with K and A in scope): two
+// mbarriers and two rounds of slots, [round][sender's rank][value], used by reductions alternately.
+// Initialised once, then the whole cluster meets (cluster_red_init) before any block sends.
+#define OPSMITH_CLUSTER_RED(W)                            \
+    __shared__ __align__(8) unsigned long long cl_bar_[2]; \
+    __shared__ A cl_slot_[2][K][W];                       \
+    cluster_red_init(cl_bar_);                            \
+    int cl_round_ = 0;
+
+__device__ __forceinline__ void cluster_red_init(unsigned long long (&bar)[2]) {
+#if OPSMITH_HAS_CLUSTERS
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_u32(&bar[0])) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_u32(&bar[1])) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+#endif
+    cluster_arrive();
+    cluster_wait();
+}
+
+// The sums over a cluster's K blocks of W values (every thread of a block holds its block's sums:
+// after row_allreduce), the same in every block (added in rank order). Thread b of each block sends
+// the block's values into block b's slots with st.async, which completes block b's mbarrier of this
+// round; each block waits on its own mbarrier (armed for K * W values) and adds up. No cluster-wide
+// barrier a reduction: a first version met at `barrier.cluster.arrive.release` (which also orders
+// the block's earlier global stores) and ran 1.2-1.35x slower on an H200 (with a cluster a row
+// forward; bench/results/ops-cluster-h200-2026-11-26/diag-v1.json). Every block of the cluster must run the same
+// sequence of reductions (`round` counts them). A round's slots are written again two rounds later,
+// which a block reaches only after every block has sent it the round between, so after its reads.
+template <int K, int W, class A>
+__device__ __forceinline__ void cluster_sum(A (&v)[W], A (&slot)[2][K][W], unsigned long long (&bar)[2],
+                                            int& round) {
+    const int p = round & 1;
+    const unsigned t = threadIdx.x + threadIdx.y * blockDim.x;
+#if OPSMITH_HAS_CLUSTERS
+    const unsigned parity = (round >> 1) & 1;
+#endif
+    ++round;
+    const unsigned b = smem_u32(&bar[p]);
+#if OPSMITH_HAS_CLUSTERS
+    if (t == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                     :: "r"(b), "r"((unsigned)(K * W * sizeof(A))) : "memory");
+#endif
+    if (t < K) {
+        const unsigned rb = cluster_map(b, t), me = cluster_rank();
+#pragma unroll
+        for (int i = 0; i < W; ++i) st_async(cluster_map(smem_u32(&slot[p][me][i]), t), v[i], rb);
+    }
+#if OPSMITH_HAS_CLUSTERS
+    unsigned done = 0;
+    do {
+        asm volatile("{ .reg .pred q; mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2; selp.u32 %0, 1, 0, q; }"
+                     : "=r"(done) : "r"(b), "r"(parity) : "memory");
+    } while (!done);
+#endif
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+        A s = A(0);
+#pragma unroll
+        for (int r = 0; r < K; ++r) s += slot[p][r][i];
+        v[i] = s;
+    }
+}
+
 }  // namespace opsmith
 
 // The register-row kernels' setup (norm.cu, fused_norm.cu): a block of blockDim.y rows, tpr =

@@ -25,6 +25,7 @@
 
 #include "osm_ops_launch.h"
 #include "osm_ops_composite.h"
+#include "osm_ops_norm.h"
 #include "osm_ops_plan.h"
 #include "osm_ops_python.h"
 
@@ -145,158 +146,12 @@ at::Tensor softmax_backward(const at::Tensor &grad, const at::Tensor &y, int64_t
     return softmax_backward_last(grad.movedim(d, -1), y.movedim(d, -1)).movedim(-1, d).contiguous();
 }
 
-// -- layer_norm and rms_norm -----------------------------------------------------------------------------
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, at::IntArrayRef shape,
-                                                          const std::optional<at::Tensor> &weight,
-                                                          const std::optional<at::Tensor> &bias, double eps) {
-    const char *op = "layer_norm";
-    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
-    at::Tensor x = x_.contiguous();
-    auto [r, c] = rows_cols(x, shape, op);
-    at::Tensor y = at::empty(x.sizes(), x.options());
-    at::Tensor mean = at::empty({r}, x.options().dtype(stats_dtype(x)));
-    at::Tensor rstd = at::empty({r}, mean.options());
-    if (r && c) {
-        at::Tensor w = param(weight, x, c, op, "weight"), b = param(bias, x, c, op, "bias");
-        long long rows = r;
-        int cols = cols32(c, op), has_w = given(weight), has_b = given(bias), cache;
-        function(LN_FWD, dt, dev);  // the device's properties come with its first kernel
-        const Plan p = row_plan(r, c, x.element_size(), 1, props[dev]);
-        cache = p.cache;
-        Eps e = eps_for(dt, eps);
-        void *xp = x.data_ptr(), *wp = w.data_ptr(), *bp = b.data_ptr(), *yp = y.data_ptr();
-        void *mp = mean.data_ptr(), *rp = rstd.data_ptr();
-        void *params[] = {&xp, &wp, &bp, &yp, &mp, &rp, &rows, &cols, &e, &has_w, &has_b, &cache};
-        // _launch.layer_norm_kernel: the wide kernel for rows of LN_WIDE_TPR threads or more, 16-byte access
-        const bool vec = cols % (16 / x.element_size()) == 0 && aligned16(xp) && aligned16(wp) && aligned16(bp) &&
-                         aligned16(yp);
-        const Kernel k = p.strategy == S_LONG ? LN_FWD_LONG
-                         : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
-        launch(k, dt, dev, p, params);
-    }
-    return {y, mean, rstd};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
-        const at::Tensor &grad, const at::Tensor &x_, at::IntArrayRef shape, const at::Tensor &mean,
-        const at::Tensor &rstd, bool want_w, bool want_b, const std::optional<at::Tensor> &weight) {
-    const char *op = "layer_norm_backward";
-    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
-    same_device(grad, x_, op, "grad");
-    TORCH_CHECK_VALUE(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
-                x_.sizes(), "; they must match");
-    at::Tensor x = x_.contiguous();
-    at::Tensor g = grad.contiguous().to(x.scalar_type());
-    auto [r, c] = rows_cols(x, shape, op);
-    check_stats(mean, x, r, op, "mean");
-    check_stats(rstd, x, r, op, "rstd");
-    at::Tensor dx = at::empty(x.sizes(), x.options());
-    at::Tensor none = x.new_empty({0});
-    if (!(r && c)) {
-        at::Tensor z = at::zeros(shape, x.options());
-        return {dx, want_w ? z : none, want_b ? z.clone() : none.clone()};
-    }
-    at::Tensor w = param(weight, x, c, op, "weight");
-    at::Tensor m = mean.contiguous(), s = rstd.contiguous();
-    long long rows = r;
-    int cols = cols32(c, op), has_w = given(weight), cache;
-    function(LN_BWD, dt, dev);
-    const Plan p = norm_bwd_plan(r, c, x.element_size(), props[dev]);
-    cache = p.cache;
-    void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *mp = m.data_ptr(), *rp = s.data_ptr();
-    void *dp = dx.data_ptr();
-    at::Tensor dw = none, db = none.clone();
-    if (p.strategy == S_LONG) {
-        void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
-        launch(LN_BWD_LONG, dt, dev, p, params);
-        if (want_w || want_b) {
-            auto [sw, sb] = weight_grads(g, x, &m, s, rows, cols, want_w, want_b, shape, dt, dev);
-            if (want_w) dw = sw;
-            if (want_b) db = sb;
-        }
-        return {dx, dw, db};
-    }
-    at::Tensor pw = want_w ? at::empty({p.gx, (int64_t)cols}, s.options()) : s;
-    at::Tensor pb = want_b ? at::empty({p.gx, (int64_t)cols}, s.options()) : s;  // partial sums: a row a block
-    void *pwp = pw.data_ptr(), *pbp = pb.data_ptr();
-    int ww = want_w, wb = want_b;
-    void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &pwp, &pbp, &rows, &cols, &has_w, &ww, &wb};
-    launch(LN_BWD, dt, dev, p, params);
-    if (want_w || want_b) {
-        auto [sw, sb] = col_sums(x, want_w ? &pw : nullptr, want_b ? &pb : nullptr, cols, shape, dt, dev);
-        if (want_w) dw = sw;
-        if (want_b) db = sb;
-    }
-    return {dx, dw, db};
-}
-
-std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRef shape,
-                                            const std::optional<at::Tensor> &weight, std::optional<double> eps) {
-    const char *op = "rms_norm";
-    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
-    at::Tensor x = x_.contiguous();
-    auto [r, c] = rows_cols(x, shape, op);
-    at::Tensor y = at::empty(x.sizes(), x.options());
-    at::Tensor rstd = at::empty({r}, x.options().dtype(stats_dtype(x)));
-    if (r && c) {
-        at::Tensor w = param(weight, x, c, op, "weight");
-        long long rows = r;
-        int cols = cols32(c, op), has_w = given(weight), cache;
-        function(RMS_FWD, dt, dev);
-        const Plan p = row_plan(r, c, x.element_size(), 1, props[dev]);
-        cache = p.cache;
-        Eps e = eps_for(dt, eps.has_value() ? *eps : machine_eps(dt));
-        void *xp = x.data_ptr(), *wp = w.data_ptr(), *yp = y.data_ptr(), *rp = rstd.data_ptr();
-        void *params[] = {&xp, &wp, &yp, &rp, &rows, &cols, &e, &has_w, &cache};
-        launch(p.strategy == S_LONG ? RMS_FWD_LONG : RMS_FWD, dt, dev, p, params);
-    }
-    return {y, rstd};
-}
-
-std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, const at::Tensor &x_,
-                                                     at::IntArrayRef shape, const at::Tensor &rstd, bool want_w,
-                                                     const std::optional<at::Tensor> &weight) {
-    const char *op = "rms_norm_backward";
-    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
-    same_device(grad, x_, op, "grad");
-    TORCH_CHECK_VALUE(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
-                x_.sizes(), "; they must match");
-    at::Tensor x = x_.contiguous();
-    at::Tensor g = grad.contiguous().to(x.scalar_type());
-    auto [r, c] = rows_cols(x, shape, op);
-    check_stats(rstd, x, r, op, "rstd");
-    at::Tensor dx = at::empty(x.sizes(), x.options());
-    if (!(r && c)) return {dx, want_w ? at::zeros(shape, x.options()) : x.new_empty({0})};
-    at::Tensor w = param(weight, x, c, op, "weight");
-    at::Tensor s = rstd.contiguous();
-    long long rows = r;
-    int cols = cols32(c, op), has_w = given(weight), cache;
-    function(RMS_BWD, dt, dev);
-    const Plan p = norm_bwd_plan(r, c, x.element_size(), props[dev]);
-    cache = p.cache;
-    void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *rp = s.data_ptr(), *dp = dx.data_ptr();
-    at::Tensor dw = x.new_empty({0});
-    if (p.strategy == S_LONG) {
-        void *params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &cache};
-        launch(RMS_BWD_LONG, dt, dev, p, params);
-        if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, true, false, shape, dt, dev).first;
-        return {dx, dw};
-    }
-    at::Tensor pw = want_w ? at::empty({p.gx, (int64_t)cols}, s.options()) : s;
-    void *pwp = pw.data_ptr(), *resp = xp;  // no gradient of a residual to add (add_rms_norm's, in Python)
-    int ww = want_w, has_res = 0;  // the weight gradient's partial sums: one row a block
-    void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww, &resp, &has_res};
-    launch(RMS_BWD, dt, dev, p, params);
-    if (want_w) dw = col_sums(x, &pw, nullptr, cols, shape, dt, dev).first;
-    return {dx, dw};
-}
-
 std::unique_ptr<torch::Library> registration, composite;  // the kernels, for the process's life
 
 }  // namespace
 
 extern "C" {
-__attribute__((visibility("default"))) int osm_ops_abi(void) { return 5; }
+__attribute__((visibility("default"))) int osm_ops_abi(void) { return 6; }
 __attribute__((visibility("default"))) int osm_ops_kernel_count(void) { return N_KERNELS; }
 __attribute__((visibility("default"))) const char *osm_ops_kernel_file(int k) {
     return k >= 0 && k < N_KERNELS ? kernel_file[k] : nullptr;
@@ -328,7 +183,7 @@ __attribute__((visibility("default"))) int osm_ops_init(void *const *f, const in
 /* A device's properties and primary context (prepare calls this before its first function). */
 __attribute__((visibility("default"))) int osm_ops_set_device(int dev, const int64_t *p, void *context) {
     if (dev < 0 || dev >= MAX_DEVICES) return 1;
-    props[dev] = {p[0], p[1], p[2], p[3], p[4]};
+    props[dev] = {p[0], p[1], p[2], p[3], p[4], p[5]};
     ctx[dev] = context;
     return 0;
 }
@@ -343,18 +198,21 @@ __attribute__((visibility("default"))) void osm_ops_set_error(const char *messag
     snprintf(prepare_error, sizeof(prepare_error), "%s", message);
 }
 
-/* A plan, for tests: which 0 elementwise (rows = n), 1 row, 2 weight gradients, 3 norm backward. props: the five
-   numbers of osm_ops_set_device. out: strategy, gx, gy, bx, by, smem, cache, per_chunk. */
+/* A plan, for tests: which 0 elementwise (rows = n), 1 row, 2 weight gradients, 3 norm backward, 4 softmax, 5 and 6
+   the norms' clusters (forward, backward). props: the six numbers of osm_ops_set_device. out: strategy, gx, gy, bx,
+   by, smem, cache, per_chunk, cluster. */
 __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows, int64_t cols, int64_t itemsize,
                                                        int64_t arrays, const int64_t *p, int64_t *out) {
-    const Props d{p[0], p[1], p[2], p[3], p[4]};
+    const Props d{p[0], p[1], p[2], p[3], p[4], p[5]};
     if (itemsize < 1 || itemsize > 16) return 1;
     const Plan q = which == 0 ? elementwise_plan(rows, itemsize, d)
                  : which == 1 ? row_plan(rows, cols, itemsize, arrays, d)
                  : which == 2 ? weight_grad_plan(rows, cols, d)
-                 : which == 3 ? norm_bwd_plan(rows, cols, itemsize, d) : softmax_plan(rows, cols, itemsize, arrays, d);
-    const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk};
-    for (int i = 0; i < 8; i++) out[i] = v[i];
+                 : which == 3 ? norm_bwd_plan(rows, cols, itemsize, d)
+                 : which == 4 ? softmax_plan(rows, cols, itemsize, arrays, d)
+                              : norm_cluster_plan(rows, cols, itemsize, d, which == 6);
+    const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk, q.cluster};
+    for (int i = 0; i < 9; i++) out[i] = v[i];
     return 0;
 }
 

@@ -10,15 +10,17 @@ namespace {
 
 // the launch plans' numbers, from opsmith/ops/_launch.py (osm_ops_init), in this order
 enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, C_LN_WIDE_TPR,
-       C_WIDE_CHUNKS, N_CONSTS };
+       C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
+       C_CLUSTER_FWD_BLOCKS, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
-    int64_t sm_count, max_threads_per_block, max_threads_per_sm, smem_optin, smem_per_sm;
+    int64_t sm_count, max_threads_per_block, max_threads_per_sm, smem_optin, smem_per_sm, clusters;
 };
 
 // -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
-enum { S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5, S_WIDE = 6 };
+enum { S_NONE = -1, S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5, S_WIDE = 6,
+       S_CLUSTER = 7 };
 struct Plan {
     int strategy;
     int64_t gx, gy;
@@ -26,6 +28,7 @@ struct Plan {
     int64_t smem;
     int cache;
     int64_t per_chunk;  // the weight-gradient plan's rows per chunk
+    int64_t cluster = 1;  // blocks a cluster (S_CLUSTER: the kernel's K)
 };
 
 int64_t cdiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -77,6 +80,24 @@ Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p)
     const int64_t grid = std::max<int64_t>(1, std::min(per_sm * p.sm_count, cdiv(rows, 2 * per_block)));
     return {S_PERSISTENT, grid, 1, tpr, per_block, 0, 0, 0};
 }
+Plan norm_cluster_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, bool backward) {
+    const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
+    if (!p.clusters) return none;
+    const int64_t units = cdiv(std::max<int64_t>(cols, 1), K[C_ROW_CHUNKS] * (16 / itemsize));
+    const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
+    if (units <= limit) return none;
+    int64_t k;
+    if (units <= 2 * limit) k = 2;
+    else if (backward && units <= K[C_CLUSTER_MAX] * std::min<int64_t>(K[C_CLUSTER_THREADS], limit)) k = K[C_CLUSTER_MAX];
+    else return none;
+    const int64_t tpr = cdiv(cdiv(units, k), 32) * 32;
+    if (rows * k > 0x7fffffff) return none;
+    const int64_t blocks = backward ? K[C_ROW_BWD_BLOCKS] : K[C_CLUSTER_FWD_BLOCKS];
+    const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(K[C_ROW_THREADS] * blocks, p.max_threads_per_sm) / tpr);
+    const int64_t groups = std::max<int64_t>(1, std::min(per_sm * p.sm_count / k, backward ? cdiv(rows, 2) : rows));
+    return {S_CLUSTER, groups * k, 1, tpr, 1, 0, 0, 0, k};
+}
+
 Plan col_sum_plan(int64_t cols, int64_t arrays) {
     return {S_COLUMNS, cdiv(cols, 32), arrays, 32, 32, 0, 0, 0};
 }

@@ -1,0 +1,179 @@
+"""layer_norm and rms_norm on CUDA: the torch operators' implementations over norm.cu, norm_long.cu and
+norm_cluster.cu (the strategy from :mod:`opsmith.ops._launch`'s plans)."""
+from __future__ import annotations
+
+from opsmith.ops import _launch
+from opsmith.ops._functional import _kernel, _rows_cols, _stats_dtype
+
+__all__ = ["layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd"]
+
+_CL = "norm_cluster.cu"
+
+
+def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """(y, mean, rstd) of layer norm over the last ``len(normalized_shape)`` dims (CUDA)."""
+    import torch
+    x = x.contiguous()
+    rows, cols = _rows_cols(x, normalized_shape, "layer_norm")
+    y = torch.empty_like(x)
+    mean = torch.empty(rows, dtype=_stats_dtype(x), device=x.device)
+    rstd = torch.empty_like(mean)
+    if rows and cols:
+        w = weight.contiguous() if weight is not None else x
+        b = bias.contiguous() if bias is not None else x
+        props = _launch.device_props(x.get_device())
+        plan = _launch.row_plan(rows, cols, x.element_size(), 1, props)
+        args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
+        cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False) \
+            if plan.strategy == "long" else None
+        if cluster is not None:
+            _kernel(_CL, f"layer_norm_fwd_cluster<{cluster.cluster}, {{T}}, {{A}}>", x).launch(
+                _launch.launch_config(cluster), *args)
+        elif plan.strategy == "long":
+            _kernel("norm_long.cu", "layer_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+        else:
+            vec = cols % (16 // x.element_size()) == 0 and all(t.data_ptr() % 16 == 0 for t in (x, w, b, y))
+            name = _launch.layer_norm_kernel(plan, vec)
+            _kernel("norm.cu", name + "<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
+    return y, mean, rstd
+
+
+def _col_sums(x, part_w, part_b, cols: int, shape):
+    """The weight (and bias) gradients from partial sums (rows of ``cols`` in the stats' dtype),
+    added up by norm_col_sum in one launch and rounded to x's dtype; None where not given."""
+    import torch
+    dw = torch.empty(shape, dtype=x.dtype, device=x.device) if part_w is not None else None
+    db = torch.empty(shape, dtype=x.dtype, device=x.device) if part_b is not None else None
+    first, second = (part_w, dw) if part_w is not None else (part_b, db)
+    both = part_w is not None and part_b is not None
+    plan = _launch.col_sum_plan(cols, 2 if both else 1)
+    _kernel("norm.cu", "norm_col_sum<{T}, {A}>", x).launch(
+        _launch.launch_config(plan), first, part_b if both else first, second, db if both else second,
+        first.shape[0], cols)
+    return dw, db
+
+
+def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_w: bool, want_b: bool, shape):
+    """(grad_w, grad_b) after a long-row backward: norm_bwd_weight's partial sums per chunk of
+    rows, then norm_col_sum; None where not wanted."""
+    import torch
+    plan, per_chunk = _launch.weight_grad_plan(rows, cols, _launch.device_props(x.get_device()))
+    chunks = plan.grid[1]
+    dw = torch.empty((chunks, cols), dtype=rstd.dtype, device=x.device)
+    db = torch.empty_like(dw)
+    _kernel("norm_long.cu", "norm_bwd_weight<{T}, {A}>", x).launch(
+        _launch.launch_config(plan), g, x, mean if mean is not None else rstd, rstd, dw, db, rows, cols,
+        per_chunk, int(mean is not None))
+    return _col_sums(x, dw if want_w else None, db if want_b else None, cols, shape)
+
+
+def _partials(plan, cols: int, rstd, wanted: bool):
+    """A persistent norm backward's partial sums of one gradient: a row of ``cols`` a block (a
+    cluster: ``plan.cluster`` blocks), in the stats' dtype (norm_col_sum adds the rows up);
+    ``rstd`` itself, unread, where not wanted."""
+    import torch
+    prows = plan.grid[0] // plan.cluster
+    return torch.empty((prows, cols), dtype=rstd.dtype, device=rstd.device) if wanted else rstd
+
+
+def _bwd_plan(rows: int, cols: int, x):
+    """The backward's plan and kernel file: the persistent register rows (norm.cu), the clusters
+    (norm_cluster.cu) or the long rows (norm_long.cu)."""
+    props = _launch.device_props(x.get_device())
+    plan = _launch.norm_bwd_plan(rows, cols, x.element_size(), props)
+    if plan.strategy != "long":
+        return plan, "norm.cu"
+    cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, True)
+    return (cluster, _CL) if cluster is not None else (plan, "norm_long.cu")
+
+
+def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b: bool, weight=None):
+    """(grad_x, grad_weight, grad_bias) of layer norm (CUDA); an empty tensor where not wanted."""
+    import torch
+    x = x.contiguous()
+    g = grad_y.contiguous().to(x.dtype)
+    rows, cols = _rows_cols(x, normalized_shape, "layer_norm")
+    dx = torch.empty_like(x)
+    shape = tuple(normalized_shape)
+    none = x.new_empty(0)
+    if not (rows and cols):
+        z = torch.zeros(shape, dtype=x.dtype, device=x.device)
+        return dx, (z if want_w else none), (z.clone() if want_b else none.clone())
+    w = weight.contiguous() if weight is not None else x
+    plan, file = _bwd_plan(rows, cols, x)
+    dw, db = none, none.clone()
+    if plan.strategy == "long":
+        args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
+        _kernel("norm_long.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+        if want_w or want_b:
+            sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_w, want_b, shape)
+            dw = sw if want_w else dw
+            db = sb if want_b else db
+        return dx, dw, db
+    # the weight and bias gradients come out of the same kernel: one row of partial sums a block
+    pw, pb = _partials(plan, cols, rstd, want_w), _partials(plan, cols, rstd, want_b)
+    name = f"layer_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "layer_norm_bwd<{T}, {A}>"
+    _kernel(file, name, x).launch(
+        _launch.launch_config(plan), g, x, w, mean, rstd, dx, pw, pb, rows, cols, int(weight is not None),
+        int(want_w), int(want_b))
+    if want_w or want_b:
+        sw, sb = _col_sums(x, pw if want_w else None, pb if want_b else None, cols, shape)
+        dw = sw if want_w else dw
+        db = sb if want_b else db
+    return dx, dw, db
+
+
+def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
+    """(y, rstd) of RMS norm (CUDA); ``eps=None``: the dtype's machine epsilon, as torch."""
+    import torch
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    x = x.contiguous()
+    rows, cols = _rows_cols(x, normalized_shape, "rms_norm")
+    y = torch.empty_like(x)
+    rstd = torch.empty(rows, dtype=_stats_dtype(x), device=x.device)
+    if rows and cols:
+        w = weight.contiguous() if weight is not None else x
+        props = _launch.device_props(x.get_device())
+        plan = _launch.row_plan(rows, cols, x.element_size(), 1, props)
+        args = (x, w, y, rstd, rows, cols, float(eps), int(weight is not None))
+        cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False) \
+            if plan.strategy == "long" else None
+        if cluster is not None:
+            _kernel(_CL, f"rms_norm_fwd_cluster<{cluster.cluster}, {{T}}, {{A}}>", x).launch(
+                _launch.launch_config(cluster), *args)
+        elif plan.strategy == "long":
+            _kernel("norm_long.cu", "rms_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+        else:
+            _kernel("norm.cu", "rms_norm_fwd<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
+    return y, rstd
+
+
+def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, grad_residual=None):
+    """(grad_x, grad_weight) of RMS norm (CUDA); an empty tensor where not wanted.
+    ``grad_residual`` (add_rms_norm's): added to grad_x, in the same kernel where the row fits in
+    registers."""
+    import torch
+    x = x.contiguous()
+    g = grad_y.contiguous().to(x.dtype)
+    rows, cols = _rows_cols(x, normalized_shape, "rms_norm")
+    dx = torch.empty_like(x)
+    shape = tuple(normalized_shape)
+    res = grad_residual.contiguous().to(x.dtype) if grad_residual is not None else None
+    if not (rows and cols):
+        return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else x.new_empty(0))
+    w = weight.contiguous() if weight is not None else x
+    plan, file = _bwd_plan(rows, cols, x)
+    if plan.strategy == "long":
+        args = (g, x, w, rstd, dx, rows, cols, int(weight is not None))
+        _kernel("norm_long.cu", "rms_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
+        dw = x.new_empty(0)
+        if want_w:
+            dw, _ = _weight_grads(g, x, None, rstd, rows, cols, True, False, shape)
+        return (dx if res is None else dx.add_(res)), dw
+    pw = _partials(plan, cols, rstd, want_w)
+    name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "rms_norm_bwd<{T}, {A}>"
+    _kernel(file, name, x).launch(
+        _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w),
+        res if res is not None else x, int(res is not None))
+    return dx, (_col_sums(x, pw, None, cols, shape)[0] if want_w else x.new_empty(0))

@@ -1,0 +1,180 @@
+/* layer_norm and rms_norm in C++ (opsmith/ops/_norms.py ported): the register rows (norm.cu), the
+   thread-block clusters (norm_cluster.cu, sm_90+) and the long rows (norm_long.cu). Part of osm_ops.cpp's
+   one translation unit. */
+#pragma once
+
+#include <torch/extension.h>
+
+#include <optional>
+#include <tuple>
+
+#include "osm_ops_launch.h"
+#include "osm_ops_plan.h"
+
+namespace {
+
+// the backward kernel of `first` (the K = 2 one; the K = 8 one follows) for a cluster plan's K
+Kernel cluster_kernel(Kernel first, const Plan &p) { return static_cast<Kernel>(first + (p.cluster == 2 ? 0 : 1)); }
+
+// _norms._bwd_plan: the persistent register rows, else the clusters, else the long rows
+Plan bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d) {
+    const Plan p = norm_bwd_plan(rows, cols, itemsize, d);
+    if (p.strategy != S_LONG) return p;
+    const Plan cl = norm_cluster_plan(rows, cols, itemsize, d, true);
+    return cl.strategy == S_CLUSTER ? cl : p;
+}
+
+// -- layer_norm and rms_norm -----------------------------------------------------------------------------
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, at::IntArrayRef shape,
+                                                          const std::optional<at::Tensor> &weight,
+                                                          const std::optional<at::Tensor> &bias, double eps) {
+    const char *op = "layer_norm";
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    at::Tensor x = x_.contiguous();
+    auto [r, c] = rows_cols(x, shape, op);
+    at::Tensor y = at::empty(x.sizes(), x.options());
+    at::Tensor mean = at::empty({r}, x.options().dtype(stats_dtype(x)));
+    at::Tensor rstd = at::empty({r}, mean.options());
+    if (r && c) {
+        at::Tensor w = param(weight, x, c, op, "weight"), b = param(bias, x, c, op, "bias");
+        long long rows = r;
+        int cols = cols32(c, op), has_w = given(weight), has_b = given(bias), cache;
+        function(LN_FWD, dt, dev);  // the device's properties come with its first kernel
+        const Plan p = row_plan(r, c, x.element_size(), 1, props[dev]);
+        const Plan cl = p.strategy == S_LONG ? norm_cluster_plan(r, c, x.element_size(), props[dev], false) : p;
+        cache = p.cache;
+        Eps e = eps_for(dt, eps);
+        void *xp = x.data_ptr(), *wp = w.data_ptr(), *bp = b.data_ptr(), *yp = y.data_ptr();
+        void *mp = mean.data_ptr(), *rp = rstd.data_ptr();
+        void *params[] = {&xp, &wp, &bp, &yp, &mp, &rp, &rows, &cols, &e, &has_w, &has_b, &cache};
+        // _launch.layer_norm_kernel: the wide kernel for rows of LN_WIDE_TPR threads or more, 16-byte access
+        const bool vec = cols % (16 / x.element_size()) == 0 && aligned16(xp) && aligned16(wp) && aligned16(bp) &&
+                         aligned16(yp);
+        if (cl.strategy == S_CLUSTER) {
+            launch(LN_FWD_CL2, dt, dev, cl, params);  // forwards: K = 2 only
+        } else {
+            const Kernel k = p.strategy == S_LONG ? LN_FWD_LONG
+                             : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
+            launch(k, dt, dev, p, params);
+        }
+    }
+    return {y, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+        const at::Tensor &grad, const at::Tensor &x_, at::IntArrayRef shape, const at::Tensor &mean,
+        const at::Tensor &rstd, bool want_w, bool want_b, const std::optional<at::Tensor> &weight) {
+    const char *op = "layer_norm_backward";
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    same_device(grad, x_, op, "grad");
+    TORCH_CHECK_VALUE(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
+                x_.sizes(), "; they must match");
+    at::Tensor x = x_.contiguous();
+    at::Tensor g = grad.contiguous().to(x.scalar_type());
+    auto [r, c] = rows_cols(x, shape, op);
+    check_stats(mean, x, r, op, "mean");
+    check_stats(rstd, x, r, op, "rstd");
+    at::Tensor dx = at::empty(x.sizes(), x.options());
+    at::Tensor none = x.new_empty({0});
+    if (!(r && c)) {
+        at::Tensor z = at::zeros(shape, x.options());
+        return {dx, want_w ? z : none, want_b ? z.clone() : none.clone()};
+    }
+    at::Tensor w = param(weight, x, c, op, "weight");
+    at::Tensor m = mean.contiguous(), s = rstd.contiguous();
+    long long rows = r;
+    int cols = cols32(c, op), has_w = given(weight), cache;
+    function(LN_BWD, dt, dev);
+    const Plan p = bwd_plan(r, c, x.element_size(), props[dev]);
+    cache = p.cache;
+    void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *mp = m.data_ptr(), *rp = s.data_ptr();
+    void *dp = dx.data_ptr();
+    at::Tensor dw = none, db = none.clone();
+    if (p.strategy == S_LONG) {
+        void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
+        launch(LN_BWD_LONG, dt, dev, p, params);
+        if (want_w || want_b) {
+            auto [sw, sb] = weight_grads(g, x, &m, s, rows, cols, want_w, want_b, shape, dt, dev);
+            if (want_w) dw = sw;
+            if (want_b) db = sb;
+        }
+        return {dx, dw, db};
+    }
+    at::Tensor pw = want_w ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
+    at::Tensor pb = want_b ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;  // a row a block (cluster)
+    void *pwp = pw.data_ptr(), *pbp = pb.data_ptr();
+    int ww = want_w, wb = want_b;
+    void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &pwp, &pbp, &rows, &cols, &has_w, &ww, &wb};
+    launch(p.strategy == S_CLUSTER ? cluster_kernel(LN_BWD_CL2, p) : LN_BWD, dt, dev, p, params);
+    if (want_w || want_b) {
+        auto [sw, sb] = col_sums(x, want_w ? &pw : nullptr, want_b ? &pb : nullptr, cols, shape, dt, dev);
+        if (want_w) dw = sw;
+        if (want_b) db = sb;
+    }
+    return {dx, dw, db};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRef shape,
+                                            const std::optional<at::Tensor> &weight, std::optional<double> eps) {
+    const char *op = "rms_norm";
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    at::Tensor x = x_.contiguous();
+    auto [r, c] = rows_cols(x, shape, op);
+    at::Tensor y = at::empty(x.sizes(), x.options());
+    at::Tensor rstd = at::empty({r}, x.options().dtype(stats_dtype(x)));
+    if (r && c) {
+        at::Tensor w = param(weight, x, c, op, "weight");
+        long long rows = r;
+        int cols = cols32(c, op), has_w = given(weight), cache;
+        function(RMS_FWD, dt, dev);
+        const Plan p = row_plan(r, c, x.element_size(), 1, props[dev]);
+        const Plan cl = p.strategy == S_LONG ? norm_cluster_plan(r, c, x.element_size(), props[dev], false) : p;
+        cache = p.cache;
+        Eps e = eps_for(dt, eps.has_value() ? *eps : machine_eps(dt));
+        void *xp = x.data_ptr(), *wp = w.data_ptr(), *yp = y.data_ptr(), *rp = rstd.data_ptr();
+        void *params[] = {&xp, &wp, &yp, &rp, &rows, &cols, &e, &has_w, &cache};
+        if (cl.strategy == S_CLUSTER) launch(RMS_FWD_CL2, dt, dev, cl, params);  // forwards: K = 2 only
+        else launch(p.strategy == S_LONG ? RMS_FWD_LONG : RMS_FWD, dt, dev, p, params);
+    }
+    return {y, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, const at::Tensor &x_,
+                                                     at::IntArrayRef shape, const at::Tensor &rstd, bool want_w,
+                                                     const std::optional<at::Tensor> &weight) {
+    const char *op = "rms_norm_backward";
+    const int dt = dtype_index(x_, op), dev = device_of(x_, op);
+    same_device(grad, x_, op, "grad");
+    TORCH_CHECK_VALUE(grad.sizes() == x_.sizes(), "opsmith.ops.", op, ": grad has shape ", grad.sizes(), " and x ",
+                x_.sizes(), "; they must match");
+    at::Tensor x = x_.contiguous();
+    at::Tensor g = grad.contiguous().to(x.scalar_type());
+    auto [r, c] = rows_cols(x, shape, op);
+    check_stats(rstd, x, r, op, "rstd");
+    at::Tensor dx = at::empty(x.sizes(), x.options());
+    if (!(r && c)) return {dx, want_w ? at::zeros(shape, x.options()) : x.new_empty({0})};
+    at::Tensor w = param(weight, x, c, op, "weight");
+    at::Tensor s = rstd.contiguous();
+    long long rows = r;
+    int cols = cols32(c, op), has_w = given(weight), cache;
+    function(RMS_BWD, dt, dev);
+    const Plan p = bwd_plan(r, c, x.element_size(), props[dev]);
+    cache = p.cache;
+    void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *rp = s.data_ptr(), *dp = dx.data_ptr();
+    at::Tensor dw = x.new_empty({0});
+    if (p.strategy == S_LONG) {
+        void *params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &cache};
+        launch(RMS_BWD_LONG, dt, dev, p, params);
+        if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, true, false, shape, dt, dev).first;
+        return {dx, dw};
+    }
+    at::Tensor pw = want_w ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
+    void *pwp = pw.data_ptr(), *resp = xp;  // no gradient of a residual to add (add_rms_norm's, in Python)
+    int ww = want_w, has_res = 0;  // the weight gradient's partial sums: one row a block (a cluster)
+    void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww, &resp, &has_res};
+    launch(p.strategy == S_CLUSTER ? cluster_kernel(RMS_BWD_CL2, p) : RMS_BWD, dt, dev, p, params);
+    if (want_w) dw = col_sums(x, &pw, nullptr, cols, shape, dt, dev).first;
+    return {dx, dw};
+}
+
+}  // namespace
