@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _kernel_timing import median_us  # noqa: E402
 from opsmith.ops import _launch, _norms  # noqa: E402
 
-SHAPES = [(2048, 32768), (4096, 16384), (1024, 65536), (8192, 12288), (16384, 8200)]
+SHAPES = "2048x32768,4096x16384,1024x65536,8192x12288,16384x8200,8192x8192,16384x6144"
 
 
 def cases(op, x, w, b, g):
@@ -54,6 +54,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--threads", default="256", help="CLUSTER_THREADS values to try (comma-separated)")
+    ap.add_argument("--shapes", default=SHAPES, help="ROWSxCOLS,... (default: %(default)s)")
     args = ap.parse_args()
     dev = torch.cuda.current_device()
     real = _launch.device_props(dev)
@@ -61,7 +62,7 @@ def main() -> int:
     variants["long"] = (real._replace(clusters=False), _launch.CLUSTER_THREADS)
     rows_out = []
     for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
-        for rows, cols in SHAPES:
+        for rows, cols in (tuple(map(int, sh.split("x"))) for sh in args.shapes.split(",")):
             if dtype == torch.float32 and cols > 32768:
                 continue
             torch.manual_seed(0)

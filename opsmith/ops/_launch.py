@@ -87,6 +87,7 @@ class Plan(NamedTuple):
     shared_mem: int
     cache: int
     cluster: int = 1  # blocks a cluster ("cluster": the kernel's K, its __cluster_dims__)
+    chunks: int = 0   # "cluster": 16-byte chunks a thread (the forward kernels' second template argument)
 
 
 # One LaunchConfig per plan, so that its id stays stable (the launcher remembers validated
@@ -260,12 +261,13 @@ def weight_grad_plan(rows: int, cols: int, props: DeviceProps) -> tuple[Plan, in
 def norm_cluster_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, backward: bool) -> Plan | None:
     """norm_cluster.cu's launch for rows too long for one block's registers (``row_plan``'s ``"long"``),
     on a device with clusters; None where the long kernels measured faster. A cluster holds a row,
-    each block a slice of ``ROW_CHUNKS`` 16-byte chunks a thread, the row spread evenly over whole
+    each block a slice of ``chunks`` 16-byte chunks a thread, the row spread evenly over whole
     warps:
 
     - ``K`` = 2 blocks of up to ``ROW_THREADS`` (bf16 rows up to 16,384, fp32 8,192), both directions;
-    - ``K`` = ``CLUSTER_MAX`` (8) blocks of up to ``CLUSTER_THREADS`` (bf16 up to 32,768), the
-      backward only.
+    - forward, 16-bit rows up to twice that (32,768): ``K`` = 2 blocks of ``WIDE_CHUNKS`` (4) chunks a
+      thread, one block of ``ROW_THREADS`` an SM (up to 128 registers a thread);
+    - backward, rows up to twice that: ``K`` = ``CLUSTER_MAX`` (8) blocks of up to ``CLUSTER_THREADS``.
 
     H200, against the long kernels (bench/diag_norm_cluster.py, ``diag-cluster.json``): K = 2 ran
     forwards 1.16-1.96x and forward + backward 1.56-2.0x as fast at bf16; K = 8 forward + backward
@@ -281,16 +283,18 @@ def norm_cluster_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, b
     limit = min(ROW_THREADS, props.max_threads_per_block)
     if units <= limit:
         return None
+    vec = 16 // itemsize
     if units <= 2 * limit:
-        k = 2
+        k, chunks, blocks = 2, ROW_CHUNKS, ROW_BWD_BLOCKS if backward else CLUSTER_FWD_BLOCKS
+    elif not backward and itemsize == 2 and _cdiv(cols, WIDE_CHUNKS * vec) <= 2 * limit:
+        k, chunks, blocks = 2, WIDE_CHUNKS, 1
     elif backward and units <= CLUSTER_MAX * min(CLUSTER_THREADS, limit):
-        k = CLUSTER_MAX
+        k, chunks, blocks = CLUSTER_MAX, ROW_CHUNKS, ROW_BWD_BLOCKS
     else:
         return None
-    tpr = _cdiv(_cdiv(units, k), _WARP) * _WARP  # whole warps, the row spread evenly
+    tpr = _cdiv(_cdiv(cols, chunks * vec * k), _WARP) * _WARP  # whole warps, the row spread evenly
     if rows * k > 2**31 - 1:
         return None
-    blocks = ROW_BWD_BLOCKS if backward else CLUSTER_FWD_BLOCKS
     per_sm = max(1, min(ROW_THREADS * blocks, props.max_threads_per_sm) // tpr)
     groups = max(1, min(per_sm * props.sm_count // k, _cdiv(rows, 2) if backward else rows))
-    return Plan("cluster", (groups * k,), (tpr, 1), 0, 0, k)
+    return Plan("cluster", (groups * k,), (tpr, 1), 0, 0, k, chunks)

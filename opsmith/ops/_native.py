@@ -100,18 +100,18 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
     """The C++ plan (``"elementwise"`` with ``rows`` = n, ``"row"``, ``"weight"``, ``"norm_bwd"``, ``"softmax"``,
     ``"cluster_fwd"``, ``"cluster_bwd"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`), as
-    (strategy, grid, block, smem, cache, per_chunk, cluster), strategy None where a cluster plan has none;
+    (strategy, grid, block, smem, cache, per_chunk, cluster, chunks), strategy None where a cluster plan has none;
     before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
     _init(lib, cuda=False)
-    out = (ctypes.c_int64 * 9)()
+    out = (ctypes.c_int64 * 10)()
     which_id = {"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3, "softmax": 4, "cluster_fwd": 5,
                 "cluster_bwd": 6}[which]
     if lib.osm_ops_plan(which_id, rows, cols, itemsize, arrays, _props(props), out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
     names = {-1: None, 0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide",
              7: "cluster"}
-    return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7], out[8]
+    return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7], out[8], out[9]
 
 
 def _init(lib, cuda: bool) -> None:

@@ -27,7 +27,7 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False) \
             if plan.strategy == "long" else None
         if cluster is not None:
-            _kernel(_CL, f"layer_norm_fwd_cluster<{cluster.cluster}, {{T}}, {{A}}>", x).launch(
+            _kernel(_CL, f"layer_norm_fwd_cluster<{cluster.cluster}, {cluster.chunks}, {{T}}, {{A}}>", x).launch(
                 _launch.launch_config(cluster), *args)
         elif plan.strategy == "long":
             _kernel("norm_long.cu", "layer_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
@@ -140,7 +140,7 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
         cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False) \
             if plan.strategy == "long" else None
         if cluster is not None:
-            _kernel(_CL, f"rms_norm_fwd_cluster<{cluster.cluster}, {{T}}, {{A}}>", x).launch(
+            _kernel(_CL, f"rms_norm_fwd_cluster<{cluster.cluster}, {cluster.chunks}, {{T}}, {{A}}>", x).launch(
                 _launch.launch_config(cluster), *args)
         elif plan.strategy == "long":
             _kernel("norm_long.cu", "rms_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)

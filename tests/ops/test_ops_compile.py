@@ -446,27 +446,35 @@ def test_layer_norm_forward_kernel_choice(props):
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
 def test_norm_cluster_plan_covers_rows_between_one_block_and_eight(props):
     """norm_cluster_plan: only on devices with clusters, only for rows row_plan sends to "long": 2
-    blocks of up to ROW_THREADS both ways, 8 of up to CLUSTER_THREADS backward, the row spread
+    blocks of up to ROW_THREADS both ways, for rows twice as long 2 blocks of 4 chunks a thread
+    forward (16-bit types) and 8 of up to CLUSTER_THREADS backward, the row spread
     evenly over whole warps; both directions run the clusters the SMs hold at once (fewer where the
     rows are fewer: a row a cluster forward, two backward); longer rows stay long."""
     limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
     for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536), (1000, 4096, 8192, 8200, 12000, 16384,
                                                                             16392, 32768, 32776, 65536, 262144),
                                                   (2, 4, 8)):
-        units = -(-cols // (_launch.ROW_CHUNKS * (16 // itemsize)))
+        vec = 16 // itemsize
+        units = -(-cols // (_launch.ROW_CHUNKS * vec))
         for backward in (False, True):
             plan = _launch.norm_cluster_plan(rows, cols, itemsize, props, backward)
-            longest = _launch.CLUSTER_MAX * _launch.CLUSTER_THREADS if backward else 2 * limit
+            longest = _launch.CLUSTER_MAX * _launch.CLUSTER_THREADS if backward else \
+                2 * limit * (_launch.WIDE_CHUNKS // _launch.ROW_CHUNKS if itemsize == 2 else 1)
             if not props.clusters or units <= limit or units > longest:
                 assert plan is None, (rows, cols, itemsize, backward)
                 continue
             assert _launch.row_plan(rows, cols, itemsize, 1, props).strategy == "long"
-            k, (tpr, one) = plan.cluster, plan.block
-            assert k == (2 if units <= 2 * limit else _launch.CLUSTER_MAX) and one == 1 and plan.shared_mem == 0
+            k, (tpr, one), chunks = plan.cluster, plan.block, plan.chunks
+            assert one == 1 and plan.shared_mem == 0
+            if units <= 2 * limit:  # 2 blocks of 2 chunks a thread
+                assert (k, chunks) == (2, _launch.ROW_CHUNKS)
+            else:  # longer: 2 blocks of 4 chunks forward, 8 of 2 backward
+                assert (k, chunks) == ((_launch.CLUSTER_MAX, 2) if backward else (2, _launch.WIDE_CHUNKS))
             assert tpr % 32 == 0 and tpr <= (limit if k == 2 else _launch.CLUSTER_THREADS)
-            assert units <= k * tpr < units + 32 * k  # the row fits, spread evenly (whole warps a block)
+            need = -(-cols // (chunks * vec))  # threads the row needs
+            assert need <= k * tpr < need + 32 * k  # the row fits, spread evenly (whole warps a block)
             assert plan.grid[0] % k == 0
-            blocks = _launch.ROW_BWD_BLOCKS if backward else _launch.CLUSTER_FWD_BLOCKS
+            blocks = _launch.ROW_BWD_BLOCKS if backward else _launch.CLUSTER_FWD_BLOCKS if chunks == 2 else 1
             most = -(-rows // 2) if backward else rows
             groups = plan.grid[0] // k
             resident = min(_launch.ROW_THREADS * blocks, props.max_threads_per_sm) // tpr * props.sm_count // k

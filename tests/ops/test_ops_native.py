@@ -43,23 +43,23 @@ def test_kernel_table_is_the_sources_kernels(lib):
 def _py(which, rows, cols, itemsize, arrays, props):
     if which == "elementwise":
         p = _launch.elementwise_plan(rows, itemsize, props)
-        return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1
+        return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1, 0
     if which.startswith("cluster"):
         p = _launch.norm_cluster_plan(rows, cols, itemsize, props, which == "cluster_bwd")
         if p is None:
-            return None, (0, 0), (0, 0), 0, 0, 0, 1
-        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, p.cluster
+            return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, p.cluster, p.chunks
     if which == "row":
         p = _launch.row_plan(rows, cols, itemsize, arrays, props)
-        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0
     if which == "softmax":
         p = _launch.softmax_plan(rows, cols, itemsize, arrays, props)
-        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0
     if which == "norm_bwd":
         p = _launch.norm_bwd_plan(rows, cols, itemsize, props)
-        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0
     p, per_chunk = _launch.weight_grad_plan(rows, cols, props)
-    return p.strategy, tuple(p.grid), tuple(p.block), 0, 0, per_chunk, 1
+    return p.strategy, tuple(p.grid), tuple(p.block), 0, 0, per_chunk, 1, 0
 
 
 ROWS = (1, 2, 7, 64, 131, 1000, 4096, 65536, 10**6)

@@ -1,8 +1,8 @@
 // opsmith.ops LayerNorm and RMSNorm (norm.cu has the math) for rows too long for one block's registers
 // and short enough for a thread-block cluster's (sm_90+): a cluster of K blocks (__cluster_dims__, K =
-// 2, 4 or 8) holds a row, each block a slice of C * N * tpr elements in its registers (C = 2 16-byte
-// chunks a thread, as the register-row kernels), and the blocks add up the row's sums through
-// distributed shared memory (rows.cuh's cluster_sum). The row is read once from HBM, where the long
+// 2 or 8) holds a row, each block a slice of C * N * tpr elements in its registers (C 16-byte chunks a
+// thread: 2, as the register-row kernels, or 4 in the forwards of the longest rows), and the blocks add
+// up the row's sums through distributed shared memory (rows.cuh's cluster_sum). The row is read once from HBM, where the long
 // kernels (norm_long.cu) of one block a row read it twice or stage it in shared memory.
 //
 // Every kernel is persistent: `groups` = gridDim.x / K clusters stride over the rows, loading a row's
@@ -15,7 +15,8 @@
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
 #endif
-// blocks of OPSMITH_ROW_THREADS an SM holds at once in the forwards (_launch.CLUSTER_FWD_BLOCKS)
+// blocks of OPSMITH_ROW_THREADS an SM holds at once in the forwards of 2 chunks a thread
+// (_launch.CLUSTER_FWD_BLOCKS; 1 in those of 4)
 #ifndef OPSMITH_CLUSTER_FWD_BLOCKS
 #define OPSMITH_CLUSTER_FWD_BLOCKS 2
 #endif
@@ -27,7 +28,7 @@ using namespace opsmith;
 
 // This block's slice of a row: columns off .. off + n of it (n = 0 past the row's end).
 #define OPSMITH_SLICE_SETUP                                                                   \
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;                                      \
+    constexpr int N = Vec<T>::N, C = CH;                                                      \
     const int tpr = blockDim.x, t = threadIdx.x;                                              \
     const int off = (int)cluster_rank() * C * N * tpr;                                        \
     const int n = cols - off <= 0 ? 0 : (cols - off < C * N * tpr ? cols - off : C * N * tpr);
@@ -38,11 +39,11 @@ using namespace opsmith;
 
 // rms_norm's inf check (rows.cuh's rms_inf_rows, for a cluster): the sum of squares q is inf, the same
 // in every block of the cluster; where a slice of x holds an inf, the whole row becomes NaN.
-template <int K, class T, class A>
+template <int K, int CH, class T, class A>
 __device__ __forceinline__ void rms_inf_slice(const T* __restrict__ xs, T* __restrict__ ys, A* rstd_row, int n,
                                               A (&slot)[2][K][1], unsigned long long (&bar)[2], int& round,
                                               bool first) {
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    constexpr int N = Vec<T>::N, C = CH;
     const int tpr = blockDim.x, t = threadIdx.x;
     int any = 0;
     for (int c = 0; c < C; ++c)
@@ -76,15 +77,18 @@ __device__ __forceinline__ void rms_inf_slice(const T* __restrict__ xs, T* __res
         load_chunks<T, 1>({x + (a_ ? (r_) : 0) * (long long)cols + off}, dst, a_ ? n : 0, vec, tpr, t); \
     }
 
-template <int K, class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_CLUSTER_FWD_BLOCKS) OPSMITH_CLUSTER_DIMS(K)
+template <int K, int CH, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (CH > 2 ? 1 : OPSMITH_CLUSTER_FWD_BLOCKS)) OPSMITH_CLUSTER_DIMS(K)
 rms_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
                      long long rows, int cols, A eps, int has_w) {
     OPSMITH_SLICE_SETUP
     OPSMITH_CLUSTER_RED(1)
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w);
-    Raw wr[1][C], in[1][C];  // the weight and this trip's x as loaded (zeros past the slice)
-    load_chunks<T, 1>({w + off}, wr, n, vec, tpr, t, has_w ? 1u : 0u);
+    // the weight (kept in registers for all the rows where a thread holds 2 chunks; read again each
+    // row, from L1, where it holds 4: kept, it would not fit 64 registers) and this trip's x, as
+    // loaded (zeros past the slice)
+    Raw wr[1][C], in[1][C];
+    if (C <= 2) load_chunks<T, 1>({w + off}, wr, n, vec, tpr, t, has_w ? 1u : 0u);
     OPSMITH_CL_X(in, (long long)(blockIdx.x / K))
     OPSMITH_CL_ROWS(rows) {
         const long long base = row * cols + off;
@@ -102,6 +106,7 @@ rms_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, T* __rest
         cluster_sum<K>(q, cl_slot_, cl_bar_, cl_round_);
         const A r = m_rsqrt(q[0] / A(cols) + eps);
         if (off == 0 && t == 0) rstd[row] = r;
+        if (C > 2) load_chunks<T, 1>({w + off}, wr, n, vec, tpr, t, has_w ? 1u : 0u);
 #pragma unroll
         for (int c = 0; c < C; ++c) {
             A o[N];
@@ -113,7 +118,7 @@ rms_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, T* __rest
             store_vec(y + base, OPSMITH_J(c), n, vec, o);
         }
         if (q[0] == pos_inf<A>())  // the whole cluster takes this branch or none of it
-            rms_inf_slice<K, T>(x + base, y + base, rstd + row, n, cl_slot_, cl_bar_, cl_round_, off == 0);
+            rms_inf_slice<K, C, T>(x + base, y + base, rstd + row, n, cl_slot_, cl_bar_, cl_round_, off == 0);
 #pragma unroll
         for (int c = 0; c < C; ++c) in[0][c] = nx[0][c];
     }
@@ -123,8 +128,8 @@ rms_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, T* __rest
 
 // w and b are read after the reductions (as layer_norm_fwd_wide; a block's slices of them stay in L1):
 // kept in registers across the rows, they made the bf16 kernel spill.
-template <int K, class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_CLUSTER_FWD_BLOCKS) OPSMITH_CLUSTER_DIMS(K)
+template <int K, int CH, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (CH > 2 ? 1 : OPSMITH_CLUSTER_FWD_BLOCKS)) OPSMITH_CLUSTER_DIMS(K)
 layer_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                        A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                        int has_b) {
@@ -195,7 +200,7 @@ layer_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, const T
 // this block's columns of a cluster's row of partial sums (`part`: part[cluster] + off)
 template <class T, class A>
 __device__ __forceinline__ void write_slice(const A* acc, A* __restrict__ part, int n) {
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;  // the backwards' chunks
     const int tpr = blockDim.x, t = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < C * N; ++i) {
@@ -209,6 +214,7 @@ __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS) O
 rms_norm_bwd_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
                      const A* __restrict__ rstd, T* __restrict__ grad_x, A* __restrict__ dw_part, long long rows,
                      int cols, int has_w, int want_w, const T* __restrict__ grad_res, int has_res) {
+    constexpr int CH = OPSMITH_ROW_CHUNKS;
     OPSMITH_SLICE_SETUP
     OPSMITH_CLUSTER_RED(1)
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
@@ -268,6 +274,7 @@ layer_norm_bwd_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, co
                        const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
                        A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w,
                        int want_w, int want_b) {
+    constexpr int CH = OPSMITH_ROW_CHUNKS;
     OPSMITH_SLICE_SETUP
     OPSMITH_CLUSTER_RED(2)
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);

@@ -51,7 +51,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         const bool vec = cols % (16 / x.element_size()) == 0 && aligned16(xp) && aligned16(wp) && aligned16(bp) &&
                          aligned16(yp);
         if (cl.strategy == S_CLUSTER) {
-            launch(LN_FWD_CL2, dt, dev, cl, params);  // forwards: K = 2 only
+            launch(cl.chunks == K[C_ROW_CHUNKS] ? LN_FWD_CL2 : LN_FWD_CL2W, dt, dev, cl, params);  // K = 2
         } else {
             const Kernel k = p.strategy == S_LONG ? LN_FWD_LONG
                              : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
@@ -133,7 +133,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
         Eps e = eps_for(dt, eps.has_value() ? *eps : machine_eps(dt));
         void *xp = x.data_ptr(), *wp = w.data_ptr(), *yp = y.data_ptr(), *rp = rstd.data_ptr();
         void *params[] = {&xp, &wp, &yp, &rp, &rows, &cols, &e, &has_w, &cache};
-        if (cl.strategy == S_CLUSTER) launch(RMS_FWD_CL2, dt, dev, cl, params);  // forwards: K = 2 only
+        if (cl.strategy == S_CLUSTER) launch(cl.chunks == K[C_ROW_CHUNKS] ? RMS_FWD_CL2 : RMS_FWD_CL2W, dt, dev, cl, params);
         else launch(p.strategy == S_LONG ? RMS_FWD_LONG : RMS_FWD, dt, dev, p, params);
     }
     return {y, rstd};

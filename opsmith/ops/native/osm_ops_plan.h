@@ -29,6 +29,7 @@ struct Plan {
     int cache;
     int64_t per_chunk;  // the weight-gradient plan's rows per chunk
     int64_t cluster = 1;  // blocks a cluster (S_CLUSTER: the kernel's K)
+    int64_t chunks = 0;   // S_CLUSTER: 16-byte chunks a thread
 };
 
 int64_t cdiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -86,16 +87,22 @@ Plan norm_cluster_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props
     const int64_t units = cdiv(std::max<int64_t>(cols, 1), K[C_ROW_CHUNKS] * (16 / itemsize));
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
     if (units <= limit) return none;
-    int64_t k;
-    if (units <= 2 * limit) k = 2;
-    else if (backward && units <= K[C_CLUSTER_MAX] * std::min<int64_t>(K[C_CLUSTER_THREADS], limit)) k = K[C_CLUSTER_MAX];
-    else return none;
-    const int64_t tpr = cdiv(cdiv(units, k), 32) * 32;
+    const int64_t vec = 16 / itemsize;
+    int64_t k, chunks, blocks;
+    if (units <= 2 * limit) {
+        k = 2, chunks = K[C_ROW_CHUNKS], blocks = backward ? K[C_ROW_BWD_BLOCKS] : K[C_CLUSTER_FWD_BLOCKS];
+    } else if (!backward && itemsize == 2 && cdiv(cols, K[C_WIDE_CHUNKS] * vec) <= 2 * limit) {
+        k = 2, chunks = K[C_WIDE_CHUNKS], blocks = 1;
+    } else if (backward && units <= K[C_CLUSTER_MAX] * std::min<int64_t>(K[C_CLUSTER_THREADS], limit)) {
+        k = K[C_CLUSTER_MAX], chunks = K[C_ROW_CHUNKS], blocks = K[C_ROW_BWD_BLOCKS];
+    } else {
+        return none;
+    }
+    const int64_t tpr = cdiv(cdiv(cols, chunks * vec * k), 32) * 32;
     if (rows * k > 0x7fffffff) return none;
-    const int64_t blocks = backward ? K[C_ROW_BWD_BLOCKS] : K[C_CLUSTER_FWD_BLOCKS];
     const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(K[C_ROW_THREADS] * blocks, p.max_threads_per_sm) / tpr);
     const int64_t groups = std::max<int64_t>(1, std::min(per_sm * p.sm_count / k, backward ? cdiv(rows, 2) : rows));
-    return {S_CLUSTER, groups * k, 1, tpr, 1, 0, 0, 0, k};
+    return {S_CLUSTER, groups * k, 1, tpr, 1, 0, 0, 0, k, chunks};
 }
 
 Plan col_sum_plan(int64_t cols, int64_t arrays) {
