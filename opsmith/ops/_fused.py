@@ -37,24 +37,28 @@ def _check(x, residual, op: str = "add_rms_norm") -> None:
 
 
 def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | None = None):
-    """(y, residual_out, rstd) on CUDA: one pass where the row fits in registers."""
+    """(y, residual_out, rstd) on CUDA: one pass where the row fits in registers, or a cluster's (sm_90+:
+    norm_cluster.cu, the rows rms_norm's cluster forward takes); else torch's add, then rms_norm."""
     import torch
     _check(x, residual)
     if eps is None:
         eps = torch.finfo(x.dtype).eps
     x, residual = x.contiguous(), residual.contiguous()
     rows, cols = fn._rows_cols(x, normalized_shape, "add_rms_norm")
-    plan = _launch.row_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device())) \
-        if rows and cols else None
-    if plan is None or plan.strategy == "long":
+    props = _launch.device_props(x.get_device()) if rows and cols else None
+    plan = _launch.row_plan(rows, cols, x.element_size(), 1, props) if props else None
+    file, name = "fused_norm.cu", "add_rms_norm_fwd<{T}, {A}>"
+    if plan is not None and plan.strategy == "long":  # a cluster a row (sm_90+), else an add and rms_norm
+        plan = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False)
+        file, name = "norm_cluster.cu", f"add_rms_norm_fwd_cluster<{plan.cluster if plan else 0}, {plan.chunks if plan else 0}, {{T}}, {{A}}>"
+    if plan is None:
         s = x + residual
         y, rstd = _norms.rms_norm_fwd(s, normalized_shape, weight, eps)
         return y, s, rstd
     y, s = torch.empty_like(x), torch.empty_like(x)
     rstd = torch.empty(rows, dtype=fn._stats_dtype(x), device=x.device)
     w = weight.contiguous() if weight is not None else x
-    k = _sources.kernel("fused_norm.cu", "add_rms_norm_fwd<{T}, {A}>", fn._dtype_name(x, "add_rms_norm"),
-                        x.get_device())
+    k = _sources.kernel(file, name, fn._dtype_name(x, "add_rms_norm"), x.get_device())
     k.launch(_launch.launch_config(plan), x, residual, w, y, s, rstd, rows, cols, float(eps), int(weight is not None))
     return y, s, rstd
 

@@ -46,7 +46,8 @@ def test_matches_torch(dtype, shape, weight):
 
 
 @pytest.mark.parametrize("dtype", sorted(TOL, key=str))
-@pytest.mark.parametrize("cols", [7, 256, 1000, 4096])  # element checks, full warp rows, vectors, a full block row
+# element checks, full warp rows, vectors, a full block row, sm_90+'s clusters (2 and 4 chunks a thread)
+@pytest.mark.parametrize("cols", [7, 256, 1000, 4096, 12000, 32768])
 def test_inf_nan_make_the_row_nan(dtype, cols):
     x = torch.randn(8, cols, device="cuda", dtype=dtype)
     r = torch.randn_like(x)

@@ -4,7 +4,8 @@
 // over x and residual, and saves rstd for the backward, which is rms_norm's on s.
 //
 // The register-row strategy of norm.cu (the row in registers, tpr threads a row); rows too long
-// for it are served by the caller as an add and rms_norm_fwd_long (opsmith/ops/_fused.py).
+// for it take norm_cluster.cu's add_rms_norm_fwd_cluster where rms_norm takes a cluster (sm_90+), else
+// the caller runs an add and rms_norm (opsmith/ops/_fused.py).
 // inf and NaN as rms_norm: a nonfinite element makes the row NaN.
 #include "rows.cuh"
 

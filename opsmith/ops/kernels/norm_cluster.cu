@@ -71,37 +71,55 @@ __device__ __forceinline__ void rms_inf_slice(const T* __restrict__ xs, T* __res
 #define OPSMITH_CL_ROWS(nrows)                                                            \
     const long long g0 = blockIdx.x / K, groups = gridDim.x / K;                          \
     for (long long row = g0; row < (nrows); row += groups)
+// ... and of the residual too (rms_fwd_rows with RES)
+#define OPSMITH_CL_XR(dst, r_)                                                            \
+    {                                                                                   \
+        const bool a_ = (r_) < rows;                                                    \
+        const long long b_ = (a_ ? (r_) : 0) * (long long)cols + off;                   \
+        load_chunks<T, 2>({x + b_, res + b_}, dst, a_ ? n : 0, vec, tpr, t, RES ? 3u : 1u); \
+    }
 #define OPSMITH_CL_X(dst, r_)                                                             \
     {                                                                                   \
         const bool a_ = (r_) < rows;                                                    \
         load_chunks<T, 1>({x + (a_ ? (r_) : 0) * (long long)cols + off}, dst, a_ ? n : 0, vec, tpr, t); \
     }
 
-template <int K, int CH, class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (CH > 2 ? 1 : OPSMITH_CLUSTER_FWD_BLOCKS)) OPSMITH_CLUSTER_DIMS(K)
-rms_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
-                     long long rows, int cols, A eps, int has_w) {
+// rms_norm's forward, and with RES add_rms_norm's (fused_norm.cu): s = x + residual, rounded to T,
+// is written to residual_out and normalised in place of x.
+template <int K, int CH, bool RES, class T, class A>
+__device__ __forceinline__ void rms_fwd_rows(const T* __restrict__ x, const T* __restrict__ res,
+                                             const T* __restrict__ w, T* __restrict__ y, T* __restrict__ res_out,
+                                             A* __restrict__ rstd, long long rows, int cols, A eps, int has_w) {
     OPSMITH_SLICE_SETUP
     OPSMITH_CLUSTER_RED(1)
-    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w);
+    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w) &&
+                     (!RES || (aligned16(res) && aligned16(res_out)));
     // the weight (kept in registers for all the rows where a thread holds 2 chunks; read again each
-    // row, from L1, where it holds 4: kept, it would not fit 64 registers) and this trip's x, as
-    // loaded (zeros past the slice)
-    Raw wr[1][C], in[1][C];
+    // row, from L1, where it holds 4: kept, it would not fit 64 registers) and this trip's x (and
+    // residual), as loaded (zeros past the slice)
+    Raw wr[1][C], in[2][C];  // in[1]: the residual (unused, so dropped, without RES)
     if (C <= 2) load_chunks<T, 1>({w + off}, wr, n, vec, tpr, t, has_w ? 1u : 0u);
-    OPSMITH_CL_X(in, (long long)(blockIdx.x / K))
+    OPSMITH_CL_XR(in, (long long)(blockIdx.x / K))
     OPSMITH_CL_ROWS(rows) {
         const long long base = row * cols + off;
-        Raw nx[1][C];
-        OPSMITH_CL_X(nx, row + groups)
+        Raw nx[2][C];
+        OPSMITH_CL_XR(nx, row + groups)
         A p[2] = {A(0), A(0)};
 #pragma unroll
-        for (int c = 0; c < C; ++c)
+        for (int c = 0; c < C; ++c) {
+            if (RES) {
+                A sv[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) sv[k] = OPSMITH_E(in[0], c, k) + OPSMITH_E(in[RES ? 1 : 0], c, k);
+                in[0][c] = raw_pack<T>(sv);  // rounded to T, as the residual stream holds it
+                store_chunk<T>(res_out + base, OPSMITH_J(c), n, vec, in[0][c]);
+            }
 #pragma unroll
             for (int k = 0; k < N; ++k) {
                 const A v = OPSMITH_E(in[0], c, k);
                 p[k & 1] += v * v;
             }
+        }
         A q[1] = {row_allreduce(p[0] + p[1], SumOp(), A(0), tpr)};
         cluster_sum<K>(q, cl_slot_, cl_bar_, cl_round_);
         const A r = m_rsqrt(q[0] / A(cols) + eps);
@@ -117,13 +135,33 @@ rms_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, T* __rest
             }
             store_vec(y + base, OPSMITH_J(c), n, vec, o);
         }
-        if (q[0] == pos_inf<A>())  // the whole cluster takes this branch or none of it
-            rms_inf_slice<K, C, T>(x + base, y + base, rstd + row, n, cl_slot_, cl_bar_, cl_round_, off == 0);
+        if (q[0] == pos_inf<A>())  // the whole cluster takes this branch or none of it (s read back: own chunks)
+            rms_inf_slice<K, C, T>((RES ? res_out : x) + base, y + base, rstd + row, n, cl_slot_, cl_bar_, cl_round_,
+                                   off == 0);
 #pragma unroll
-        for (int c = 0; c < C; ++c) in[0][c] = nx[0][c];
+        for (int c = 0; c < C; ++c) {
+#pragma unroll
+            for (int a = 0; a < (RES ? 2 : 1); ++a) in[a][c] = nx[a][c];
+        }
     }
     cluster_arrive_relaxed();
     cluster_wait();
+}
+
+template <int K, int CH, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (CH > 2 ? 1 : OPSMITH_CLUSTER_FWD_BLOCKS)) OPSMITH_CLUSTER_DIMS(K)
+rms_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
+                     long long rows, int cols, A eps, int has_w) {
+    rms_fwd_rows<K, CH, false>(x, x, w, y, y, rstd, rows, cols, eps, has_w);
+}
+
+// add_rms_norm's forward (fused_norm.cu's signature), for the rows rms_norm_fwd_cluster serves
+template <int K, int CH, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (CH > 2 ? 1 : OPSMITH_CLUSTER_FWD_BLOCKS)) OPSMITH_CLUSTER_DIMS(K)
+add_rms_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                         T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows,
+                         int cols, A eps, int has_w) {
+    rms_fwd_rows<K, CH, true>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }
 
 // w and b are read after the reductions (as layer_norm_fwd_wide; a block's slices of them stay in L1):

@@ -13,6 +13,7 @@
 
 #include "osm_ops_plan.h"
 
+// every kernel of _sources.NATIVE_FILES (add_rms_norm's are listed, not launched: Python launches them)
 #define OSM_OPS_KERNELS(X)                                                   \
     X(RELU_FWD, "elementwise.cu", "relu_fwd<{T}>")                            \
     X(RELU_BWD, "elementwise.cu", "relu_bwd<{T}>")                            \
@@ -45,6 +46,8 @@
     X(LN_BWD_CL8, "norm_cluster.cu", "layer_norm_bwd_cluster<8, {T}, {A}>") \
     X(RMS_FWD_CL2, "norm_cluster.cu", "rms_norm_fwd_cluster<2, 2, {T}, {A}>") \
     X(RMS_FWD_CL2W, "norm_cluster.cu", "rms_norm_fwd_cluster<2, 4, {T}, {A}>") \
+    X(ADD_RMS_FWD_CL2, "norm_cluster.cu", "add_rms_norm_fwd_cluster<2, 2, {T}, {A}>") \
+    X(ADD_RMS_FWD_CL2W, "norm_cluster.cu", "add_rms_norm_fwd_cluster<2, 4, {T}, {A}>") \
     X(RMS_BWD_CL2, "norm_cluster.cu", "rms_norm_bwd_cluster<2, {T}, {A}>")  \
     X(RMS_BWD_CL8, "norm_cluster.cu", "rms_norm_bwd_cluster<8, {T}, {A}>")
 
