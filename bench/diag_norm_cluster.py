@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The norms' rows too long for one block's registers: the thread-block cluster kernels
-(norm_cluster.cu, sm_90+), for each CLUSTER_THREADS of ``--threads``, against the long-row
-kernels (norm_long.cu) they replace, in one process.
+"""The rows too long for one block's registers: the thread-block cluster kernels (norm_cluster.cu,
+softmax_cluster.cu; sm_90+), for each CLUSTER_THREADS of ``--threads``, against the kernels they
+replace (norm_long.cu's; softmax's wide or long ones), in one process.
 
-Both run through the Python implementations (``opsmith.ops._norms``: the same plans the C++
-library ports); "long" is the device's properties with ``clusters=False``. Forward, and forward +
+Both run through the Python implementations (``opsmith.ops._norms``, ``_functional``: the same plans
+the C++ library ports); "long" is the device's properties with ``clusters=False``. Forward, and forward +
 backward (the weight gradient included), GB/s of the bytes-moved floor and the ratio to "long", L2
 flushed before each run (``_kernel_timing.median_us``), and each output's largest difference from
 "long"'s.
@@ -24,13 +24,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _kernel_timing import median_us  # noqa: E402
-from opsmith.ops import _launch, _norms  # noqa: E402
+from opsmith.ops import _functional, _launch, _norms  # noqa: E402
 
 SHAPES = "2048x32768,4096x16384,1024x65536,8192x12288,16384x8200,8192x8192,16384x6144"
 
 
 def cases(op, x, w, b, g):
     cols = x.shape[-1]
+    if op == "softmax":
+        def fwd():
+            return (_functional.softmax_fwd(x),)
+
+        def both():
+            (y,) = fwd()
+            return (y, _functional.softmax_bwd(g, y))
+        return fwd, both
     if op == "rms_norm":
         def fwd():
             return _norms.rms_norm_fwd(x, [cols], w, 1e-6)
@@ -55,6 +63,7 @@ def main() -> int:
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--threads", default="256", help="CLUSTER_THREADS values to try (comma-separated)")
     ap.add_argument("--shapes", default=SHAPES, help="ROWSxCOLS,... (default: %(default)s)")
+    ap.add_argument("--ops", default="rms_norm,layer_norm", help="of rms_norm, layer_norm, softmax")
     args = ap.parse_args()
     dev = torch.cuda.current_device()
     real = _launch.device_props(dev)
@@ -70,14 +79,16 @@ def main() -> int:
             g = torch.randn_like(x)
             w, b = torch.randn(cols, device="cuda", dtype=dtype), torch.randn(cols, device="cuda", dtype=dtype)
             item = x.element_size()
-            for op in ("rms_norm", "layer_norm"):
+            for op in args.ops.split(","):
                 res, outs, plans = {}, {}, {}
                 for name, (p, threads) in variants.items():
                     _launch.device_props = lambda d, p=p: p  # noqa: E731  (the plans read it per call)
                     _launch.CLUSTER_THREADS = int(threads)
                     _launch.norm_cluster_plan.cache_clear()
-                    plan = _launch.norm_cluster_plan(rows, cols, item, p, False)
-                    plans[name] = (plan.cluster, plan.block[0], plan.grid[0]) if plan else None
+                    plan = _launch.softmax_plan(rows, cols, item, 1, p) if op == "softmax" else \
+                        _launch.norm_cluster_plan(rows, cols, item, p, False)
+                    plan = plan if plan is not None and plan.strategy == "cluster" else None
+                    plans[name] = (plan.cluster, plan.chunks, plan.block[0], plan.grid[0]) if plan else None
                     fwd, both = cases(op, x, w, b, g)
                     outs[name] = both()
                     res[name] = (median_us(fwd, args.runs), median_us(both, args.runs))

@@ -193,6 +193,9 @@ def softmax_fwd(x):
         if plan.strategy == "long":
             _kernel("softmax.cu", "softmax_fwd_long<{T}>", x).launch(
                 _launch.launch_config(plan), x, y, rows, cols, plan.cache)
+        elif plan.strategy == "cluster":
+            _kernel("softmax_cluster.cu", f"softmax_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", x).launch(
+                _launch.launch_config(plan), x, y, rows, cols)
         else:
             name = "softmax_fwd_wide<{T}>" if plan.strategy == "wide" else "softmax_fwd<{T}>"
             _kernel("softmax.cu", name, x).launch(_launch.launch_config(plan), x, y, rows, cols)
@@ -212,6 +215,9 @@ def softmax_bwd(grad_y, y):
         if plan.strategy == "long":
             _kernel("softmax.cu", "softmax_bwd_long<{T}>", y).launch(
                 _launch.launch_config(plan), g, y, dx, rows, cols, plan.cache)
+        elif plan.strategy == "cluster":
+            _kernel("softmax_cluster.cu", f"softmax_bwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", y).launch(
+                _launch.launch_config(plan), g, y, dx, rows, cols)
         else:
             name = "softmax_bwd_wide<{T}>" if plan.strategy == "wide" else "softmax_bwd<{T}>"
             _kernel("softmax.cu", name, y).launch(_launch.launch_config(plan), g, y, dx, rows, cols)

@@ -15,7 +15,7 @@ Row strategies (see ``kernels/softmax.cu``):
   over rows, the row staged in shared memory when ``arrays`` rows of it fit, else read again;
 - ``"wide"`` (softmax only, ``softmax_plan``): rows beyond ``"block"`` that fit ``LONG_THREADS``
   threads of ``WIDE_CHUNKS`` chunks: one block a row, the row in registers;
-- ``"cluster"`` (the norms, ``norm_cluster_plan``, sm_90+): rows beyond ``"block"`` that fit 2
+- ``"cluster"`` (the norms, ``norm_cluster_plan``, and softmax, sm_90+): rows beyond ``"block"`` that fit 2
   blocks of ``ROW_THREADS`` (and, backward, ``CLUSTER_MAX`` of ``CLUSTER_THREADS``): a
   thread-block cluster a row, each block a slice of it in registers, the row's sums through
   distributed shared memory.
@@ -192,13 +192,21 @@ def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProp
 @functools.lru_cache(maxsize=4096)
 def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProps) -> Plan:
     """softmax's (``arrays`` 1: forward, 2: backward): ``row_plan``'s, but rows too long for its register
-    strategy and short enough for ``LONG_THREADS`` threads of ``WIDE_CHUNKS`` chunks (bf16 up to 32,768)
-    take ``"wide"``: softmax_fwd_wide / softmax_bwd_wide, one block a row holding the row in registers,
+    strategy take, on a device with clusters, ``"cluster"`` (softmax_cluster.cu) where 2 blocks of
+    ``ROW_THREADS`` hold them (``ROW_CHUNKS`` chunks a thread, or ``WIDE_CHUNKS`` for 16-bit types:
+    bf16 up to 32,768, fp32 8,192; persistent, as ``norm_cluster_plan``'s forward); elsewhere rows
+    short enough for ``LONG_THREADS`` threads of ``WIDE_CHUNKS`` chunks (bf16 up to 32,768) take
+    ``"wide"``: softmax_fwd_wide / softmax_bwd_wide, one block a row holding the row in registers,
     read once (the long strategy reads it, or its shared-memory copy, twice; the forward with an
     online rescale)."""
     p = row_plan(rows, cols, itemsize, arrays, props)
     if p.strategy != "long":
         return p
+    limit = min(ROW_THREADS, props.max_threads_per_block)
+    if props.clusters:  # softmax_cluster.cu: 2 blocks a row, of 2 chunks a thread, or 4 (16-bit types)
+        for chunks, blocks in ((ROW_CHUNKS, CLUSTER_FWD_BLOCKS), (WIDE_CHUNKS, 1)):
+            if (chunks == ROW_CHUNKS or itemsize == 2) and _cdiv(cols, chunks * (16 // itemsize)) <= 2 * limit:
+                return _cluster(rows, cols, itemsize, props, 2, chunks, blocks, rows)
     tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * (16 // itemsize)))
     if tpr > min(LONG_THREADS, props.max_threads_per_block):
         return p
@@ -292,9 +300,15 @@ def norm_cluster_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, b
         k, chunks, blocks = CLUSTER_MAX, ROW_CHUNKS, ROW_BWD_BLOCKS
     else:
         return None
-    tpr = _cdiv(_cdiv(cols, chunks * vec * k), _WARP) * _WARP  # whole warps, the row spread evenly
-    if rows * k > 2**31 - 1:
-        return None
+    return _cluster(rows, cols, itemsize, props, k, chunks, blocks, _cdiv(rows, 2) if backward else rows)
+
+
+def _cluster(rows: int, cols: int, itemsize: int, props: DeviceProps, k: int, chunks: int, blocks: int,
+             most: int) -> Plan:
+    """A persistent cluster plan: ``k`` blocks a row of ``chunks`` chunks a thread, the row spread
+    evenly over whole warps, as many clusters as the SMs hold (``blocks`` of ``ROW_THREADS`` an SM),
+    at most ``most``."""
+    tpr = _cdiv(_cdiv(cols, chunks * (16 // itemsize) * k), _WARP) * _WARP
     per_sm = max(1, min(ROW_THREADS * blocks, props.max_threads_per_sm) // tpr)
-    groups = max(1, min(per_sm * props.sm_count // k, _cdiv(rows, 2) if backward else rows))
+    groups = max(1, min(per_sm * props.sm_count // k, most))
     return Plan("cluster", (groups * k,), (tpr, 1), 0, 0, k, chunks)

@@ -1,7 +1,7 @@
 """The CUDA sources of opsmith.ops and their compiled modules.
 
 One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu``,
-``norm.cu``, ``norm_long.cu``, ``norm_cluster.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
+``softmax_cluster.cu``, ``norm.cu``, ``norm_long.cu``, ``norm_cluster.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
 float16 and bfloat16, each with the name expressions of its kernels. The first use of any op on a dtype
 compiles that dtype's programs at once (:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all
 of them ahead of time.
@@ -30,6 +30,7 @@ FILES: dict[str, tuple[str, ...]] = {
     + ("softmax_fwd_wide<{T}>", "softmax_bwd_wide<{T}>"),
     "norm.cu": tuple(f"{op}_{d}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for d in ("fwd", "bwd"))
     + ("norm_col_sum<{T}, {A}>", "layer_norm_fwd_wide<{T}, {A}>"),
+    "softmax_cluster.cu": tuple(f"softmax_{d}_cluster<2, {c}, {{T}}>" for d in ("fwd", "bwd") for c in (2, 4)),
     "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
                           for d in ("fwd", "bwd")) + ("norm_bwd_weight<{T}, {A}>",),
     "norm_cluster.cu": tuple(f"{op}_fwd_cluster<2, {c}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm")
@@ -43,7 +44,7 @@ FILES: dict[str, tuple[str, ...]] = {
 
 # the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep
 # their Python CUDA implementations (opsmith/ops/_functional.py) on every machine
-NATIVE_FILES = ("elementwise.cu", "softmax.cu", "norm.cu", "norm_long.cu", "norm_cluster.cu")
+NATIVE_FILES = ("elementwise.cu", "softmax.cu", "softmax_cluster.cu", "norm.cu", "norm_long.cu", "norm_cluster.cu")
 
 
 def kernel_names(file: str, dtype: str) -> list[str]:

@@ -66,7 +66,8 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
     assert names == ["activations.cuh", "common.cuh", "cross_entropy.cu", "elementwise.cu", "fused_norm.cu", "gated.cu",
-                     "norm.cu", "norm_cluster.cu", "norm_long.cu", "rotary.cu", "rows.cuh", "softmax.cu"]
+                     "norm.cu", "norm_cluster.cu", "norm_long.cu", "rotary.cu", "rows.cuh", "softmax.cu",
+                     "softmax_cluster.cu"]
     # the only includes are our own headers (common.cuh first, or rows.cuh, which includes it) and
     # CUDA's fp16/bf16 headers, behind __has_include
     ours = {'#include "common.cuh"', '#include "rows.cuh"', '#include "activations.cuh"'}
@@ -341,6 +342,10 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         fn.softmax_cuda(x, -1)
         fn.softmax_cuda(x, 0)
         fn.softmax_backward_cuda(x, x, -1)
+        monkeypatch.setattr(_launch, "device_props", lambda device: A100)  # no clusters: softmax's wide rows
+        fn.softmax_cuda(x, -1)
+        fn.softmax_backward_cuda(x, x, -1)
+        monkeypatch.setattr(_launch, "device_props", lambda device: H100)
         for weight, bias in ((w, b), (None, None), (w, None)):
             y, mean, rstd = nf.layer_norm_fwd(x, [cols], weight, bias, 1e-5)
             assert mean.dtype == (torch.float64 if dtype == "float64" else torch.float32) and mean.shape == (3,)
@@ -402,22 +407,40 @@ def test_a_first_call_that_is_compiled_registers_the_ops_outside_the_trace(tmp_p
 
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
-def test_softmax_plan_takes_the_wide_strategy_between_register_and_long_rows(props):
-    """Rows beyond the register strategy whose WIDE_CHUNKS chunks fit LONG_THREADS threads: "wide", one
-    block a row; everything else as row_plan."""
+def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_long_rows(props):
+    """Rows beyond the register strategy: with clusters, "cluster" where 2 blocks of ROW_THREADS hold
+    them (2 chunks a thread, or WIDE_CHUNKS for 16-bit types), persistent; else "wide" where WIDE_CHUNKS
+    chunks fit LONG_THREADS threads, one block a row; everything else as row_plan."""
+    limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
     for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 4096, 8192, 8193, 16384, 32768, 32769,
                                                                      70000), (2, 4, 8)):
-        p, r = _launch.softmax_plan(rows, cols, itemsize, 1, props), _launch.row_plan(rows, cols, itemsize, 1, props)
-        vec = 16 // itemsize
-        if p.strategy != "wide":
-            assert p == r
-            continue
-        assert r.strategy == "long" and p.grid == (rows,) and p.shared_mem == 0
-        tpr = p.block[0]
-        assert p.block == (tpr, 1) and tpr <= min(_launch.LONG_THREADS, props.max_threads_per_block)
-        assert tpr * _launch.WIDE_CHUNKS * vec >= cols > tpr * _launch.WIDE_CHUNKS * vec // 2  # the least that fits
-    assert _launch.softmax_plan(2048, 32768, 2, 1, props).strategy == "wide"  # bf16 32,768: 1,024 threads x 4 chunks
-    assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == "wide"  # the backward's too
+        for arrays in (1, 2):
+            p, r = _launch.softmax_plan(rows, cols, itemsize, arrays, props), \
+                _launch.row_plan(rows, cols, itemsize, arrays, props)
+            vec = 16 // itemsize
+            if p.strategy == "cluster":
+                assert props.clusters and r.strategy == "long" and p.cluster == 2 and p.shared_mem == 0
+                tpr, chunks = p.block[0], p.chunks
+                assert chunks == _launch.ROW_CHUNKS or (chunks == _launch.WIDE_CHUNKS and itemsize == 2)
+                if chunks == _launch.WIDE_CHUNKS:  # 2 chunks would not fit
+                    assert -(-cols // (_launch.ROW_CHUNKS * vec)) > 2 * limit
+                need = -(-cols // (chunks * vec))
+                assert tpr % 32 == 0 and tpr <= limit and need <= 2 * tpr < need + 64
+                blocks = _launch.CLUSTER_FWD_BLOCKS if chunks == _launch.ROW_CHUNKS else 1
+                resident = min(_launch.ROW_THREADS * blocks, props.max_threads_per_sm) // tpr * props.sm_count // 2
+                assert p.grid == (2 * max(1, min(resident, rows)),)
+                continue
+            if p.strategy != "wide":
+                assert p == r
+                continue
+            assert r.strategy == "long" and p.grid == (rows,) and p.shared_mem == 0
+            assert not props.clusters or -(-cols // (_launch.WIDE_CHUNKS * vec)) > 2 * limit or itemsize != 2
+            tpr = p.block[0]
+            assert p.block == (tpr, 1) and tpr <= min(_launch.LONG_THREADS, props.max_threads_per_block)
+            assert tpr * _launch.WIDE_CHUNKS * vec >= cols > tpr * _launch.WIDE_CHUNKS * vec // 2  # the least that fits
+    wide = "cluster" if props.clusters else "wide"
+    assert _launch.softmax_plan(2048, 32768, 2, 1, props).strategy == wide  # bf16 32,768: 2 x 512 or 1,024 threads x 4
+    assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == wide  # the backward's too
     assert _launch.softmax_plan(2048, 32769, 2, 1, props) == _launch.row_plan(2048, 32769, 2, 1, props)  # long
     assert _launch.softmax_plan(2048, 32769, 2, 2, props) == _launch.row_plan(2048, 32769, 2, 2, props)
     assert _launch.softmax_plan(2048, 8192, 2, 1, props).strategy == "block"

@@ -54,7 +54,7 @@ def _py(which, rows, cols, itemsize, arrays, props):
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0
     if which == "softmax":
         p = _launch.softmax_plan(rows, cols, itemsize, arrays, props)
-        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, p.cluster, p.chunks
     if which == "norm_bwd":
         p = _launch.norm_bwd_plan(rows, cols, itemsize, props)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0

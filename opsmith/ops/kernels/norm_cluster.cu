@@ -26,12 +26,6 @@
 
 using namespace opsmith;
 
-// This block's slice of a row: columns off .. off + n of it (n = 0 past the row's end).
-#define OPSMITH_SLICE_SETUP                                                                   \
-    constexpr int N = Vec<T>::N, C = CH;                                                      \
-    const int tpr = blockDim.x, t = threadIdx.x;                                              \
-    const int off = (int)cluster_rank() * C * N * tpr;                                        \
-    const int n = cols - off <= 0 ? 0 : (cols - off < C * N * tpr ? cols - off : C * N * tpr);
 #define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
 #define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
 // element k of chunk c lies inside the slice (vec: chunks are wholly inside or wholly past it)
@@ -67,10 +61,6 @@ __device__ __forceinline__ void rms_inf_slice(const T* __restrict__ xs, T* __res
     if (first && t == 0) *rstd_row = nan;
 }
 
-// this cluster's rows: a trip's slice of x for row r_ (zeros past the last row), loaded a trip ahead
-#define OPSMITH_CL_ROWS(nrows)                                                            \
-    const long long g0 = blockIdx.x / K, groups = gridDim.x / K;                          \
-    for (long long row = g0; row < (nrows); row += groups)
 // ... and of the residual too (rms_fwd_rows with RES)
 #define OPSMITH_CL_XR(dst, r_)                                                            \
     {                                                                                   \

@@ -212,8 +212,9 @@ __device__ __forceinline__ void cluster_red_init(unsigned long long (&bar)[2]) {
     cluster_wait();
 }
 
-// The sums over a cluster's K blocks of W values (every thread of a block holds its block's sums:
-// after row_allreduce), the same in every block (added in rank order). Thread b of each block sends
+// The sums (cluster_sum), or any reduction `op` (cluster_reduce), over a cluster's K blocks of W
+// values (every thread of a block holds its block's: after row_allreduce), the same in every block
+// (combined in rank order). Thread b of each block sends
 // the block's values into block b's slots with st.async, which completes block b's mbarrier of this
 // round; each block waits on its own mbarrier (armed for K * W values) and adds up. No cluster-wide
 // barrier a reduction: a first version met at `barrier.cluster.arrive.release` (which also orders
@@ -221,9 +222,9 @@ __device__ __forceinline__ void cluster_red_init(unsigned long long (&bar)[2]) {
 // forward; bench/results/ops-cluster-h200-2026-11-26/diag-v1.json). Every block of the cluster must run the same
 // sequence of reductions (`round` counts them). A round's slots are written again two rounds later,
 // which a block reaches only after every block has sent it the round between, so after its reads.
-template <int K, int W, class A>
-__device__ __forceinline__ void cluster_sum(A (&v)[W], A (&slot)[2][K][W], unsigned long long (&bar)[2],
-                                            int& round) {
+template <int K, int W, class A, class Op>
+__device__ __forceinline__ void cluster_reduce(A (&v)[W], A (&slot)[2][K][W], unsigned long long (&bar)[2],
+                                               int& round, Op op) {
     const int p = round & 1;
     const unsigned t = threadIdx.x + threadIdx.y * blockDim.x;
 #if OPSMITH_HAS_CLUSTERS
@@ -250,11 +251,15 @@ __device__ __forceinline__ void cluster_sum(A (&v)[W], A (&slot)[2][K][W], unsig
 #endif
 #pragma unroll
     for (int i = 0; i < W; ++i) {
-        A s = A(0);
+        A s = slot[p][0][i];
 #pragma unroll
-        for (int r = 0; r < K; ++r) s += slot[p][r][i];
+        for (int r = 1; r < K; ++r) s = op(s, slot[p][r][i]);
         v[i] = s;
     }
+}
+template <int K, int W, class A>
+__device__ __forceinline__ void cluster_sum(A (&v)[W], A (&slot)[2][K][W], unsigned long long (&bar)[2], int& round) {
+    cluster_reduce<K>(v, slot, bar, round, SumOp());
 }
 
 }  // namespace opsmith
@@ -272,3 +277,16 @@ __device__ __forceinline__ void cluster_sum(A (&v)[W], A (&slot)[2][K][W], unsig
 
 // element i of a thread's register row (chunk i / N, lane i % N) is column col(i)
 #define OPSMITH_COL(i) ((long long)(((i) / N) * tpr + t) * N + (i) % N)
+
+// The cluster kernels' (norm_cluster.cu, softmax_cluster.cu) setup, with K (blocks a cluster) and CH
+// (16-byte chunks a thread) in scope: this block's slice of a row, columns off .. off + n of it
+// (n = 0 past the row's end) ...
+#define OPSMITH_SLICE_SETUP                                                                   \
+    constexpr int N = Vec<T>::N, C = CH;                                                      \
+    const int tpr = blockDim.x, t = threadIdx.x;                                              \
+    const int off = (int)cluster_rank() * C * N * tpr;                                        \
+    const int n = cols - off <= 0 ? 0 : (cols - off < C * N * tpr ? cols - off : C * N * tpr);
+// ... and their persistent loop: this cluster's rows
+#define OPSMITH_CL_ROWS(nrows)                                                            \
+    const long long g0 = blockIdx.x / K, groups = gridDim.x / K;                          \
+    for (long long row = g0; row < (nrows); row += groups)

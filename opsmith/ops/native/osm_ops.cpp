@@ -98,8 +98,11 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         void *xp = x.data_ptr(), *yp = y.data_ptr();
         int cache = p.cache;
         void *params[] = {&xp, &yp, &rows, &cols, &cache};
-        launch(p.strategy == S_LONG ? SOFTMAX_FWD_LONG : p.strategy == S_WIDE ? SOFTMAX_FWD_WIDE : SOFTMAX_FWD, dt, dev, p,
-               params);
+        launch(p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
+               : p.strategy == S_WIDE    ? SOFTMAX_FWD_WIDE
+               : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2 : SOFTMAX_FWD_CL2W)
+                                         : SOFTMAX_FWD,
+               dt, dev, p, params);
     }
     return y;
 }
@@ -121,8 +124,11 @@ at::Tensor softmax_backward_last(const at::Tensor &grad, const at::Tensor &y_) {
         void *gp = g.data_ptr(), *yp = y.data_ptr(), *dp = dx.data_ptr();
         int cache = p.cache;
         void *params[] = {&gp, &yp, &dp, &rows, &cols, &cache};
-        launch(p.strategy == S_LONG ? SOFTMAX_BWD_LONG : p.strategy == S_WIDE ? SOFTMAX_BWD_WIDE : SOFTMAX_BWD, dt, dev, p,
-               params);
+        launch(p.strategy == S_LONG      ? SOFTMAX_BWD_LONG
+               : p.strategy == S_WIDE    ? SOFTMAX_BWD_WIDE
+               : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_BWD_CL2 : SOFTMAX_BWD_CL2W)
+                                         : SOFTMAX_BWD,
+               dt, dev, p, params);
     }
     return dx;
 }

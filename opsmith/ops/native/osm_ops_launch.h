@@ -29,6 +29,10 @@
     X(SOFTMAX_BWD, "softmax.cu", "softmax_bwd<{T}>")                          \
     X(SOFTMAX_BWD_LONG, "softmax.cu", "softmax_bwd_long<{T}>")                \
     X(SOFTMAX_BWD_WIDE, "softmax.cu", "softmax_bwd_wide<{T}>")                \
+    X(SOFTMAX_FWD_CL2, "softmax_cluster.cu", "softmax_fwd_cluster<2, 2, {T}>") \
+    X(SOFTMAX_FWD_CL2W, "softmax_cluster.cu", "softmax_fwd_cluster<2, 4, {T}>") \
+    X(SOFTMAX_BWD_CL2, "softmax_cluster.cu", "softmax_bwd_cluster<2, 2, {T}>") \
+    X(SOFTMAX_BWD_CL2W, "softmax_cluster.cu", "softmax_bwd_cluster<2, 4, {T}>") \
     X(LN_FWD, "norm.cu", "layer_norm_fwd<{T}, {A}>")                          \
     X(LN_FWD_LONG, "norm_long.cu", "layer_norm_fwd_long<{T}, {A}>")           \
     X(LN_FWD_WIDE, "norm.cu", "layer_norm_fwd_wide<{T}, {A}>")                \

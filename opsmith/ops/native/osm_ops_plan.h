@@ -62,9 +62,27 @@ Plan row_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, cons
     return {S_LONG, grid, 1, threads, 1, cache ? row_bytes : 0, cache ? 1 : 0, 0};
 }
 
+// _launch._cluster: a persistent cluster plan, k blocks a row of `chunks` chunks a thread
+Plan cluster(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t k, int64_t chunks, int64_t blocks,
+             int64_t most) {
+    const int64_t tpr = cdiv(cdiv(cols, chunks * (16 / itemsize) * k), 32) * 32;
+    const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(K[C_ROW_THREADS] * blocks, p.max_threads_per_sm) / tpr);
+    const int64_t groups = std::max<int64_t>(1, std::min(per_sm * p.sm_count / k, most));
+    return {S_CLUSTER, groups * k, 1, tpr, 1, 0, 0, 0, k, chunks};
+}
+
 Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, const Props &p) {
     const Plan q = row_plan(rows, cols, itemsize, arrays, p);
     if (q.strategy != S_LONG) return q;
+    const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
+    if (p.clusters) {
+        const int64_t options[2][2] = {{K[C_ROW_CHUNKS], K[C_CLUSTER_FWD_BLOCKS]}, {K[C_WIDE_CHUNKS], 1}};
+        for (const auto &o : options) {
+            if ((o[0] == K[C_ROW_CHUNKS] || itemsize == 2) && cdiv(cols, o[0] * (16 / itemsize)) <= 2 * limit) {
+                return cluster(rows, cols, itemsize, p, 2, o[0], o[1], rows);
+            }
+        }
+    }
     const int64_t tpr = pow2_at_least(cdiv(cols, K[C_WIDE_CHUNKS] * (16 / itemsize)));
     if (tpr > std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block)) return q;
     return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
@@ -98,11 +116,7 @@ Plan norm_cluster_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props
     } else {
         return none;
     }
-    const int64_t tpr = cdiv(cdiv(cols, chunks * vec * k), 32) * 32;
-    if (rows * k > 0x7fffffff) return none;
-    const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(K[C_ROW_THREADS] * blocks, p.max_threads_per_sm) / tpr);
-    const int64_t groups = std::max<int64_t>(1, std::min(per_sm * p.sm_count / k, backward ? cdiv(rows, 2) : rows));
-    return {S_CLUSTER, groups * k, 1, tpr, 1, 0, 0, 0, k, chunks};
+    return cluster(rows, cols, itemsize, p, k, chunks, blocks, backward ? cdiv(rows, 2) : rows);
 }
 
 Plan col_sum_plan(int64_t cols, int64_t arrays) {
