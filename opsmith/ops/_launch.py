@@ -192,21 +192,24 @@ def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProp
 @functools.lru_cache(maxsize=4096)
 def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProps) -> Plan:
     """softmax's (``arrays`` 1: forward, 2: backward): ``row_plan``'s, but rows too long for its register
-    strategy take, on a device with clusters, ``"cluster"`` (softmax_cluster.cu) where 2 blocks of
-    ``ROW_THREADS`` hold them (``ROW_CHUNKS`` chunks a thread, or ``WIDE_CHUNKS`` for 16-bit types:
-    bf16 up to 32,768, fp32 8,192; persistent, as ``norm_cluster_plan``'s forward); elsewhere rows
-    short enough for ``LONG_THREADS`` threads of ``WIDE_CHUNKS`` chunks (bf16 up to 32,768) take
-    ``"wide"``: softmax_fwd_wide / softmax_bwd_wide, one block a row holding the row in registers,
+    strategy and short enough for ``LONG_THREADS`` threads of ``WIDE_CHUNKS`` chunks (bf16 up to 32,768)
+    take ``"wide"``: softmax_fwd_wide / softmax_bwd_wide, one block a row holding the row in registers,
     read once (the long strategy reads it, or its shared-memory copy, twice; the forward with an
-    online rescale)."""
+    online rescale). On a device with clusters, 16-bit rows take ``"cluster"`` (softmax_cluster.cu:
+    2 blocks of up to ``ROW_THREADS`` a row, persistent) instead: the backward where 2 chunks a thread
+    hold them (bf16 up to 16,384), else 4; the forward only where 4 are needed (16,385-32,768). H200
+    against wide (``diag-softmax.json``): backward 1.07-1.54x (forward + backward), forward 1.01-1.08x
+    at 4 chunks but 0.79-0.92x at 2; fp32 0.62-0.80x, so fp32 keeps wide."""
     p = row_plan(rows, cols, itemsize, arrays, props)
     if p.strategy != "long":
         return p
     limit = min(ROW_THREADS, props.max_threads_per_block)
-    if props.clusters:  # softmax_cluster.cu: 2 blocks a row, of 2 chunks a thread, or 4 (16-bit types)
-        for chunks, blocks in ((ROW_CHUNKS, CLUSTER_FWD_BLOCKS), (WIDE_CHUNKS, 1)):
-            if (chunks == ROW_CHUNKS or itemsize == 2) and _cdiv(cols, chunks * (16 // itemsize)) <= 2 * limit:
-                return _cluster(rows, cols, itemsize, props, 2, chunks, blocks, rows)
+    if props.clusters and itemsize == 2:  # softmax_cluster.cu: 2 blocks a row, of 2 chunks a thread or 4
+        fits2 = _cdiv(cols, ROW_CHUNKS * 8) <= 2 * limit
+        if fits2 and arrays > 1:
+            return _cluster(rows, cols, itemsize, props, 2, ROW_CHUNKS, CLUSTER_FWD_BLOCKS, rows)
+        if not fits2 and _cdiv(cols, WIDE_CHUNKS * 8) <= 2 * limit:
+            return _cluster(rows, cols, itemsize, props, 2, WIDE_CHUNKS, 1, rows)
     tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * (16 // itemsize)))
     if tpr > min(LONG_THREADS, props.max_threads_per_block):
         return p

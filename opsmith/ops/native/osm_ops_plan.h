@@ -75,13 +75,11 @@ Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
     const Plan q = row_plan(rows, cols, itemsize, arrays, p);
     if (q.strategy != S_LONG) return q;
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
-    if (p.clusters) {
-        const int64_t options[2][2] = {{K[C_ROW_CHUNKS], K[C_CLUSTER_FWD_BLOCKS]}, {K[C_WIDE_CHUNKS], 1}};
-        for (const auto &o : options) {
-            if ((o[0] == K[C_ROW_CHUNKS] || itemsize == 2) && cdiv(cols, o[0] * (16 / itemsize)) <= 2 * limit) {
-                return cluster(rows, cols, itemsize, p, 2, o[0], o[1], rows);
-            }
-        }
+    if (p.clusters && itemsize == 2) {  // softmax_cluster.cu: 2 blocks a row, of 2 chunks a thread or 4
+        const bool fits2 = cdiv(cols, K[C_ROW_CHUNKS] * 8) <= 2 * limit;
+        if (fits2 && arrays > 1) return cluster(rows, cols, itemsize, p, 2, K[C_ROW_CHUNKS], K[C_CLUSTER_FWD_BLOCKS], rows);
+        if (!fits2 && cdiv(cols, K[C_WIDE_CHUNKS] * 8) <= 2 * limit)
+            return cluster(rows, cols, itemsize, p, 2, K[C_WIDE_CHUNKS], 1, rows);
     }
     const int64_t tpr = pow2_at_least(cdiv(cols, K[C_WIDE_CHUNKS] * (16 / itemsize)));
     if (tpr > std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block)) return q;
