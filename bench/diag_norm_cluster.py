@@ -64,11 +64,23 @@ def main() -> int:
     ap.add_argument("--threads", default="256", help="CLUSTER_THREADS values to try (comma-separated)")
     ap.add_argument("--shapes", default=SHAPES, help="ROWSxCOLS,... (default: %(default)s)")
     ap.add_argument("--ops", default="rms_norm,layer_norm", help="of rms_norm, layer_norm, softmax")
+    ap.add_argument("--softmax-fwd-2chunks", action="store_true",
+                    help="the cluster variants run softmax's forward on clusters of 2 chunks a thread too "
+                         "(where the plan keeps the wide kernel)")
     args = ap.parse_args()
     dev = torch.cuda.current_device()
     real = _launch.device_props(dev)
     variants = {f"cluster{t}": (real, t) for t in args.threads.split(",")}
     variants["long"] = (real._replace(clusters=False), _launch.CLUSTER_THREADS)
+    shipped = _launch.softmax_plan
+    if args.softmax_fwd_2chunks:
+        def forced(rows, cols, itemsize, arrays, p):
+            plan = shipped(rows, cols, itemsize, arrays, p)
+            if p.clusters and arrays == 1 and itemsize == 2 and plan.strategy == "wide" and \
+                    -(-cols // (_launch.ROW_CHUNKS * 8)) <= 2 * _launch.ROW_THREADS:
+                return _launch._cluster(rows, cols, itemsize, p, 2, _launch.ROW_CHUNKS, _launch.CLUSTER_FWD_BLOCKS, rows)
+            return plan
+        _launch.softmax_plan = forced
     rows_out = []
     for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
         for rows, cols in (tuple(map(int, sh.split("x"))) for sh in args.shapes.split(",")):
