@@ -162,7 +162,7 @@ layer_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, const T
                        A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                        int has_b) {
     OPSMITH_SLICE_SETUP
-    OPSMITH_CLUSTER_RED(2)
+    OPSMITH_CLUSTER_RED(1)
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
     Raw in[1][C];
     OPSMITH_CL_X(in, (long long)(blockIdx.x / K))
@@ -170,38 +170,26 @@ layer_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, const T
         const long long base = row * cols + off;
         Raw nx[1][C];
         OPSMITH_CL_X(nx, row + groups)
-        // the slice's sum and squared deviations from its own mean (two block reductions), then one
-        // exchange: the row's mean, and its squared deviations as the slices' plus each slice's count
-        // times its mean's squared distance from the row's (Chan et al.; no E[x^2] - E[x]^2)
         A p[4] = {A(0), A(0), A(0), A(0)};
 #pragma unroll
         for (int c = 0; c < C; ++c)
 #pragma unroll
             for (int k = 0; k < N; ++k) p[k & 3] += OPSMITH_E(in[0], c, k);
-        A sq[2] = {row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr), A(0)};
-        const A mb = n > 0 ? sq[0] / A(n) : A(0);
+        A s[1] = {row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr)};
+        cluster_sum<K>(s, cl_slot_, cl_bar_, cl_round_);
+        const A mu = s[0] / A(cols);
 #pragma unroll
         for (int i = 0; i < 4; ++i) p[i] = A(0);
 #pragma unroll
         for (int c = 0; c < C; ++c)
 #pragma unroll
             for (int k = 0; k < N; ++k) {
-                const A d = OPSMITH_IN(c, k) ? OPSMITH_E(in[0], c, k) - mb : A(0);
+                const A d = OPSMITH_IN(c, k) ? OPSMITH_E(in[0], c, k) - mu : A(0);
                 p[k & 3] += d * d;
             }
-        sq[1] = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
-        const int ph = cluster_exchange<K>(sq, cl_slot_, cl_bar_, cl_round_);
-        A tot = A(0), q = A(0);
-#pragma unroll
-        for (int b = 0; b < K; ++b) tot += cl_slot_[ph][b][0];
-        const A mu = tot / A(cols);
-#pragma unroll
-        for (int b = 0; b < K; ++b) {
-            const int nb = cols - b * C * N * tpr <= 0 ? 0 : min(cols - b * C * N * tpr, C * N * tpr);
-            const A d = nb > 0 ? cl_slot_[ph][b][0] / A(nb) - mu : A(0);
-            q += cl_slot_[ph][b][1] + A(nb) * d * d;
-        }
-        const A r = m_rsqrt(q / A(cols) + eps);
+        A q[1] = {row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr)};
+        cluster_sum<K>(q, cl_slot_, cl_bar_, cl_round_);
+        const A r = m_rsqrt(q[0] / A(cols) + eps);
         Raw wb[2][C];
         load_chunks<T, 2>({w + off, b + off}, wb, n, vec, tpr, t, (has_w ? 1u : 0u) | (has_b ? 2u : 0u));
         if (off == 0 && t == 0) {

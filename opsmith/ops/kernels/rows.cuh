@@ -214,19 +214,19 @@ __device__ __forceinline__ void cluster_red_init(unsigned long long (&bar)[2]) {
 
 // The sums (cluster_sum), or any reduction `op` (cluster_reduce), over a cluster's K blocks of W
 // values (every thread of a block holds its block's: after row_allreduce), the same in every block
-// (combined in rank order); or every block's values (cluster_exchange). Thread b of each block sends
-// the block's values into block b's slots with st.async, which completes block b's mbarrier of this
-// round; each block waits on its own mbarrier (armed for K * W values) and reads the slots. No
-// cluster-wide barrier a reduction: a first version met at `barrier.cluster.arrive.release` (which
-// also orders the block's earlier global stores) and ran 1.2-1.35x slower on an H200 (with a cluster
-// a row forward; bench/results/ops-cluster-h200-2026-11-26/diag-v1.json). Every block of the cluster
-// must run the same sequence of exchanges (`round` counts them). A round's slots are written again two
-// rounds later, which a block reaches only after every block has sent it the round between, so after
-// its reads.
-// cluster_exchange: the sending and the wait; returns the round's slots, slot[p][rank][value]
-template <int K, int W, class A>
-__device__ __forceinline__ int cluster_exchange(const A (&v)[W], A (&slot)[2][K][W], unsigned long long (&bar)[2],
-                                                int& round) {
+// (combined in rank order). Thread b of each block sends the block's values into block b's slots
+// with st.async, which completes block b's mbarrier of this round; each block waits on its own
+// mbarrier (armed for K * W values) and combines. No cluster-wide barrier a reduction: a first
+// version met at `barrier.cluster.arrive.release` (which also orders the block's earlier global
+// stores) and ran 1.2-1.35x slower on an H200 (with a cluster a row forward;
+// bench/results/ops-cluster-h200-2026-11-26/diag-v1.json). Every block of the cluster must run the
+// same sequence of reductions (`round` counts them). A round's slots are written again two rounds
+// later, which a block reaches only after every block has sent it the round between, so after its
+// reads. (One exchange a row instead of two, merging each slice's (max, sum of exps) or (sum,
+// squared deviations), measured no faster: diag-one-exchange.json.)
+template <int K, int W, class A, class Op>
+__device__ __forceinline__ void cluster_reduce(A (&v)[W], A (&slot)[2][K][W], unsigned long long (&bar)[2],
+                                               int& round, Op op) {
     const int p = round & 1;
     const unsigned t = threadIdx.x + threadIdx.y * blockDim.x;
 #if OPSMITH_HAS_CLUSTERS
@@ -251,12 +251,6 @@ __device__ __forceinline__ int cluster_exchange(const A (&v)[W], A (&slot)[2][K]
                      : "=r"(done) : "r"(b), "r"(parity) : "memory");
     } while (!done);
 #endif
-    return p;
-}
-template <int K, int W, class A, class Op>
-__device__ __forceinline__ void cluster_reduce(A (&v)[W], A (&slot)[2][K][W], unsigned long long (&bar)[2],
-                                               int& round, Op op) {
-    const int p = cluster_exchange<K>(v, slot, bar, round);
 #pragma unroll
     for (int i = 0; i < W; ++i) {
         A s = slot[p][0][i];

@@ -1,8 +1,8 @@
 // opsmith.ops softmax (softmax.cu has the math and the other strategies) for rows too long for one
 // block's registers and short enough for a cluster of 2 (sm_90+): each block holds half the row in its
 // registers (CH 16-byte chunks a thread: 2, or 4 for the 16-bit rows up to 32,768), and the blocks
-// meet through distributed shared memory (rows.cuh's cluster_exchange), once a row: for the row's
-// max and sum (forward: each slice's max and sum of exps, merged) or sum(grad_y * y) (backward). Persistent, as norm_cluster.cu's kernels: the clusters the
+// meet through distributed shared memory (rows.cuh's cluster_reduce) for the row's max and sum
+// (forward) or sum(grad_y * y) (backward). Persistent, as norm_cluster.cu's kernels: the clusters the
 // SMs hold stride over the rows, loading their next row's slice while they reduce the current one.
 // Numerics as softmax_fwd / softmax_bwd: the max subtracted before exp, sums in float (double for
 // double), subnormal exps flushed; a NaN, +inf or a row of only -inf give a row of NaN.
@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (CH > 2 ? 1 : 2)) OPSMITH
 softmax_fwd_cluster(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
     typedef typename Elem<T>::acc A;
     OPSMITH_SLICE_SETUP
-    OPSMITH_CLUSTER_RED(2)
+    OPSMITH_CLUSTER_RED(1)
     const bool vec = cols % N == 0 && aligned16(x) && aligned16(y);
     Raw in[1][C];
     {
@@ -37,8 +37,6 @@ softmax_fwd_cluster(const T* __restrict__ x, T* __restrict__ y, long long rows, 
             const bool a_ = r_ < rows;
             load_chunks<T, 1>({x + (a_ ? r_ : 0) * cols + off}, nx, a_ ? n : 0, vec, tpr, t);
         }
-        // the slice's max mb and sum of exp(x - mb) (two block reductions), then one exchange of the
-        // pairs: the row's max M and sum S = sum of each slice's sum times exp(mb - M)
         A v[C * N], p[4] = {neg_inf<A>(), neg_inf<A>(), neg_inf<A>(), neg_inf<A>()};
 #pragma unroll
         for (int c = 0; c < C; ++c)
@@ -48,28 +46,18 @@ softmax_fwd_cluster(const T* __restrict__ x, T* __restrict__ y, long long rows, 
                 v[c * N + k] = inside ? OPSMITH_E(in[0], c, k) : neg_inf<A>();
                 p[k & 3] = m_max(p[k & 3], v[c * N + k]);
             }
-        A ms[2] = {row_allreduce(m_max(m_max(p[0], p[1]), m_max(p[2], p[3])), MaxOp(), neg_inf<A>(), tpr), A(0)};
-        const bool none = ms[0] == neg_inf<A>();  // a slice of -inf only (or past the row): exps of 0
+        A m[1] = {row_allreduce(m_max(m_max(p[0], p[1]), m_max(p[2], p[3])), MaxOp(), neg_inf<A>(), tpr)};
+        cluster_reduce<K>(m, cl_slot_, cl_bar_, cl_round_, MaxOp());
 #pragma unroll
         for (int i = 0; i < 4; ++i) p[i] = A(0);
 #pragma unroll
         for (int i = 0; i < C * N; ++i) {
-            v[i] = none ? A(0) : m_exp2_ftz((v[i] - ms[0]) * log2e<A>());  // padding is -inf: adds 0
+            v[i] = m_exp2_ftz((v[i] - m[0]) * log2e<A>());  // padding is -inf: adds 0
             p[i & 3] += v[i];
         }
-        ms[1] = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
-        const int ph = cluster_exchange<K>(ms, cl_slot_, cl_bar_, cl_round_);
-        A mx = cl_slot_[ph][0][0];
-#pragma unroll
-        for (int b = 1; b < K; ++b) mx = m_max(mx, cl_slot_[ph][b][0]);
-        A tot = A(0);
-#pragma unroll
-        for (int b = 0; b < K; ++b) {
-            const A mb = cl_slot_[ph][b][0];
-            tot += mb == neg_inf<A>() ? A(0) : cl_slot_[ph][b][1] * m_exp2((mb - mx) * log2e<A>());
-        }
-        // a row of -inf only: 0 / 0, NaN, as torch; a NaN or +inf anywhere made its slice's sum NaN
-        const A r = (none ? A(0) : m_exp2((ms[0] - mx) * log2e<A>())) / tot;
+        A s[1] = {row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr)};
+        cluster_sum<K>(s, cl_slot_, cl_bar_, cl_round_);
+        const A r = A(1) / s[0];
 #pragma unroll
         for (int c = 0; c < C; ++c) {
 #pragma unroll
