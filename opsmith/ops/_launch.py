@@ -33,6 +33,7 @@ __all__ = [
     "ROW_CHUNKS",
     "ROW_THREADS",
     "WIDE_CHUNKS",
+    "CLUSTER_FWD_BLOCKS",
     "CLUSTER_MAX",
     "CLUSTER_THREADS",
     "DeviceProps",
@@ -62,7 +63,7 @@ EW_UNROLL = 4         # OPSMITH_EW_UNROLL in elementwise.cu: vectors in flight p
 GATED_ROWS = 2        # OPSMITH_GATED_ROWS in gated.cu: rows a thread loads per trip
 CLUSTER_MAX = 8       # the larger cluster of norm_cluster.cu's kernels (K = 2 or 8; 8 is the portable limit)
 CLUSTER_THREADS = 256 # the most threads a block of norm_cluster_plan's clusters of CLUSTER_MAX
-CLUSTER_FWD_BLOCKS = 2  # OPSMITH_CLUSTER_FWD_BLOCKS in norm_cluster.cu: ROW_THREADS-blocks an SM holds in its forwards
+CLUSTER_FWD_BLOCKS = 2  # ROW_THREADS-blocks an SM holds in the 2-chunk cluster kernels (their __launch_bounds__)
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32
 
@@ -198,17 +199,19 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     online rescale). On a device with clusters, 16-bit rows take ``"cluster"`` (softmax_cluster.cu:
     2 blocks of up to ``ROW_THREADS`` a row, persistent) instead: the backward where 2 chunks a thread
     hold them (bf16 up to 16,384), else 4; the forward only where 4 are needed (16,385-32,768). H200
-    against wide (``diag-softmax.json``): backward 1.07-1.54x (forward + backward), forward 1.01-1.08x
-    at 4 chunks but 0.79-0.92x at 2; fp32 0.62-0.80x, so fp32 keeps wide."""
+    against wide (bench/results/ops-cluster-h200-2026-11-26/diag-softmax*.json): forward + backward
+    1.19-1.41x as shipped; clusters' forwards 1.01-1.08x at 4 chunks but 0.79-0.92x at 2; fp32
+    0.62-0.80x, so fp32 keeps wide."""
     p = row_plan(rows, cols, itemsize, arrays, props)
     if p.strategy != "long":
         return p
     limit = min(ROW_THREADS, props.max_threads_per_block)
     if props.clusters and itemsize == 2:  # softmax_cluster.cu: 2 blocks a row, of 2 chunks a thread or 4
-        fits2 = _cdiv(cols, ROW_CHUNKS * 8) <= 2 * limit
+        vec = 16 // itemsize
+        fits2 = _cdiv(cols, ROW_CHUNKS * vec) <= 2 * limit
         if fits2 and arrays > 1:
             return _cluster(rows, cols, itemsize, props, 2, ROW_CHUNKS, CLUSTER_FWD_BLOCKS, rows)
-        if not fits2 and _cdiv(cols, WIDE_CHUNKS * 8) <= 2 * limit:
+        if not fits2 and _cdiv(cols, WIDE_CHUNKS * vec) <= 2 * limit:
             return _cluster(rows, cols, itemsize, props, 2, WIDE_CHUNKS, 1, rows)
     tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * (16 // itemsize)))
     if tpr > min(LONG_THREADS, props.max_threads_per_block):
@@ -280,10 +283,13 @@ def norm_cluster_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, b
       thread, one block of ``ROW_THREADS`` an SM (up to 128 registers a thread);
     - backward, rows up to twice that: ``K`` = ``CLUSTER_MAX`` (8) blocks of up to ``CLUSTER_THREADS``.
 
-    H200, against the long kernels (bench/diag_norm_cluster.py, ``diag-cluster.json``): K = 2 ran
-    forwards 1.16-1.96x and forward + backward 1.56-2.0x as fast at bf16; K = 8 forward + backward
-    1.02-1.36x, but its forwards 0.74-0.95x but for bf16 layer_norm (1.13x); 4 blocks of 512 or 256
-    threads ran slower than either, and 8 blocks of 512 (bf16 65,536) slower than long for layer_norm.
+    H200, against the long kernels (bench/diag_norm_cluster.py; bench/results/ops-cluster-h200-2026-11-26/
+    diag.json, diag-fp32-fp16.json, diag-threads.json): K = 2 ran bf16 forwards 1.16-1.96x and forward
+    + backward 1.56-2.0x as fast, fp32 0.95-1.26x and 1.60-1.94x; the 4-chunk forwards 1.08x (bf16
+    rms_norm) and 1.69x (layer_norm), but 0.85-1.09x at fp32, which keeps long there; K = 8 backwards
+    made forward + backward 1.11-1.51x, but its forwards ran 0.74-0.95x (bf16 layer_norm 1.13x); 4
+    blocks of 512 or 256 threads ran slower than 2 or 8, and 8 blocks of 512 (bf16 65,536) slower than
+    long for layer_norm.
     Both directions are persistent: as many clusters as the SMs hold at once (``ROW_THREADS *
     CLUSTER_FWD_BLOCKS`` threads an SM forward, ``ROW_THREADS * ROW_BWD_BLOCKS`` backward), at most
     one a row (two rows backward), striding over the rows; each backward cluster writes one row of

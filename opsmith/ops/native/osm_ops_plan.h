@@ -76,9 +76,10 @@ Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
     if (q.strategy != S_LONG) return q;
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
     if (p.clusters && itemsize == 2) {  // softmax_cluster.cu: 2 blocks a row, of 2 chunks a thread or 4
-        const bool fits2 = cdiv(cols, K[C_ROW_CHUNKS] * 8) <= 2 * limit;
+        const int64_t vec = 16 / itemsize;
+        const bool fits2 = cdiv(cols, K[C_ROW_CHUNKS] * vec) <= 2 * limit;
         if (fits2 && arrays > 1) return cluster(rows, cols, itemsize, p, 2, K[C_ROW_CHUNKS], K[C_CLUSTER_FWD_BLOCKS], rows);
-        if (!fits2 && cdiv(cols, K[C_WIDE_CHUNKS] * 8) <= 2 * limit)
+        if (!fits2 && cdiv(cols, K[C_WIDE_CHUNKS] * vec) <= 2 * limit)
             return cluster(rows, cols, itemsize, p, 2, K[C_WIDE_CHUNKS], 1, rows);
     }
     const int64_t tpr = pow2_at_least(cdiv(cols, K[C_WIDE_CHUNKS] * (16 / itemsize)));
