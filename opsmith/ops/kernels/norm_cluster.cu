@@ -1,9 +1,10 @@
 // opsmith.ops LayerNorm and RMSNorm (norm.cu has the math) for rows too long for one block's registers
 // and short enough for a thread-block cluster's (sm_90+): a cluster of K blocks (__cluster_dims__, K =
 // 2 or 8) holds a row, each block a slice of C * N * tpr elements in its registers (C 16-byte chunks a
-// thread: 2, as the register-row kernels, or 4 in the forwards of the longest rows), and the blocks add
-// up the row's sums through distributed shared memory (rows.cuh's cluster_sum). The row is read once from HBM, where the long
-// kernels (norm_long.cu) of one block a row read it twice or stage it in shared memory.
+// thread: 2, as the register-row kernels, or 4 in the forwards of the longest rows), and the blocks
+// add up the row's sums through distributed shared memory (rows.cuh's cluster_sum). The row is read
+// once from HBM, where the long kernels (norm_long.cu) of one block a row read it twice or stage it
+// in shared memory.
 //
 // Every kernel is persistent: `groups` = gridDim.x / K clusters stride over the rows, loading a row's
 // slice one trip ahead. The backwards keep their slice of the weight (and bias) gradients in
@@ -61,17 +62,18 @@ __device__ __forceinline__ void rms_inf_slice(const T* __restrict__ xs, T* __res
     if (first && t == 0) *rstd_row = nan;
 }
 
+// a trip's slice of x for row r_ (zeros past the last row), loaded a trip ahead ...
+#define OPSMITH_CL_X(dst, r_)                                                             \
+    {                                                                                   \
+        const bool a_ = (r_) < rows;                                                    \
+        load_chunks<T, 1>({x + (a_ ? (r_) : 0) * (long long)cols + off}, dst, a_ ? n : 0, vec, tpr, t); \
+    }
 // ... and of the residual too (rms_fwd_rows with RES)
 #define OPSMITH_CL_XR(dst, r_)                                                            \
     {                                                                                   \
         const bool a_ = (r_) < rows;                                                    \
         const long long b_ = (a_ ? (r_) : 0) * (long long)cols + off;                   \
         load_chunks<T, 2>({x + b_, res + b_}, dst, a_ ? n : 0, vec, tpr, t, RES ? 3u : 1u); \
-    }
-#define OPSMITH_CL_X(dst, r_)                                                             \
-    {                                                                                   \
-        const bool a_ = (r_) < rows;                                                    \
-        load_chunks<T, 1>({x + (a_ ? (r_) : 0) * (long long)cols + off}, dst, a_ ? n : 0, vec, tpr, t); \
     }
 
 // rms_norm's forward, and with RES add_rms_norm's (fused_norm.cu): s = x + residual, rounded to T,
