@@ -45,13 +45,12 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
         eps = torch.finfo(x.dtype).eps
     x, residual = x.contiguous(), residual.contiguous()
     rows, cols = fn._rows_cols(x, normalized_shape, "add_rms_norm")
-    props = _launch.device_props(x.get_device()) if rows and cols else None
-    plan = _launch.row_plan(rows, cols, x.element_size(), 1, props) if props else None
-    file, name = "fused_norm.cu", "add_rms_norm_fwd<{T}, {A}>"
-    if plan is not None and plan.strategy == "long":  # a cluster a row (sm_90+), else an add and rms_norm
-        plan = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False)
-        file, name = "norm_cluster.cu", f"add_rms_norm_fwd_cluster<{plan.cluster if plan else 0}, {plan.chunks if plan else 0}, {{T}}, {{A}}>"
-    if plan is None:
+    plan, file = _norms._fwd_plan(rows, cols, x) if rows and cols else (None, "")
+    if file == "norm.cu":  # the register rows
+        file, name = "fused_norm.cu", "add_rms_norm_fwd<{T}, {A}>"
+    elif file == "norm_cluster.cu":  # a cluster a row (sm_90+)
+        name = f"add_rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>"
+    else:  # the long rows, or an empty input: an add and rms_norm
         s = x + residual
         y, rstd = _norms.rms_norm_fwd(s, normalized_shape, weight, eps)
         return y, s, rstd

@@ -21,14 +21,11 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
     if rows and cols:
         w = weight.contiguous() if weight is not None else x
         b = bias.contiguous() if bias is not None else x
-        props = _launch.device_props(x.get_device())
-        plan = _launch.row_plan(rows, cols, x.element_size(), 1, props)
+        plan, file = _fwd_plan(rows, cols, x)
         args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
-        cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False) \
-            if plan.strategy == "long" else None
-        if cluster is not None:
-            _kernel(_CL, f"layer_norm_fwd_cluster<{cluster.cluster}, {cluster.chunks}, {{T}}, {{A}}>", x).launch(
-                _launch.launch_config(cluster), *args)
+        if file == _CL:
+            _kernel(_CL, f"layer_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x).launch(
+                _launch.launch_config(plan), *args)
         elif plan.strategy == "long":
             _kernel("norm_long.cu", "layer_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         else:
@@ -74,6 +71,17 @@ def _partials(plan, cols: int, rstd, wanted: bool):
     import torch
     prows = plan.grid[0] // plan.cluster
     return torch.empty((prows, cols), dtype=rstd.dtype, device=rstd.device) if wanted else rstd
+
+
+def _fwd_plan(rows: int, cols: int, x):
+    """The forward's plan and kernel file: the register rows (norm.cu), the clusters
+    (norm_cluster.cu) or the long rows (norm_long.cu); add_rms_norm's too (_fused)."""
+    props = _launch.device_props(x.get_device())
+    plan = _launch.row_plan(rows, cols, x.element_size(), 1, props)
+    if plan.strategy != "long":
+        return plan, "norm.cu"
+    cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False)
+    return (cluster, _CL) if cluster is not None else (plan, "norm_long.cu")
 
 
 def _bwd_plan(rows: int, cols: int, x):
@@ -134,14 +142,11 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
     rstd = torch.empty(rows, dtype=_stats_dtype(x), device=x.device)
     if rows and cols:
         w = weight.contiguous() if weight is not None else x
-        props = _launch.device_props(x.get_device())
-        plan = _launch.row_plan(rows, cols, x.element_size(), 1, props)
+        plan, file = _fwd_plan(rows, cols, x)
         args = (x, w, y, rstd, rows, cols, float(eps), int(weight is not None))
-        cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False) \
-            if plan.strategy == "long" else None
-        if cluster is not None:
-            _kernel(_CL, f"rms_norm_fwd_cluster<{cluster.cluster}, {cluster.chunks}, {{T}}, {{A}}>", x).launch(
-                _launch.launch_config(cluster), *args)
+        if file == _CL:
+            _kernel(_CL, f"rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x).launch(
+                _launch.launch_config(plan), *args)
         elif plan.strategy == "long":
             _kernel("norm_long.cu", "rms_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         else:

@@ -16,6 +16,14 @@ namespace {
 // the backward kernel of `first` (the K = 2 one; the K = 8 one follows) for a cluster plan's K
 Kernel cluster_kernel(Kernel first, const Plan &p) { return static_cast<Kernel>(first + (p.cluster == 2 ? 0 : 1)); }
 
+// _norms._fwd_plan: the register rows, else the clusters, else the long rows
+Plan fwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d) {
+    const Plan p = row_plan(rows, cols, itemsize, 1, d);
+    if (p.strategy != S_LONG) return p;
+    const Plan cl = norm_cluster_plan(rows, cols, itemsize, d, false);
+    return cl.strategy == S_CLUSTER ? cl : p;
+}
+
 // _norms._bwd_plan: the persistent register rows, else the clusters, else the long rows
 Plan bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d) {
     const Plan p = norm_bwd_plan(rows, cols, itemsize, d);
@@ -40,8 +48,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         long long rows = r;
         int cols = cols32(c, op), has_w = given(weight), has_b = given(bias), cache;
         function(LN_FWD, dt, dev);  // the device's properties come with its first kernel
-        const Plan p = row_plan(r, c, x.element_size(), 1, props[dev]);
-        const Plan cl = p.strategy == S_LONG ? norm_cluster_plan(r, c, x.element_size(), props[dev], false) : p;
+        const Plan p = fwd_plan(r, c, x.element_size(), props[dev]);
         cache = p.cache;
         Eps e = eps_for(dt, eps);
         void *xp = x.data_ptr(), *wp = w.data_ptr(), *bp = b.data_ptr(), *yp = y.data_ptr();
@@ -50,13 +57,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         // _launch.layer_norm_kernel: the wide kernel for rows of LN_WIDE_TPR threads or more, 16-byte access
         const bool vec = cols % (16 / x.element_size()) == 0 && aligned16(xp) && aligned16(wp) && aligned16(bp) &&
                          aligned16(yp);
-        if (cl.strategy == S_CLUSTER) {
-            launch(cl.chunks == K[C_ROW_CHUNKS] ? LN_FWD_CL2 : LN_FWD_CL2W, dt, dev, cl, params);  // K = 2
-        } else {
-            const Kernel k = p.strategy == S_LONG ? LN_FWD_LONG
-                             : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
-            launch(k, dt, dev, p, params);
-        }
+        const Kernel k = p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? LN_FWD_CL2 : LN_FWD_CL2W)  // K = 2
+                         : p.strategy == S_LONG ? LN_FWD_LONG
+                         : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
+        launch(k, dt, dev, p, params);
     }
     return {y, mean, rstd};
 }
@@ -127,14 +131,15 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
         long long rows = r;
         int cols = cols32(c, op), has_w = given(weight), cache;
         function(RMS_FWD, dt, dev);
-        const Plan p = row_plan(r, c, x.element_size(), 1, props[dev]);
-        const Plan cl = p.strategy == S_LONG ? norm_cluster_plan(r, c, x.element_size(), props[dev], false) : p;
+        const Plan p = fwd_plan(r, c, x.element_size(), props[dev]);
         cache = p.cache;
         Eps e = eps_for(dt, eps.has_value() ? *eps : machine_eps(dt));
         void *xp = x.data_ptr(), *wp = w.data_ptr(), *yp = y.data_ptr(), *rp = rstd.data_ptr();
         void *params[] = {&xp, &wp, &yp, &rp, &rows, &cols, &e, &has_w, &cache};
-        if (cl.strategy == S_CLUSTER) launch(cl.chunks == K[C_ROW_CHUNKS] ? RMS_FWD_CL2 : RMS_FWD_CL2W, dt, dev, cl, params);
-        else launch(p.strategy == S_LONG ? RMS_FWD_LONG : RMS_FWD, dt, dev, p, params);
+        launch(p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? RMS_FWD_CL2 : RMS_FWD_CL2W)  // K = 2
+               : p.strategy == S_LONG  ? RMS_FWD_LONG
+                                       : RMS_FWD,
+               dt, dev, p, params);
     }
     return {y, rstd};
 }
