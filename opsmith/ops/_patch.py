@@ -20,7 +20,10 @@ It walks a ``torch.nn.Module`` tree and replaces, in place, the modules it recog
 - losses: ``torch.nn.CrossEntropyLoss`` without class weights: a :class:`CrossEntropyLoss` that
   runs opsmith's fused cross-entropy on ``[N, V]`` logits with class-index targets and hands
   every other input (``[N, C, d...]`` logits, probability targets) to torch's, so it stands in
-  for the original on any input.
+  for the original on any input;
+- the rotary embedding: the ``apply_rotary_pos_emb(q, k, cos, sin)`` function of the Python
+  module of an ``*Attention`` module (transformers' convention), replaced in that Python module
+  for the whole process (:mod:`opsmith.ops._patch_rotary`; ``restore()`` undoes it).
 
 The new modules hold the old ones' parameters (the same ``Parameter`` objects: state dicts,
 optimisers and tied weights are untouched; a GatedMLP holds the MLP's projection modules
@@ -36,7 +39,7 @@ from typing import Any, NamedTuple
 import torch
 
 from opsmith._errors import SpecError
-from opsmith.ops import _modules
+from opsmith.ops import _modules, _patch_rotary
 
 __all__ = ["CrossEntropyLoss", "GatedMLP", "Replaced", "patch"]
 
@@ -56,11 +59,13 @@ _TOL = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-10, 1e-12), torch.float1
 
 
 class Replaced(NamedTuple):
-    """One replacement: the module's qualified name, the module that was there, the new one."""
+    """One replacement: the module's qualified name, the module that was there, the new one (for
+    the rotary embedding: the function's qualified name, the function, a
+    :class:`~opsmith.ops._patch_rotary.RotaryPosEmb`)."""
 
     name: str
-    old: torch.nn.Module
-    new: torch.nn.Module
+    old: Any
+    new: Any
 
 
 class OffsetRMSNorm(_modules.RMSNorm):
@@ -289,7 +294,7 @@ def _mismatch(old, new, x) -> str | None:
 
 
 def patch(model: torch.nn.Module, *, norms: bool = True, activations: bool = True, mlps: bool = True,
-          losses: bool = True, check: bool = True, skipped: list | None = None,
+          losses: bool = True, rotary: bool = True, check: bool = True, skipped: list | None = None,
           under_compile: str = "inductor") -> list[Replaced]:
     """Replace the gated MLPs, norms, activations and cross-entropy losses of ``model`` that
     opsmith's ops implement, in place.
@@ -297,8 +302,10 @@ def patch(model: torch.nn.Module, *, norms: bool = True, activations: bool = Tru
     Returns what was replaced (qualified name, old module, new module). ``skipped``, a list,
     receives ``(name, module, reason)`` for modules that looked replaceable but were left alone.
     ``mlps=False`` keeps the MLPs (their ``act_fn`` is then replaced alone, with
-    ``activations``); ``losses=False`` keeps ``nn.CrossEntropyLoss`` modules. Patching a
-    patched model replaces nothing more.
+    ``activations``); ``losses=False`` keeps ``nn.CrossEntropyLoss`` modules; ``rotary=False``
+    keeps the attention modules' ``apply_rotary_pos_emb`` (replaced process-wide otherwise, in
+    its Python module; ``r.new.restore()`` puts it back). Patching a patched model replaces
+    nothing more.
 
     ``under_compile``: what the new modules run while ``torch.compile`` traces them.
     ``"inductor"`` (the default): torch's own ops, which inductor fuses with their neighbours
@@ -363,4 +370,12 @@ def patch(model: torch.nn.Module, *, norms: bool = True, activations: bool = Tru
         setattr(parent, child_name, chosen)
         gone.add(id(old))
         done.append(Replaced(name, old, chosen))
+    for name, original, new, why in (_patch_rotary.candidates(model) if rotary else ()):
+        if new is None:
+            if skipped is not None:
+                skipped.append((name, original, why))
+            continue
+        new.inductor = inductor
+        new.install()
+        done.append(Replaced(name, original, new))
     return done

@@ -11,8 +11,12 @@ row's first ``2 * half`` elements are rotated in pairs, neox layout ``(j, j + ha
 interleaved (GPT-J) ``(2j, 2j + 1)``, the rest copied. ``cos``/``sin`` end in ``half`` and
 broadcast against ``x.shape[:-1]``; with ``positions`` (int64, broadcast against
 ``x.shape[:-1]``) they are tables ``[max_position, half]`` indexed by each row's position.
-Their gradients are not computed. The CUDA code (``kernels/rotary.cu``) is Python-launched
-on every machine.
+Neox tables may also be full width, ending in ``d`` as transformers builds them
+(``cat(freqs, freqs)``): the pair's first element then turns by the first half's angles and
+the second by the second half's, ``x * cos + rotate_half(x) * sin`` exactly, whatever the halves
+hold. Their gradients are not computed. The output has ``x``'s layout where ``x`` is a permuted
+dense tensor with a unit last stride (``q.transpose(1, 2)``: no copy), else it is contiguous.
+The CUDA code (``kernels/rotary.cu``) is Python-launched on every machine.
 """
 from __future__ import annotations
 
@@ -22,23 +26,29 @@ from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
 from opsmith.ops import _launch, _sources
 
-__all__ = ["check", "define_all", "rotary_cuda"]
+__all__ = ["check", "define_all", "out_like", "rotary_cuda"]
 
 MAX_LEAD = 4
 
 
-def check(x, cos, sin, positions) -> int:
-    """``half`` after checking the arguments (a SpecError that names the fix)."""
+def check(x, cos, sin, positions, interleaved: bool = False) -> tuple[int, bool]:
+    """``(half, full)`` after checking the arguments (a SpecError that names the fix); ``full``:
+    neox tables as wide as ``x``'s rows, the second half's angles for the pairs' second elements."""
     where = "opsmith.ops.rotary_embedding"
     if x.dim() < 1 or x.dim() - 1 > MAX_LEAD:
         raise SpecError(f"{where}: x must have 1 to {MAX_LEAD + 1} dims ([..., head_dim]), got shape {tuple(x.shape)}")
     if cos.shape != sin.shape or cos.dim() < 1:
         raise SpecError(f"{where}: cos and sin must have one shape ending in half the rotary dim, got "
                         f"{tuple(cos.shape)} and {tuple(sin.shape)}")
-    half = cos.shape[-1]
+    half, full = cos.shape[-1], cos.shape[-1] == x.shape[-1] and x.shape[-1] % 2 == 0
+    if full and interleaved:
+        raise SpecError(f"{where}: full-width cos/sin tables ({half} = x.shape[-1]) are for the neox layout; for "
+                        f"interleaved pairs pass one angle a pair: cos[..., ::2], sin[..., ::2]")
+    if full:
+        half //= 2
     if 2 * half > x.shape[-1] or half < 1:
         raise SpecError(f"{where}: cos/sin's last dim ({half}) is half the rotary dim, which must be 1 .. "
-                        f"x.shape[-1] // 2 = {x.shape[-1] // 2}")
+                        f"x.shape[-1] // 2 = {x.shape[-1] // 2} (or x.shape[-1], full neox tables)")
     if cos.dtype != x.dtype or sin.dtype != x.dtype:
         raise SpecError(f"{where}: cos/sin are {cos.dtype}, x is {x.dtype}; convert them with .to(x.dtype)")
     if positions is not None:
@@ -56,7 +66,7 @@ def check(x, cos, sin, positions) -> int:
         what = "positions" if positions is not None else "cos/sin's leading dims"
         raise SpecError(f"{where}: {what} {tuple(rows_of)} must broadcast against x's leading dims {lead} "
                         f"(right-aligned: for x [batch, heads, seq, head_dim] use [seq, ...] or [batch, 1, seq, ...])")
-    return half
+    return half, full
 
 
 def _lead_strides(t, lead, what: str) -> tuple:
@@ -109,20 +119,45 @@ def _plan(rows: int, d: int, half: int, itemsize: int, props) -> "_launch.Plan":
     return _launch.Plan("rows", (min(max(1, -(-rows // (by * per_trip))), 2**31 - 1),), (tpr, by), 0, 0)
 
 
-# (shapes, strides, dtypes of the arguments) -> (half, _lead's tuple): the checks and the dim
-# merging are pure functions of these, so a call of a shape seen before skips them (a bad
-# argument raises on every call: failures are never stored)
+# (shapes, strides, dtypes of the arguments) -> (half, full, memory order, _lead's tuple): the
+# checks, the layout and the dim merging are pure functions of these, so a call of a shape seen
+# before skips them (a bad argument raises on every call: failures are never stored)
 _shape_info: dict = {}
 
 
-def _checked(x, cos, sin, positions) -> tuple:
-    key = (x.shape, x.dtype, cos.shape, cos.stride(), cos.dtype, sin.shape, sin.stride(), sin.dtype,
-           None if positions is None else (positions.shape, positions.stride(), positions.dtype))
+def _memory_order(x) -> tuple | None:
+    """The leading dims of ``x`` outermost first in memory, where ``x`` permuted that way is
+    contiguous (a transposed ``[batch, seq, heads, d]`` view): the kernel walks its rows in
+    memory order. None where ``x`` is not such a tensor: it is copied to a contiguous one."""
+    lead = x.dim() - 1
+    if x.is_contiguous() or x.stride(-1) != 1:
+        return None
+    perm = tuple(sorted(range(lead), key=lambda i: -x.stride(i)))  # stable: size-1 dims keep their place
+    return perm if x.permute(*perm, lead).is_contiguous() else None
+
+
+def out_like(x):
+    """The output of either rotation of ``x``: ``x``'s layout where it is a permuted contiguous
+    tensor with a unit last stride, else contiguous (the CUDA, CPU and fake kernels agree)."""
+    import torch
+    return torch.empty_like(x) if _memory_order(x) is not None else x.new_empty(x.shape)
+
+
+def _checked(x, cos, sin, positions, interleaved: bool) -> tuple:
+    key = (x.shape, x.stride(), x.dtype, cos.shape, cos.stride(), cos.dtype, sin.shape, sin.stride(), sin.dtype,
+           None if positions is None else (positions.shape, positions.stride(), positions.dtype), interleaved)
     info = _shape_info.get(key)
     if info is None:
-        half = check(x, cos, sin, positions)
+        half, full = check(x, cos, sin, positions, interleaved)
+        order = _memory_order(x)
         pos = None if positions is None else positions.contiguous()
-        info = (half, _lead(x, cos.contiguous(), pos))
+        lead_shape = tuple(x.shape[:-1])
+        xv, cv, pv = x, cos.contiguous(), pos
+        if order is not None:  # the rows in memory order; cos and positions strides follow them
+            xv = x.permute(*order, len(lead_shape))
+            cv = cv.expand(*lead_shape, cv.shape[-1]).permute(*order, len(lead_shape))
+            pv = None if pos is None else pos.expand(*lead_shape).permute(*order)
+        info = (half, full, order, _lead(xv, cv, pv))
         if len(_shape_info) > 4096:  # a bound for processes that see endless shapes
             _shape_info.clear()
         _shape_info[key] = info
@@ -132,9 +167,14 @@ def _checked(x, cos, sin, positions) -> tuple:
 def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
     """The rotation (``sign=-1``: the inverse) on CUDA."""
     import torch
-    half, lead = _checked(x, cos, sin, positions)
-    x = x.contiguous()
-    y = torch.empty_like(x)
+    half, full, order, lead = _checked(x, cos, sin, positions, interleaved)
+    if order is None:
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        xk, yk = x, y
+    else:  # a permuted contiguous x: y takes its layout, and both go to the kernel in memory order
+        y = torch.empty_like(x)
+        xk, yk = x.permute(*order, x.dim() - 1), y.permute(*order, x.dim() - 1)
     d = x.shape[-1]
     rows = x.numel() // d if d else 0
     if not rows:
@@ -149,22 +189,25 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
             pos = _no_positions.setdefault(x.device, torch.zeros(1, dtype=torch.long, device=x.device))
     plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()))
     k = _sources.kernel("rotary.cu", "rotary<{T}>", fn._dtype_name(x, "rotary_embedding"), x.get_device())
-    k.launch(_launch.launch_config(plan), x, cos, sin, pos, y, rows, d, half, int(interleaved), sign,
-             int(positions is not None), *lead)
+    k.launch(_launch.launch_config(plan), xk, cos, sin, pos, yk, rows, d, half, int(interleaved), sign,
+             int(positions is not None), int(full), *lead)
     return y
 
 
 def _cpu(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
     """The rotation in torch (float32 math for 16-bit inputs, as the kernel)."""
     import torch
-    half = check(x, cos, sin, positions)
+    half, full = check(x, cos, sin, positions, interleaved)
     c, s = (cos[positions.long()], sin[positions.long()]) if positions is not None else (cos, sin)
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xf, c, s = x.to(acc), c.to(acc), sign * s.to(acc)
+    xf, c, s = x.to(acc), c.to(acc), s.to(acc)
+    c1, s1, c2, s2 = (c[..., :half], s[..., :half], c[..., half:], s[..., half:]) if full else (c, s, c, s)
+    sa, sb = (s1, s2) if sign > 0 else (-s2, -s1)  # the inverse: the transpose of the rotation
     a, b = (xf[..., 0:2 * half:2], xf[..., 1:2 * half:2]) if interleaved else (xf[..., :half], xf[..., half:2 * half])
-    ra, rb = a * c - b * s, b * c + a * s
+    ra, rb = a * c1 - b * sa, b * c2 + a * sb
     rot = torch.stack([ra, rb], dim=-1).flatten(-2) if interleaved else torch.cat([ra, rb], dim=-1)
-    return torch.cat([rot, xf[..., 2 * half:]], dim=-1).to(x.dtype)
+    out = out_like(x)
+    return out.copy_(torch.cat([rot, xf[..., 2 * half:]], dim=-1))
 
 
 def define_all(define) -> list:
@@ -173,10 +216,10 @@ def define_all(define) -> list:
     args = "Tensor cos, Tensor sin, Tensor? positions=None, bool interleaved=False"
     op = define("rotary_embedding", f"(Tensor x, {args}) -> Tensor",
                 lambda x, c, s, p=None, i=False: rotary_cuda(x, c, s, p, i, 1),
-                lambda x, c, s, p=None, i=False: _cpu(x, c, s, p, i, 1), lambda x, *a, **k: x.new_empty(x.shape))
+                lambda x, c, s, p=None, i=False: _cpu(x, c, s, p, i, 1), lambda x, *a, **k: out_like(x))
     back = define("rotary_embedding_backward", f"(Tensor grad, {args}) -> Tensor",
                   lambda g, c, s, p=None, i=False: rotary_cuda(g, c, s, p, i, -1),
-                  lambda g, c, s, p=None, i=False: _cpu(g, c, s, p, i, -1), lambda g, *a, **k: g.new_empty(g.shape))
+                  lambda g, c, s, p=None, i=False: _cpu(g, c, s, p, i, -1), lambda g, *a, **k: out_like(g))
 
     def setup_context(ctx, inputs, output):
         _x, cos, sin, positions, interleaved = inputs

@@ -365,6 +365,11 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             cos = torch.randn(3, half, dtype=dt)
             assert _rotary.rotary_cuda(x, cos, cos, None, False, 1).shape == x.shape
             assert _rotary.rotary_cuda(x, cos, cos, torch.tensor([2, 0, 1]), True, -1).shape == x.shape
+        if cols % 2 == 0:  # full-width tables on a transposed [batch, seq, heads, d] view: no copy
+            xt = torch.randn(2, 3, 2, cols, dtype=dt).transpose(1, 2)
+            full = torch.randn(2, 1, 3, cols, dtype=dt)
+            y = _rotary.rotary_cuda(xt, full, full, None, False, 1)
+            assert y.shape == xt.shape and y.stride() == xt.stride()
         from opsmith.ops import _cross_entropy
         target = torch.tensor([0, cols - 1, -100])
         loss, lse, count = _cross_entropy.cross_entropy_cuda(x, target, -100, "mean", 0.1, 1e-4)

@@ -45,6 +45,39 @@ def test_values_and_gradients(interleaved, half):
     assert torch.autograd.gradcheck(lambda t: O.rotary_embedding(t, tc, ts, pos, interleaved=interleaved), (x,))
 
 
+def _rotate_half(x, cos, sin):  # transformers' apply_rotary_pos_emb for one tensor: full-width tables
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., h:], x[..., :h]], dim=-1) * sin
+
+
+def test_full_width_tables_are_transformers_formula_even_when_their_halves_differ():
+    x = torch.randn(2, 5, 3, 8, dtype=torch.float64).transpose(1, 2).requires_grad_()  # q.view(...).transpose(1, 2)
+    ang = torch.randn(2, 5, 4, dtype=torch.float64)
+    same = torch.cat([ang, ang], -1)[:, None]
+    other = torch.randn(2, 1, 5, 8, dtype=torch.float64)  # halves that differ: still the formula, exactly
+    for cos, sin in ((same.cos(), same.sin()), (other.cos(), other.sin())):
+        y = O.rotary_embedding(x, cos, sin)
+        assert torch.allclose(y, _rotate_half(x, cos, sin)) and y.stride() == x.stride()
+        assert torch.autograd.gradcheck(lambda t: O.rotary_embedding(t, cos, sin), (x,))
+    table = torch.randn(11, 8, dtype=torch.float64)
+    pos = torch.randint(0, 11, (2, 1, 5))
+    assert torch.allclose(O.rotary_embedding(x, table.cos(), table.sin(), pos), _rotate_half(x, table.cos()[pos],
+                                                                                            table.sin()[pos]))
+    assert torch.autograd.gradcheck(lambda t: O.rotary_embedding(t, table.cos(), table.sin(), pos), (x,))
+    with pytest.raises(SpecError, match=r"for interleaved pairs pass one angle a pair: cos\[..., ::2\]"):
+        O.rotary_embedding(x, same.cos(), same.sin(), interleaved=True)
+
+
+def test_outputs_keep_a_permuted_layout_and_copy_others():
+    from opsmith.ops._rotary import _memory_order, out_like
+    base = torch.randn(2, 5, 3, 8)
+    assert _memory_order(base) is None and out_like(base).is_contiguous()
+    assert _memory_order(base.transpose(1, 2)) == (0, 2, 1)
+    assert out_like(base.transpose(1, 2)).stride() == base.transpose(1, 2).stride()
+    for odd in (base[..., ::2], base.transpose(2, 3), base[:, :, :2]):  # gaps, a strided last dim: contiguous
+        assert _memory_order(odd) is None and out_like(odd).is_contiguous()
+
+
 def test_opcheck_fake_compile_and_refusals():
     from opsmith.ops._register import ROTARY_NAMES, ops
     T = ops()
@@ -53,7 +86,9 @@ def test_opcheck_fake_compile_and_refusals():
     cos, sin = cos[:, None], sin[:, None]
     pos = torch.arange(4)[:, None]
     tc, ts = _angles(6, 4)
-    for args in ((x, cos, sin, None, False), (x, tc, ts, pos, True)):
+    xt = torch.randn(2, 4, 8, dtype=torch.float64).transpose(0, 1).requires_grad_()  # a permuted x, full tables
+    full = torch.randn(4, 1, 8, dtype=torch.float64)
+    for args in ((x, cos, sin, None, False), (x, tc, ts, pos, True), (xt, full.cos(), full.sin(), None, False)):
         assert set(torch.library.opcheck(T.rotary_embedding.default, args).values()) == {"SUCCESS"}
     g = torch.randn(4, 2, 8, dtype=torch.float64)
     assert set(torch.library.opcheck(T.rotary_embedding_backward.default, (g, cos, sin, None, False)).values()) \
@@ -132,13 +167,14 @@ def test_merged_leading_dims_find_every_rows_cos_row(case):
 def test_shape_checks_are_remembered_per_shape_and_failures_never():
     from opsmith.ops import _rotary
     x, cos = torch.zeros(2, 3, 5, 8), torch.zeros(5, 4)
-    first = _rotary._checked(x, cos, cos, None)
-    assert first == (4, _rotary._lead(x, cos, None)) and _rotary._checked(x, cos, cos, None) is first
+    first = _rotary._checked(x, cos, cos, None, False)
+    assert first == (4, False, None, _rotary._lead(x, cos, None)) and _rotary._checked(x, cos, cos, None, False) is first
     pos = torch.zeros(2, 1, 5, dtype=torch.long)
-    assert _rotary._checked(x, torch.zeros(9, 4), torch.zeros(9, 4), pos)[1] == _rotary._lead(x, torch.zeros(9, 4), pos)
+    assert _rotary._checked(x, torch.zeros(9, 4), torch.zeros(9, 4), pos, False)[3] == \
+        _rotary._lead(x, torch.zeros(9, 4), pos)
     for _ in range(2):  # a bad argument raises on every call: nothing was stored for it
         with pytest.raises(SpecError, match="positions must be integers"):
-            _rotary._checked(x, torch.zeros(9, 4), torch.zeros(9, 4), pos.float())
+            _rotary._checked(x, torch.zeros(9, 4), torch.zeros(9, 4), pos.float(), False)
 
 
 def test_launch_plan_covers_every_row_and_pair():

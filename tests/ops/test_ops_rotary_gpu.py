@@ -1,6 +1,7 @@
 """rotary_embedding on CUDA: neox and interleaved, cos/sin broadcast or indexed by positions,
-partial rotary dims, against a float64 reference for every dtype; the backward (the inverse
-rotation) against autograd of the reference; gradcheck; opcheck; compile."""
+partial rotary dims, full-width (transformers') tables on transposed views, against a float64
+reference for every dtype; the backward (the inverse rotation) against autograd of the reference;
+gradcheck; opcheck; compile; a patched transformers-style apply_rotary_pos_emb."""
 from __future__ import annotations
 
 import pytest
@@ -49,6 +50,65 @@ def test_matches_float64_reference(dtype, interleaved, shape, half, positions):
     torch.testing.assert_close(got.double(), exp, atol=2 * atol, rtol=2 * rtol)
 
 
+def _rotate_half_ref(x, cos, sin):  # transformers' formula, full-width tables
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
+
+
+@pytest.mark.parametrize("dtype", sorted(TOL, key=str))
+@pytest.mark.parametrize("layout", ["transposed", "contiguous", "positions"])
+@pytest.mark.parametrize("d", [128, 64, 6])  # vector path; a row of 3 pairs: one pair a thread
+def test_full_width_tables_match_float64_reference(dtype, layout, d):
+    b, s, h = 2, 33, 4
+    base = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
+    x = (base.transpose(1, 2) if layout == "transposed" else base.transpose(1, 2).contiguous()).requires_grad_()
+    ang = torch.randn(b, s, d, device="cuda", dtype=torch.float64)  # halves that differ: the formula all the same
+    pos = None
+    if layout == "positions":
+        ang = torch.randn(64, d, device="cuda", dtype=torch.float64)
+        pos = torch.randint(0, 64, (b, 1, s), device="cuda")
+    cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+    y = O.rotary_embedding(x, cos[:, None] if pos is None else cos, sin[:, None] if pos is None else sin, pos)
+    assert y.stride() == x.stride()
+    c, sn = (cos.double()[pos], sin.double()[pos]) if pos is not None else (cos.double()[:, None], sin.double()[:, None])
+    x64 = x.detach().double().requires_grad_()
+    want = _rotate_half_ref(x64, c, sn)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(y.double(), want, atol=atol, rtol=rtol)
+    g = torch.randn_like(y)
+    (got,) = torch.autograd.grad(y, x, g)
+    (exp,) = torch.autograd.grad(want, x64, g.double())
+    torch.testing.assert_close(got.double(), exp, atol=2 * atol, rtol=2 * rtol)
+
+
+def test_patched_transformers_style_function_matches_the_original_and_trains():
+    import types
+    from opsmith.ops._patch_rotary import RotaryPosEmb
+
+    def rotate_half(x):
+        h = x.shape[-1] // 2
+        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    new = RotaryPosEmb(apply_rotary_pos_emb, types.ModuleType("m").__dict__)
+    q = torch.randn(2, 1024, 16, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+    k = torch.randn(2, 1024, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+    inv = 1.0 / (10000 ** (torch.arange(0, 128, 2, device="cuda").float() / 128))
+    freqs = torch.outer(torch.arange(1024, device="cuda").float(), inv)
+    emb = torch.cat([freqs, freqs], -1)[None].expand(2, -1, -1)
+    cos, sin = emb.cos().to(torch.bfloat16), emb.sin().to(torch.bfloat16)
+    got, want = new(q, k, cos, sin), apply_rotary_pos_emb(q, k, cos, sin)
+    for g, w in zip(got, want):  # one rounding against torch's three
+        torch.testing.assert_close(g, w, atol=3e-2, rtol=3e-2)
+    grads = torch.autograd.grad(sum((t.float() ** 2).sum() for t in got), (q, k))
+    wants = torch.autograd.grad(sum((t.float() ** 2).sum() for t in want), (q, k))
+    for g, w in zip(grads, wants):
+        torch.testing.assert_close(g, w, atol=6e-2, rtol=3e-2)
+
+
 def test_gradcheck_opcheck_compile():
     x = torch.randn(3, 2, 16, device="cuda", dtype=torch.float64, requires_grad=True)
     ang = torch.randn(3, 1, 8, device="cuda", dtype=torch.float64)
@@ -57,6 +117,11 @@ def test_gradcheck_opcheck_compile():
     from opsmith.ops._register import ops
     T = ops()
     assert set(torch.library.opcheck(T.rotary_embedding.default, (x, cos, sin, None, True)).values()) == {"SUCCESS"}
+    xt = torch.randn(2, 3, 16, device="cuda", dtype=torch.float64).transpose(0, 1).requires_grad_()
+    full = torch.randn(3, 1, 16, device="cuda", dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda t: O.rotary_embedding(t, full.cos(), full.sin()), (xt,))
+    assert set(torch.library.opcheck(T.rotary_embedding.default, (xt, full.cos(), full.sin(), None, False)).values()) \
+        == {"SUCCESS"}
     f = torch.compile(lambda t: O.rotary_embedding(t, cos.float(), sin.float()).sum(), fullgraph=True, dynamic=False)
     xf = x.detach().float()
     torch.testing.assert_close(f(xf), _ref(xf, cos.float(), sin.float(), False).sum(), atol=1e-3, rtol=1e-4)

@@ -3,11 +3,16 @@
 //   a' = a cos - b sin,  b' = b cos + a sin   (sign = -1: the inverse rotation, the backward)
 // neox layout: pairs (j, j + half); gptj (interleaved): pairs (2j, 2j + 1). Elements from
 // 2*half to d are copied.
+// Full tables (`full`, neox only): cos/sin rows hold 2*half values, as transformers builds them
+// (cat(freqs, freqs)); a's angles are the first half, b's the second, so that
+//   a' = a cos1 - b sin1,  b' = b cos2 + a sin2   (the inverse: its transpose,
+//   a = a' cos1 + b' sin2,  b = b' cos2 - a' sin1), exact whatever the two halves hold.
 //
 // x is rows x d (rows: the leading dims, at most 4, sizes s0..s3 right-aligned and padded with
 // 1). cos/sin hold `half` values per row of their own: without positions their row of x's row
 // (i0..i3) starts at sum(i_k * c_k) (0 strides broadcast); with positions, at
-// positions[sum(i_k * p_k)] * half of a [max_position, half] table.
+// positions[sum(i_k * p_k)] * width of a [max_position, width] table (width: half, or 2*half
+// for full tables).
 //
 // Launch: blockDim.x threads share a row, blockDim.y rows a block, grid-stride over row groups;
 // where a row is one chunk a thread, OPSMITH_ROTARY_ROWS rows a trip, loaded together.
@@ -16,7 +21,7 @@
 // pointer 16-byte aligned): neox reads one vector of a, one of b, one of cos and one of sin;
 // interleaved two vectors of x; else P = 1, element by element.
 //
-// Kernel: rotary<T>(x, cos, sin, positions, y, rows, d, half, interleaved, sign, has_pos,
+// Kernel: rotary<T>(x, cos, sin, positions, y, rows, d, half, interleaved, sign, has_pos, full,
 //                   s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3),
 // T in {float, double, __half, __nv_bfloat16}; math in float (double for double).
 #include "common.cuh"
@@ -82,7 +87,7 @@ __device__ __forceinline__ void st(T* p, const Pack<T, P>& r) {
 
 // The cos/sin offset of row r (its index along each leading dim, innermost s3, then its cos/sin
 // row); the caller merged the dims it could, so most rows need one or two 32-bit divisions.
-__device__ __forceinline__ long long table_offset(long long r, long long rows, int half, int has_pos,
+__device__ __forceinline__ long long table_offset(long long r, long long rows, int width, int has_pos,
                                                   const long long* __restrict__ positions, int s1, int s2, int s3,
                                                   long long c0, long long c1, long long c2, long long c3,
                                                   long long p0, long long p1, long long p2, long long p3) {
@@ -104,21 +109,26 @@ __device__ __forceinline__ long long table_offset(long long r, long long rows, i
         i1 = (long long)(rest % (unsigned)s1);
         i0 = (long long)(rest / (unsigned)s1);
     }
-    return has_pos ? positions[i0 * p0 + i1 * p1 + i2 * p2 + i3 * p3] * half : i0 * c0 + i1 * c1 + i2 * c2 + i3 * c3;
+    return has_pos ? positions[i0 * p0 + i1 * p1 + i2 * p2 + i3 * p3] * width : i0 * c0 + i1 * c1 + i2 * c2 + i3 * c3;
 }
 
-// One unit of work: P pairs of one row, as loaded (a, b: the pairs' two halves; cos, sin)
+// One unit of work: P pairs of one row, as loaded (a, b: the pairs' two halves; cos, sin; c2,
+// s2: b's, with full tables)
 template <class T, int P>
 struct Unit {
-    Pack<T, P> c, s, a, b;
+    Pack<T, P> c, s, a, b, c2, s2;
 };
 
-template <class T, int P>
+template <class T, int P, bool FULL>
 __device__ __forceinline__ Unit<T, P> load_unit(const T* __restrict__ xr, const T* __restrict__ cs,
                                                  const T* __restrict__ sn, int j, int half, int interleaved) {
     Unit<T, P> u;
     u.c = ld<T, P>(cs + j);
     u.s = ld<T, P>(sn + j);
+    if constexpr (FULL) {
+        u.c2 = ld<T, P>(cs + half + j);
+        u.s2 = ld<T, P>(sn + half + j);
+    }
     if (interleaved) {  // 2P elements: pairs (2k, 2k + 1)
         const Pack<T, P> lo = ld<T, P>(xr + 2 * j), hi = ld<T, P>(xr + 2 * j + P);
 #pragma unroll
@@ -145,17 +155,20 @@ __device__ __forceinline__ void st_vals(T* p, const A* v) {
     }
 }
 
-template <class T, int P>
+template <class T, int P, bool FULL>
 __device__ __forceinline__ void store_unit(T* __restrict__ yr, const Unit<T, P>& u, int j, int half, int interleaved,
                                            int sign) {
     typedef typename Elem<T>::acc A;
     A ra[P], rb[P];
 #pragma unroll
     for (int k = 0; k < P; ++k) {
-        const A cc = Elem<T>::load(u.c.v[k]), ss = A(sign) * Elem<T>::load(u.s.v[k]);
+        const A c1 = Elem<T>::load(u.c.v[k]), s1 = Elem<T>::load(u.s.v[k]);
+        const A c2 = FULL ? Elem<T>::load(u.c2.v[k]) : c1, s2 = FULL ? Elem<T>::load(u.s2.v[k]) : s1;
+        // forward: a' = a c1 - b s1, b' = b c2 + a s2; inverse: a c1 + b s2, b c2 - a s1
+        const A sa = sign > 0 ? s1 : -s2, sb = sign > 0 ? s2 : -s1;
         const A av = Elem<T>::load(u.a.v[k]), bv = Elem<T>::load(u.b.v[k]);
-        ra[k] = av * cc - bv * ss;
-        rb[k] = bv * cc + av * ss;
+        ra[k] = av * c1 - bv * sa;
+        rb[k] = bv * c2 + av * sb;
     }
     if (interleaved) {
         A lo[P], hi[P];
@@ -175,14 +188,14 @@ __device__ __forceinline__ void store_unit(T* __restrict__ yr, const Unit<T, P>&
 // Rows grid-stride; a thread's chunks of a row stride by blockDim.x. Where a row is one chunk a
 // thread (chunks <= blockDim.x, no copied tail: head dims of 64-256), each trip takes R rows
 // (rstep apart) and loads all of them before it computes, so that R units are in flight.
-template <class T, int P, int R>
+template <class T, int P, int R, bool FULL>
 __device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __restrict__ cos_t,
                                             const T* __restrict__ sin_t, const long long* __restrict__ positions,
                                             T* __restrict__ y, long long rows, int d, int half, int interleaved,
                                             int sign, int has_pos, int s1, int s2, int s3, long long c0,
                                             long long c1, long long c2, long long c3, long long p0, long long p1,
                                             long long p2, long long p3) {
-    const int chunks = half / P, tail = (d - 2 * half) / P;
+    const int chunks = half / P, tail = (d - 2 * half) / P, width = FULL ? 2 * half : half;
     const long long rstep = (long long)gridDim.x * blockDim.y;
     long long r = blockIdx.x * (long long)blockDim.y + threadIdx.y;
     if (R > 1 && tail == 0 && chunks <= (int)blockDim.x) {
@@ -194,27 +207,27 @@ __device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __
             for (int i = 0; i < R; ++i) {
                 const long long ri = r + i * rstep;
                 if (on && ri < rows) {
-                    const long long coff = table_offset(ri, rows, half, has_pos, positions, s1, s2, s3, c0, c1, c2,
+                    const long long coff = table_offset(ri, rows, width, has_pos, positions, s1, s2, s3, c0, c1, c2,
                                                         c3, p0, p1, p2, p3);
-                    u[i] = load_unit<T, P>(x + ri * d, cos_t + coff, sin_t + coff, j, half, interleaved);
+                    u[i] = load_unit<T, P, FULL>(x + ri * d, cos_t + coff, sin_t + coff, j, half, interleaved);
                 }
             }
 #pragma unroll
             for (int i = 0; i < R; ++i) {
                 const long long ri = r + i * rstep;
-                if (on && ri < rows) store_unit<T, P>(y + ri * d, u[i], j, half, interleaved, sign);
+                if (on && ri < rows) store_unit<T, P, FULL>(y + ri * d, u[i], j, half, interleaved, sign);
             }
         }
         return;
     }
     for (; r < rows; r += rstep) {
-        const long long coff = table_offset(r, rows, half, has_pos, positions, s1, s2, s3, c0, c1, c2, c3, p0, p1,
+        const long long coff = table_offset(r, rows, width, has_pos, positions, s1, s2, s3, c0, c1, c2, c3, p0, p1,
                                             p2, p3);
         const T* xr = x + r * d;
         T* yr = y + r * d;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-            const Unit<T, P> u = load_unit<T, P>(xr, cos_t + coff, sin_t + coff, c * P, half, interleaved);
-            store_unit<T, P>(yr, u, c * P, half, interleaved, sign);
+            const Unit<T, P> u = load_unit<T, P, FULL>(xr, cos_t + coff, sin_t + coff, c * P, half, interleaved);
+            store_unit<T, P, FULL>(yr, u, c * P, half, interleaved, sign);
         }
         for (int c = threadIdx.x; c < tail; c += blockDim.x)  // the dims beyond the rotary ones
             st<T, P>(yr + 2 * half + c * P, ld<T, P>(xr + 2 * half + c * P));
@@ -227,16 +240,22 @@ template <class T>
 __global__ void OPSMITH_ROTARY_BOUNDS
 rotary(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __restrict__ sin_t,
        const long long* __restrict__ positions, T* __restrict__ y, long long rows, int d, int half, int interleaved,
-       int sign, int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1, long long c2, long long c3,
-       long long p0, long long p1, long long p2, long long p3) {
+       int sign, int has_pos, int full, int s0, int s1, int s2, int s3, long long c0, long long c1, long long c2,
+       long long c3, long long p0, long long p1, long long p2, long long p3) {
     (void)s0;  // the outermost size bounds nothing: rows does
     constexpr int N = Vec<T>::N;
     const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
                      aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
-    if (vec)
-        rotate_rows<T, N, OPSMITH_ROTARY_ROWS>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
-                          c1, c2, c3, p0, p1, p2, p3);
+#define OPSMITH_ROTATE(P, R, FULL)                                                                              \
+    rotate_rows<T, P, R, FULL>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, \
+                               s3, c0, c1, c2, c3, p0, p1, p2, p3)
+    if (vec && full)
+        OPSMITH_ROTATE(N, OPSMITH_ROTARY_ROWS, true);
+    else if (vec)
+        OPSMITH_ROTATE(N, OPSMITH_ROTARY_ROWS, false);
+    else if (full)
+        OPSMITH_ROTATE(1, 1, true);
     else
-        rotate_rows<T, 1, 1>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
-                          c1, c2, c3, p0, p1, p2, p3);
+        OPSMITH_ROTATE(1, 1, false);
+#undef OPSMITH_ROTATE
 }
