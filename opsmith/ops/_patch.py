@@ -20,7 +20,8 @@ It walks a ``torch.nn.Module`` tree and replaces, in place, the modules it recog
 - losses: ``torch.nn.CrossEntropyLoss`` without class weights: a :class:`CrossEntropyLoss` that
   runs opsmith's fused cross-entropy on ``[N, V]`` logits with class-index targets and hands
   every other input (``[N, C, d...]`` logits, probability targets) to torch's, so it stands in
-  for the original on any input;
+  for the original on any input; and transformers' causal-LM loss function,
+  ``model.loss_function`` (:mod:`opsmith.ops._patch_loss`: no float32 copy of the logits);
 - the rotary embedding: the ``apply_rotary_pos_emb(q, k, cos, sin)`` function of the Python
   module of an ``*Attention`` module (transformers' convention), replaced in that Python module
   for the whole process (:mod:`opsmith.ops._patch_rotary`; ``restore()`` undoes it).
@@ -39,7 +40,7 @@ from typing import Any, NamedTuple
 import torch
 
 from opsmith._errors import SpecError
-from opsmith.ops import _modules, _patch_rotary
+from opsmith.ops import _modules, _patch_loss, _patch_rotary
 
 __all__ = ["CrossEntropyLoss", "GatedMLP", "Replaced", "patch"]
 
@@ -370,6 +371,14 @@ def patch(model: torch.nn.Module, *, norms: bool = True, activations: bool = Tru
         setattr(parent, child_name, chosen)
         gone.add(id(old))
         done.append(Replaced(name, old, chosen))
+    for name, owner, original, new, why in (_patch_loss.candidates(model) if losses else ()):
+        if new is None:
+            if skipped is not None:
+                skipped.append((name, original, why))
+            continue
+        new.inductor = inductor
+        owner.loss_function = new  # transformers' property setter: this model alone
+        done.append(Replaced(name, original, new))
     for name, original, new, why in (_patch_rotary.candidates(model) if rotary else ()):
         if new is None:
             if skipped is not None:

@@ -156,3 +156,31 @@ def test_gradcheck_opcheck_compile():
     xr = xf.detach().requires_grad_()
     (exp,) = torch.autograd.grad(2 * F.cross_entropy(xr, t, label_smoothing=0.1), xr)
     torch.testing.assert_close(got, exp, atol=1e-6, rtol=1e-5)
+
+
+def test_patched_causal_lm_loss_matches_transformers_formula_on_bf16_logits():
+    """opsmith.ops.patch's CausalLMLoss (transformers' ForCausalLMLoss without the float copy of the
+    logits) against that function written out: the float32 value, the logits' gradient."""
+    from opsmith.ops._patch_loss import CausalLMLoss
+
+    def hf_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100, shift_labels=None, **kw):
+        logits = logits.float()
+        if shift_labels is None:
+            shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:].contiguous()
+        reduction = "sum" if num_items_in_batch is not None else "mean"
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab_size), shift_labels.view(-1),
+                                                 ignore_index=ignore_index, reduction=reduction)
+        return loss / num_items_in_batch if reduction == "sum" else loss
+
+    new = CausalLMLoss(hf_loss)
+    logits = (torch.randn(2, 512, 32000, device="cuda") * 3).bfloat16().requires_grad_()
+    labels = torch.randint(0, 32000, (2, 512), device="cuda")
+    labels[:, :17] = -100
+    for kw in ({}, {"num_items_in_batch": torch.tensor(700, device="cuda")}):
+        got, want = new(logits, labels, 32000, **kw), hf_loss(logits, labels, 32000, **kw)
+        assert got.dtype == want.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        (g,) = torch.autograd.grad(got, logits)
+        (w,) = torch.autograd.grad(want, logits)
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g.float(), w.float(), rtol=1.6e-2, atol=1e-7)

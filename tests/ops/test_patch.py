@@ -16,11 +16,12 @@ from opsmith import ops  # noqa: E402
 from opsmith._errors import SpecError  # noqa: E402
 from opsmith.ops import _modules  # noqa: E402
 from opsmith.ops._patch import GatedMLP  # noqa: E402
+from opsmith.ops._patch_loss import CausalLMLoss  # noqa: E402
 from opsmith.ops._patch_rotary import NAME, RotaryPosEmb  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _restore_rotary():
+def restore_rotary():
     """patch replaces apply_rotary_pos_emb process-wide: each test starts and ends with the originals."""
     import sys
     yield
@@ -31,7 +32,9 @@ def _restore_rotary():
 
 
 def _kind(r) -> str:
-    return "rotary" if isinstance(r.new, RotaryPosEmb) else type(r.old).__name__
+    if isinstance(r.new, RotaryPosEmb):
+        return "rotary"
+    return "loss" if isinstance(r.new, CausalLMLoss) else type(r.old).__name__
 
 
 def test_torch_modules_are_replaced_keeping_their_parameters():
@@ -141,12 +144,19 @@ def test_tiny_transformers_models_keep_their_outputs(family):
             if type(m).__name__ == norm_name:
                 m.weight.uniform_(-0.5, 0.5) if family.startswith("gemma") else m.weight.uniform_(0.5, 1.5)
     ids = torch.randint(0, 128, (2, 12))
-    with torch.no_grad():
-        want = model(ids).logits
+    labels = ids.clone()
+    labels[0, 3] = -100
+    out = model(ids, labels=labels)  # logits, and the loss's gradients, before patch
+    out.loss.backward()
+    want, want_loss = out.logits.detach(), out.loss.detach()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
     norms_before = sum(type(m).__name__ == norm_name for m in model.modules())
     state = dict(model.state_dict(keep_vars=True))
     done = ops.patch(model)
-    assert {_kind(r) for r in done} == {norm_name, mlp_name, "rotary"}, [r.name for r in done]
+    assert {_kind(r) for r in done} == {norm_name, mlp_name, "rotary", "loss"}, [r.name for r in done]
+    assert [r.name for r in done if _kind(r) == "loss"] == ["loss_function"]  # the causal LM's, not its inner model's
+    assert isinstance(model.loss_function, CausalLMLoss) and not isinstance(model.model.loss_function, CausalLMLoss)
     module = importlib.import_module(type(model).__module__)  # the modeling module: it holds the attention too
     (rot,) = [r for r in done if _kind(r) == "rotary"]
     assert rot.name == f"{module.__name__}.{NAME}" and getattr(module, NAME) is rot.new and rot.new.original is rot.old
@@ -158,9 +168,13 @@ def test_tiny_transformers_models_keep_their_outputs(family):
     assert all(getattr(r.new, n) is getattr(r.old, n) for r in mlps for n in r.new.projections)  # same Linears
     after = dict(model.state_dict(keep_vars=True))
     assert list(after) == list(state) and all(after[k] is state[k] for k in state)  # the same Parameter objects
-    with torch.no_grad():
-        got = model(ids).logits
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    out = model(ids, labels=labels)
+    torch.testing.assert_close(out.logits.detach(), want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.loss.detach(), want_loss, rtol=1e-5, atol=1e-6)
+    assert out.loss.dtype == torch.float32
+    out.loss.backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], rtol=1e-4, atol=1e-5, msg=n)
     assert ops.patch(model) == []
     assert rot.new.restore() and getattr(module, NAME) is rot.old and not rot.new.restore()
 
@@ -347,104 +361,3 @@ def test_under_compile_picks_torch_ops_for_inductor_or_keeps_opsmiths(under_comp
     torch._dynamo.reset()
     with pytest.raises(SpecError, match="under_compile is 'inductor'"):
         ops.patch(torch.nn.Sequential(torch.nn.ReLU()), under_compile="yes")
-
-
-# -- the rotary embedding function ------------------------------------------------------------------------------
-_ATTENTION_SOURCE = """
-import torch
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
-def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-
-class MyAttention(torch.nn.Module):
-    def forward(self, q, k, cos, sin):
-        return apply_rotary_pos_emb(q, k, cos, sin)
-"""
-_GPTJ = """
-def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):  # interleaved pairs: another layout
-    def rot(x):
-        return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
-    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-    return q * cos + rot(q) * sin, k * cos + rot(k) * sin
-"""
-
-
-def _attention_module(name: str, extra: str = ""):
-    import types
-    module = types.ModuleType(name)
-    exec(_ATTENTION_SOURCE + extra, vars(module))  # noqa: S102  (the test's own source)
-    return module
-
-
-def test_rotary_function_is_replaced_checked_and_falls_back_where_it_does_not_apply():
-    module = _attention_module("my_attention")
-    original = module.apply_rotary_pos_emb
-    model = torch.nn.ModuleDict({"attn": module.MyAttention(), "norm": torch.nn.LayerNorm(8)})
-    done = ops.patch(model, norms=False)
-    assert [(r.name, r.old) for r in done] == [(f"my_attention.{NAME}", original)]
-    new = module.apply_rotary_pos_emb
-    assert isinstance(new, RotaryPosEmb) and new.__doc__ == original.__doc__ and "my_attention" in repr(new)
-    q = torch.randn(2, 5, 4, 8, dtype=torch.float64).transpose(1, 2).requires_grad_()  # [b, h, s, d], a view
-    k = torch.randn(2, 2, 5, 8, dtype=torch.float64, requires_grad=True)
-    ang = torch.randn(2, 5, 8, dtype=torch.float64)
-    cos, sin = ang.cos(), ang.sin()  # halves that differ: exact all the same
-    for args, kwargs in (((), {}), ((1,), {}), ((), {"unsqueeze_dim": 1})):
-        got, want = new(q, k, cos, sin, *args, **kwargs), original(q, k, cos, sin, *args, **kwargs)
-        for g, w in zip(got, want):
-            torch.testing.assert_close(g, w)
-    gq, gk = torch.autograd.grad(sum(t.square().sum() for t in new(q, k, cos, sin)), (q, k))
-    wq, wk = torch.autograd.grad(sum(t.square().sum() for t in original(q, k, cos, sin)), (q, k))
-    torch.testing.assert_close(gq, wq)
-    torch.testing.assert_close(gk, wk)
-    qs = q.detach().transpose(1, 2)  # [b, s, h, d] with unsqueeze_dim=2
-    for g, w in zip(new(qs, qs, cos, sin, unsqueeze_dim=2), original(qs, qs, cos, sin, unsqueeze_dim=2)):
-        torch.testing.assert_close(g, w)
-    # what the kernel does not take runs the original: partial tables, tables that want a gradient,
-    # mixed dtypes, unknown arguments (the original's own error)
-    calls = []
-    new.original = lambda *a, **kw: calls.append(len(a) + len(kw)) or original(*a, **kw)
-    with pytest.raises(RuntimeError):  # narrower tables: the original's own broadcasting error
-        new(q, k, cos[..., :4], sin[..., :4])
-    new(q.detach(), k.detach(), cos.clone().requires_grad_(), sin)
-    new(q.detach().float(), k.detach(), cos, sin)
-    with pytest.raises(TypeError):
-        new(q, k, cos, sin, foo=1)
-    assert calls == [4, 4, 4, 5]
-    new.original = original
-    assert ops.patch(model, norms=False) == []  # replaced already
-    assert new.restore() and module.apply_rotary_pos_emb is original
-    assert ops.patch(model, norms=False, rotary=False) == []
-
-
-def test_rotary_functions_that_differ_are_left_alone():
-    gptj = _attention_module("gptj_attention", _GPTJ)
-    other = _attention_module("other_attention", "\ndef apply_rotary_pos_emb(q, k, cos, sin, pos):\n    return q, k\n")
-    model = torch.nn.ModuleDict({"a": gptj.MyAttention(), "b": other.MyAttention()})
-    skipped = []
-    assert ops.patch(model, skipped=skipped) == []
-    assert [(n, why) for n, _, why in skipped] == [
-        (f"gptj_attention.{NAME}", "its output differs from opsmith's rotary_embedding on a random input"),
-        (f"other_attention.{NAME}", "it raised TypeError on a random q, k, cos, sin")]
-    assert not isinstance(gptj.apply_rotary_pos_emb, RotaryPosEmb)
-
-
-def test_rotary_under_compile_is_inductors_by_default():
-    module = _attention_module("compiled_attention")
-    original = module.apply_rotary_pos_emb
-    attn = module.MyAttention()
-    (r,) = ops.patch(torch.nn.Sequential(attn))
-    assert r.new.inductor
-    q, k = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
-    ang = torch.randn(1, 4, 8)
-    names = _graph_ops(attn, q, k, ang.cos(), ang.sin())
-    assert not any("opsmith" in n for n in names) and any("cat" in n for n in names)
-    torch._dynamo.reset()
-    got = torch.compile(attn, backend="aot_eager", dynamic=False)(q, k, ang.cos(), ang.sin())
-    torch._dynamo.reset()
-    for g, w in zip(got, original(q, k, ang.cos(), ang.sin())):
-        torch.testing.assert_close(g, w)
