@@ -56,13 +56,13 @@ class CausalLMLoss:
         reduction = "sum" if num_items_in_batch is not None else "mean"
         from opsmith.ops import _public
         loss, lse, count = _public._call("cross_entropy")(logits, target, int(ignore_index), reduction, 0.0, 0.0)
-        # the value in float32: sum over valid rows of lse - logits[row, target]
-        valid = target != ignore_index
-        picked = logits.detach().gather(1, torch.where(valid, target, 0)[:, None])[:, 0].to(lse.dtype)
-        exact = torch.where(valid, lse - picked, 0).sum()
-        exact = exact / count[0] if reduction == "mean" else exact
-        out = loss.to(lse.dtype)
-        out = (out + (exact - out).detach()).float()  # float32, as transformers' (its logits.float())
+        with torch.no_grad():  # the value in float32: the valid rows' lse - logits[row, target]
+            valid = target != ignore_index
+            picked = logits.gather(1, (target * valid)[:, None])[:, 0]
+            exact = (lse - picked).mul_(valid).sum()
+            if reduction == "mean":
+                exact /= count[0]
+        out = _Exact.apply(loss, exact.float())  # float32, as transformers' (its logits.float())
         if reduction == "sum":
             if torch.is_tensor(num_items_in_batch):
                 num_items_in_batch = num_items_in_batch.to(out.device)
@@ -71,6 +71,19 @@ class CausalLMLoss:
 
     def __repr__(self) -> str:
         return f"CausalLMLoss({self.original.__module__}.{self.original.__name__})"
+
+
+class _Exact(torch.autograd.Function):
+    """``exact`` as the value, the gradient to ``loss`` (one autograd node: few host calls)."""
+
+    @staticmethod
+    def forward(ctx, loss, exact):
+        ctx.dtype = loss.dtype
+        return exact.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.dtype), None
 
 
 def _covers(logits, labels, vocab_size, shift_labels) -> bool:
