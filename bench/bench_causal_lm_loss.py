@@ -55,7 +55,7 @@ def main() -> int:
         compiled = torch.compile(for_causal_lm_loss, dynamic=False)
         times = {}
         for name, f in (("eager", for_causal_lm_loss), ("compile", compiled), ("opsmith", ours)):
-            def step(f=f):
+            def step(f=f, logits=logits, labels=labels, v=v):
                 f(logits, labels, v).backward()
                 logits.grad = None
             step()

@@ -55,6 +55,7 @@ __all__ = [
 ROW_CHUNKS = 2        # OPSMITH_ROW_CHUNKS: 16-byte vectors per thread and input in registers
 ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-row kernels
 ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm.cu: ROW_THREADS-blocks an SM holds in the norm backwards
+NORM_BWD_BLOCK = 256  # OPSMITH_BWD_BLOCK in norm.cu: threads of a persistent backward block of several rows
 LN_WIDE_TPR = 256     # layer_norm_fwd_wide (norm.cu) serves register rows of this many threads or more
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels
 WIDE_CHUNKS = 4       # OPSMITH_WIDE_CHUNKS in softmax.cu: 16-byte chunks a thread in softmax_fwd_wide
@@ -246,7 +247,7 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Pl
     limit = min(ROW_THREADS, props.max_threads_per_block)
     if tpr > limit:
         return row_plan(rows, cols, itemsize, 2, props)
-    per_block = max(1, min(limit, 256) // tpr)
+    per_block = max(1, min(limit, NORM_BWD_BLOCK) // tpr)
     resident = min(ROW_THREADS * ROW_BWD_BLOCKS, props.max_threads_per_sm)
     per_sm = max(1, resident // (tpr * per_block))
     grid = max(1, min(per_sm * props.sm_count, _cdiv(rows, 2 * per_block)))

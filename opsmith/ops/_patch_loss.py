@@ -133,7 +133,7 @@ def candidates(model: torch.nn.Module):
         outer.append(name)
         try:
             original = m.loss_function
-        except Exception:  # noqa: BLE001  (a property that fails here is not the one we know)
+        except Exception:  # noqa: BLE001, S112  (a property that fails here is not the one we know)
             continue
         if not _is_original(original):
             continue

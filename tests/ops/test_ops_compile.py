@@ -524,7 +524,11 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
     """norm_bwd_plan on synthetic devices: register rows get a persistent grid of at most the blocks
     an SM holds at once (ROW_THREADS * ROW_BWD_BLOCKS threads: the kernels take up to 128 registers
     a thread), blocks within the kernel's limit, every row covered by the grid-stride loop, and
-    partial sums (a row a block) small beside the input once the input is large."""
+    partial sums (a row a block) small beside the input once the input is large; blocks of several
+    rows within norm.cu's OPSMITH_BWD_BLOCK (write_partial's shared buffer; it traps beyond)."""
+    import re
+    source = (_sources.KERNEL_DIR / "norm.cu").read_text()
+    assert int(re.search(r"#define OPSMITH_BWD_BLOCK (\d+)", source).group(1)) == _launch.NORM_BWD_BLOCK
     for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536, 10**6), (1, 33, 1000, 4096, 8192, 20000),
                                                   (2, 4, 8)):
         p = _launch.norm_bwd_plan(rows, cols, itemsize, props)
@@ -534,6 +538,7 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
         assert p.strategy == "persistent"
         tpr, per_block = p.block
         assert tpr * per_block <= min(_launch.ROW_THREADS, props.max_threads_per_block)
+        assert per_block == 1 or tpr * per_block <= _launch.NORM_BWD_BLOCK  # write_partial's shared buffer
         assert tpr * _launch.ROW_CHUNKS * (16 // itemsize) >= cols  # a row fits a row lane's registers
         resident = min(_launch.ROW_THREADS * _launch.ROW_BWD_BLOCKS, props.max_threads_per_sm)
         assert 1 <= p.grid[0] <= max(1, resident // (tpr * per_block)) * props.sm_count

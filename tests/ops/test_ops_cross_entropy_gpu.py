@@ -161,16 +161,9 @@ def test_gradcheck_opcheck_compile():
 def test_patched_causal_lm_loss_matches_transformers_formula_on_bf16_logits():
     """opsmith.ops.patch's CausalLMLoss (transformers' ForCausalLMLoss without the float copy of the
     logits) against that function written out: the float32 value, the logits' gradient."""
-    from opsmith.ops._patch_loss import CausalLMLoss
+    from test_patch_functions import _hf_loss as hf_loss  # tests/ops is on the path: transformers' function
 
-    def hf_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100, shift_labels=None, **kw):
-        logits = logits.float()
-        if shift_labels is None:
-            shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:].contiguous()
-        reduction = "sum" if num_items_in_batch is not None else "mean"
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab_size), shift_labels.view(-1),
-                                                 ignore_index=ignore_index, reduction=reduction)
-        return loss / num_items_in_batch if reduction == "sum" else loss
+    from opsmith.ops._patch_loss import CausalLMLoss
 
     new = CausalLMLoss(hf_loss)
     logits = (torch.randn(2, 512, 32000, device="cuda") * 3).bfloat16().requires_grad_()

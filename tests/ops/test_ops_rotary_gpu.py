@@ -40,8 +40,13 @@ def test_matches_float64_reference(dtype, interleaved, shape, half, positions):
     y = O.rotary_embedding(x, cos.to(dtype), sin.to(dtype), pos, interleaved=interleaved)
     c = cos.to(dtype).double()[pos] if positions else cos.to(dtype).double()
     s = sin.to(dtype).double()[pos] if positions else sin.to(dtype).double()
+    _assert_matches(y, x, lambda x64: _ref(x64, c, s, interleaved), dtype)
+
+
+def _assert_matches(y, x, reference, dtype):
+    """``y`` and its gradient against ``reference`` of ``x`` in float64, within the dtype's tolerance."""
     x64 = x.detach().double().requires_grad_()
-    want = _ref(x64, c, s, interleaved)
+    want = reference(x64)
     atol, rtol = TOL[dtype]
     torch.testing.assert_close(y.double(), want, atol=atol, rtol=rtol)
     g = torch.randn_like(y)
@@ -71,29 +76,17 @@ def test_full_width_tables_match_float64_reference(dtype, layout, d):
     y = O.rotary_embedding(x, cos[:, None] if pos is None else cos, sin[:, None] if pos is None else sin, pos)
     assert y.stride() == x.stride()
     c, sn = (cos.double()[pos], sin.double()[pos]) if pos is not None else (cos.double()[:, None], sin.double()[:, None])
-    x64 = x.detach().double().requires_grad_()
-    want = _rotate_half_ref(x64, c, sn)
-    atol, rtol = TOL[dtype]
-    torch.testing.assert_close(y.double(), want, atol=atol, rtol=rtol)
-    g = torch.randn_like(y)
-    (got,) = torch.autograd.grad(y, x, g)
-    (exp,) = torch.autograd.grad(want, x64, g.double())
-    torch.testing.assert_close(got.double(), exp, atol=2 * atol, rtol=2 * rtol)
+    _assert_matches(y, x, lambda x64: _rotate_half_ref(x64, c, sn), dtype)
 
 
 def test_patched_transformers_style_function_matches_the_original_and_trains():
-    import types
+    from test_patch_functions import _attention_module  # tests/ops is on the path: transformers' function
+
     from opsmith.ops._patch_rotary import RotaryPosEmb
 
-    def rotate_half(x):
-        h = x.shape[-1] // 2
-        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
-    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-
-    new = RotaryPosEmb(apply_rotary_pos_emb, types.ModuleType("m").__dict__)
+    module = _attention_module("gpu_attention")
+    apply_rotary_pos_emb = module.apply_rotary_pos_emb
+    new = RotaryPosEmb(apply_rotary_pos_emb, vars(module))
     q = torch.randn(2, 1024, 16, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
     k = torch.randn(2, 1024, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
     inv = 1.0 / (10000 ** (torch.arange(0, 128, 2, device="cuda").float() / 128))

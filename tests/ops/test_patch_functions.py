@@ -9,11 +9,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from opsmith import ops  # noqa: E402
-from opsmith.ops._patch_loss import CausalLMLoss  # noqa: E402
-from opsmith.ops._patch_rotary import NAME, RotaryPosEmb  # noqa: E402
-from test_patch import _graph_ops, restore_rotary  # noqa: E402,F401  (tests/ops is on the path; the fixture)
+from test_patch import _graph_ops, restore_rotary
 
+from opsmith import ops
+from opsmith.ops._patch_loss import CausalLMLoss
+from opsmith.ops._patch_rotary import NAME, RotaryPosEmb
 
 # -- the rotary embedding function ------------------------------------------------------------------------------
 _ATTENTION_SOURCE = """
@@ -43,7 +43,7 @@ def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):  # interleaved pairs:
 def _attention_module(name: str, extra: str = ""):
     import types
     module = types.ModuleType(name)
-    exec(_ATTENTION_SOURCE + extra, vars(module))  # noqa: S102  (the test's own source)
+    exec(_ATTENTION_SOURCE + extra, vars(module))
     return module
 
 
@@ -208,8 +208,8 @@ def test_causal_lm_loss_falls_back_and_differing_functions_are_left_alone():
     summed.__module__, summed.__name__ = _hf_loss.__module__, _hf_loss.__name__
     skipped = []
     assert ops.patch(_CausalLM(summed), skipped=skipped) == []
-    assert [(n, why) for n, _, why in skipped] == [("loss_function", "its loss differs from opsmith's cross_entropy "
-                                                                      "on random logits")]
+    why = "its loss differs from opsmith's cross_entropy on random logits"
+    assert [(n, w) for n, _, w in skipped] == [("loss_function", why)]
     other = _CausalLM(lambda logits, labels, vocab_size, **kw: logits.sum())  # another loss: not looked at
     assert ops.patch(other) == [] and not isinstance(other.loss_function, CausalLMLoss)
 

@@ -14,10 +14,9 @@
 // The strategies are softmax.cu's: the row in registers (*_fwd, *_bwd here; tpr threads per
 // row, tpr <= 32 is one warp per row), or one block per long row (*_long, in norm_long.cu) with
 // the row copied into shared memory on the first pass when the launch gave room (`cache` = 1).
-// The variance is the mean of squared deviations from the mean (two passes over the row),
-// not E[x^2] - E[x]^2, which cancels catastrophically for rows with a large mean. (One reduction
-// of each thread's (count, mean, squared deviations) merged pairwise ran 13-31 % slower on an H100:
-// the merges' divisions.)
+// The variance is the mean of squared deviations from the mean (two passes over the row), not
+// E[x^2] - E[x]^2 (it cancels catastrophically for rows with a large mean); a pairwise merge of each
+// thread's (count, mean, squared deviations) ran 13-31 % slower on an H100 (the merges' divisions).
 // `has_w` / `has_b` = 0: no weight / bias (the pointer is then any tensor and is not read). An inf
 // or NaN in a row makes it NaN, as torch on CUDA: layer_norm by itself (inf - inf), rms_norm by
 // rms_inf_rows (mean(x^2) = inf alone would give rstd = 0 and outputs of 0).
@@ -137,37 +136,38 @@ layer_norm_fwd_wide(const T* __restrict__ x, const T* __restrict__ w, const T* _
 }
 
 // The backwards' weight (and bias) gradients: each thread adds its columns' terms of every row it
-// visits; at the end the blockDim.y rows of a block meet in shared memory and the block writes one
-// row of partial sums, part[blockIdx.x][cols], which the caller adds up. grad and x are read once.
+// visits; at the end the blockDim.y rows of a block meet in shared memory (all values at once: one
+// barrier, then every thread sums some columns) and the block writes one row of partial sums,
+// part[blockIdx.x][cols], which the caller adds up. grad and x are read once. Blocks of several
+// rows hold at most OPSMITH_BWD_BLOCK threads (_launch.norm_bwd_plan).
+#define OPSMITH_BWD_BLOCK 256
 template <class T, class A>
 __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, int cols) {
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
-    const int tpr = blockDim.x, t = threadIdx.x;
-    __shared__ A red[OPSMITH_ROW_THREADS];
-    if (blockDim.y > 1) {
+    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS, K = C * N;
+    const int tpr = blockDim.x, t = threadIdx.x, ny = blockDim.y;
+    A* out = part + blockIdx.x * (long long)cols;
+    if (ny == 1) {
 #pragma unroll
-        for (int i = 0; i < C * N; ++i) {
-            __syncthreads();
-            red[threadIdx.y * tpr + t] = acc[i];
-            __syncthreads();
-            if (threadIdx.y == 0) {
-                A s = A(0);
-                for (int yy = 0; yy < (int)blockDim.y; ++yy) s += red[yy * tpr + t];
-                acc[i] = s;
-            }
-        }
+        for (int i = 0; i < K; ++i)
+            if (OPSMITH_COL(i) < cols) out[OPSMITH_COL(i)] = acc[i];
+        return;
     }
-    if (threadIdx.y == 0) {  // no early return: the caller may call again (it synchronises)
+    if (tpr * ny > OPSMITH_BWD_BLOCK) __trap();  // a plan this buffer does not hold
+    __shared__ A red[OPSMITH_BWD_BLOCK * K];      // [row][value][thread]
+    __syncthreads();  // an earlier call's readers are done with it
 #pragma unroll
-        for (int i = 0; i < C * N; ++i) {
-            const long long col = OPSMITH_COL(i);
-            if (col < cols) part[blockIdx.x * (long long)cols + col] = acc[i];
-        }
+    for (int i = 0; i < K; ++i) red[(threadIdx.y * K + i) * tpr + t] = acc[i];
+    __syncthreads();
+    for (int s = threadIdx.y * tpr + t; s < K * tpr; s += ny * tpr) {
+        const int i = s / tpr, tt = s % tpr;
+        A v = A(0);
+        for (int yy = 0; yy < ny; ++yy) v += red[(yy * K + i) * tpr + tt];
+        const long long col = (long long)((i / N) * tpr + tt) * N + i % N;  // OPSMITH_COL(i) of thread tt
+        if (col < cols) out[col] = v;
     }
 }
 
-// The persistent backwards' row loop: every thread of a block runs the same trips (the
-// reductions synchronise), rows past the end are idle (n = 0).
+// The persistent backwards' row loop: every thread runs the same trips, rows past the end idle.
 #define OPSMITH_ROW_LOOP                                                                   \
     for (long long row0 = blockIdx.x * (long long)blockDim.y; row0 < rows;                 \
          row0 += (long long)gridDim.x * blockDim.y)

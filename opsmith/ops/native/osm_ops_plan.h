@@ -92,7 +92,7 @@ Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p)
     const int64_t tpr = pow2_at_least(cdiv(std::max<int64_t>(cols, 1), K[C_ROW_CHUNKS] * vec));
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
     if (tpr > limit) return row_plan(rows, cols, itemsize, 2, p);
-    const int64_t per_block = std::max<int64_t>(1, std::min<int64_t>(limit, 256) / tpr);
+    const int64_t per_block = std::max<int64_t>(1, std::min<int64_t>(limit, 256) / tpr);  // 256: NORM_BWD_BLOCK
     const int64_t resident = std::min<int64_t>(K[C_ROW_THREADS] * K[C_ROW_BWD_BLOCKS], p.max_threads_per_sm);
     const int64_t per_sm = std::max<int64_t>(1, resident / (tpr * per_block));
     const int64_t grid = std::max<int64_t>(1, std::min(per_sm * p.sm_count, cdiv(rows, 2 * per_block)));
