@@ -371,15 +371,10 @@ def patch(model: torch.nn.Module, *, norms: bool = True, activations: bool = Tru
         setattr(parent, child_name, chosen)
         gone.add(id(old))
         done.append(Replaced(name, old, chosen))
-    for name, owner, original, new, why in (_patch_loss.candidates(model) if losses else ()):
-        if new is None:
-            if skipped is not None:
-                skipped.append((name, original, why))
-            continue
-        new.inductor = inductor
-        owner.loss_function = new  # transformers' property setter: this model alone
-        done.append(Replaced(name, original, new))
-    for name, original, new, why in (_patch_rotary.candidates(model) if rotary else ()):
+    # functions: transformers' loss_function (this model's) and apply_rotary_pos_emb (process-wide)
+    functions = (*(_patch_loss.candidates(model) if losses else ()),
+                 *(_patch_rotary.candidates(model) if rotary else ()))
+    for name, original, new, why in functions:
         if new is None:
             if skipped is not None:
                 skipped.append((name, original, why))

@@ -22,6 +22,7 @@ own cross-entropy.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import torch
 
@@ -40,9 +41,22 @@ class CausalLMLoss:
 
     inductor = False
 
-    def __init__(self, original) -> None:
+    def __init__(self, original, owner: torch.nn.Module | None = None) -> None:
         functools.update_wrapper(self, original)
         self.original = original
+        self._owner = weakref.ref(owner) if owner is not None else None  # the model whose loss_function it is
+
+    def install(self) -> None:
+        """Become the owner's ``loss_function`` (transformers' property setter: that model alone)."""
+        self._owner().loss_function = self
+
+    def restore(self) -> bool:
+        """Give the owner its original loss function back (False where it holds another now)."""
+        owner = self._owner() if self._owner is not None else None
+        if owner is None or owner.__dict__.get("_loss_function") is not self:
+            return False
+        del owner._loss_function
+        return True
 
     def __call__(self, logits, labels, vocab_size, num_items_in_batch=None, ignore_index: int = -100,
                  shift_labels=None, **kwargs):
@@ -120,7 +134,7 @@ def _mismatch(original, new: CausalLMLoss) -> str | None:
 
 
 def candidates(model: torch.nn.Module):
-    """``(qualified name, module, original, replacement or None, why not)`` for each module of
+    """``(qualified name, original, replacement or None, why not)`` for each module of
     ``model`` whose ``loss_function`` (a property, as transformers' ``PreTrainedModel``) is
     transformers' ``ForCausalLMLoss``, the outermost only (a ``LlamaForCausalLM``, not the
     ``LlamaModel`` inside it, whose loss function nothing calls)."""
@@ -137,6 +151,6 @@ def candidates(model: torch.nn.Module):
             continue
         if not _is_original(original):
             continue
-        new = CausalLMLoss(original)
+        new = CausalLMLoss(original, m)
         why = _mismatch(original, new)
-        yield f"{name}.loss_function" if name else "loss_function", m, original, (new if why is None else None), why
+        yield f"{name}.loss_function" if name else "loss_function", original, (new if why is None else None), why

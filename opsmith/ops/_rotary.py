@@ -170,11 +170,8 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
     half, full, order, lead = _checked(x, cos, sin, positions, interleaved)
     if order is None:
         x = x.contiguous()
-        y = torch.empty_like(x)
-        xk, yk = x, y
-    else:  # a permuted contiguous x: y takes its layout, and both go to the kernel in memory order
-        y = torch.empty_like(x)
-        xk, yk = x.permute(*order, x.dim() - 1), y.permute(*order, x.dim() - 1)
+    y = torch.empty_like(x)  # a permuted contiguous x: y takes its layout; both reach the kernel in memory order
+    xk, yk = (x, y) if order is None else (x.permute(*order, x.dim() - 1), y.permute(*order, x.dim() - 1))
     d = x.shape[-1]
     rows = x.numel() // d if d else 0
     if not rows:

@@ -224,3 +224,10 @@ def test_causal_lm_loss_under_compile_is_inductors_by_default():
     (r,) = ops.patch(_CausalLM(inner=False), under_compile="opsmith")
     names = _graph_ops(r.new, model.head(h), labels, 11)
     assert any("opsmith.cross_entropy" in n for n in names), names
+
+
+def test_causal_lm_loss_restore_gives_the_model_its_function_back():
+    model = _CausalLM(inner=False)
+    (r,) = ops.patch(model)
+    assert model.loss_function is r.new and r.new.restore() and model.loss_function is _hf_loss
+    assert not r.new.restore() and not CausalLMLoss(_hf_loss).restore()  # nothing to give back, no owner
