@@ -185,9 +185,10 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
         if pos is None:
             pos = _no_positions.setdefault(x.device, torch.zeros(1, dtype=torch.long, device=x.device))
     plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()))
-    k = _sources.kernel("rotary.cu", "rotary<{T}>", fn._dtype_name(x, "rotary_embedding"), x.get_device())
+    k = _sources.kernel("rotary.cu", "rotary_full<{T}>" if full else "rotary<{T}>",
+                        fn._dtype_name(x, "rotary_embedding"), x.get_device())
     k.launch(_launch.launch_config(plan), xk, cos, sin, pos, yk, rows, d, half, int(interleaved), sign,
-             int(positions is not None), int(full), *lead)
+             int(positions is not None), *lead)
     return y
 
 

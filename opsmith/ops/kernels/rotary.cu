@@ -21,8 +21,8 @@
 // pointer 16-byte aligned): neox reads one vector of a, one of b, one of cos and one of sin;
 // interleaved two vectors of x; else P = 1, element by element.
 //
-// Kernel: rotary<T>(x, cos, sin, positions, y, rows, d, half, interleaved, sign, has_pos, full,
-//                   s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3),
+// Kernels: rotary<T> (half tables) and rotary_full<T> (full ones), both
+//          (x, cos, sin, positions, y, rows, d, half, interleaved, sign, has_pos, s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3),
 // T in {float, double, __half, __nv_bfloat16}; math in float (double for double).
 #include "common.cuh"
 
@@ -163,9 +163,13 @@ __device__ __forceinline__ void store_unit(T* __restrict__ yr, const Unit<T, P>&
 #pragma unroll
     for (int k = 0; k < P; ++k) {
         const A c1 = Elem<T>::load(u.c.v[k]), s1 = Elem<T>::load(u.s.v[k]);
-        const A c2 = FULL ? Elem<T>::load(u.c2.v[k]) : c1, s2 = FULL ? Elem<T>::load(u.s2.v[k]) : s1;
-        // forward: a' = a c1 - b s1, b' = b c2 + a s2; inverse: a c1 + b s2, b c2 - a s1
-        const A sa = sign > 0 ? s1 : -s2, sb = sign > 0 ? s2 : -s1;
+        A c2 = c1, sa = A(sign) * s1, sb = sa;
+        if constexpr (FULL) {  // forward: a' = a c1 - b s1, b' = b c2 + a s2; inverse: a c1 + b s2, b c2 - a s1
+            const A s2 = Elem<T>::load(u.s2.v[k]);
+            c2 = Elem<T>::load(u.c2.v[k]);
+            sa = sign > 0 ? s1 : -s2;
+            sb = sign > 0 ? s2 : -s1;
+        }
         const A av = Elem<T>::load(u.a.v[k]), bv = Elem<T>::load(u.b.v[k]);
         ra[k] = av * c1 - bv * sa;
         rb[k] = bv * c2 + av * sb;
@@ -236,26 +240,47 @@ __device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __
 
 }  // namespace
 
+// The kernels' body: the vector path where `vec`, else one pair at a time
+template <bool FULL, class T>
+__device__ __forceinline__ void rotary_any(const T* __restrict__ x, const T* __restrict__ cos_t,
+                                           const T* __restrict__ sin_t, const long long* __restrict__ positions,
+                                           T* __restrict__ y, long long rows, int d, int half, int interleaved,
+                                           int sign, int has_pos, int s1, int s2, int s3, long long c0, long long c1,
+                                           long long c2, long long c3, long long p0, long long p1, long long p2,
+                                           long long p3) {
+    constexpr int N = Vec<T>::N;
+    const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
+                     aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
+    if (vec)
+        rotate_rows<T, N, OPSMITH_ROTARY_ROWS, FULL>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign,
+                                                     has_pos, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3);
+    else
+        rotate_rows<T, 1, 1, FULL>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2,
+                                   s3, c0, c1, c2, c3, p0, p1, p2, p3);
+}
+
+// Two kernels, half tables and full ones: one kernel with both paths took the full path's
+// registers for both (bf16: 58 against 48, fp32: 48 against 40; ptxas -v), one block fewer an SM,
+// and ran about 5 % slower on half tables (H200, bench/bench_ops_peers.py --ops rotary). Written
+// out, not made by a macro: opsmith's launcher reads kernel signatures from the source.
 template <class T>
 __global__ void OPSMITH_ROTARY_BOUNDS
 rotary(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __restrict__ sin_t,
        const long long* __restrict__ positions, T* __restrict__ y, long long rows, int d, int half, int interleaved,
-       int sign, int has_pos, int full, int s0, int s1, int s2, int s3, long long c0, long long c1, long long c2,
-       long long c3, long long p0, long long p1, long long p2, long long p3) {
+       int sign, int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1, long long c2, long long c3,
+       long long p0, long long p1, long long p2, long long p3) {
     (void)s0;  // the outermost size bounds nothing: rows does
-    constexpr int N = Vec<T>::N;
-    const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
-                     aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
-#define OPSMITH_ROTATE(P, R, FULL)                                                                              \
-    rotate_rows<T, P, R, FULL>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, \
-                               s3, c0, c1, c2, c3, p0, p1, p2, p3)
-    if (vec && full)
-        OPSMITH_ROTATE(N, OPSMITH_ROTARY_ROWS, true);
-    else if (vec)
-        OPSMITH_ROTATE(N, OPSMITH_ROTARY_ROWS, false);
-    else if (full)
-        OPSMITH_ROTATE(1, 1, true);
-    else
-        OPSMITH_ROTATE(1, 1, false);
-#undef OPSMITH_ROTATE
+    rotary_any<false>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1,
+                      c2, c3, p0, p1, p2, p3);
+}
+
+template <class T>
+__global__ void OPSMITH_ROTARY_BOUNDS
+rotary_full(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __restrict__ sin_t,
+            const long long* __restrict__ positions, T* __restrict__ y, long long rows, int d, int half,
+            int interleaved, int sign, int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1,
+            long long c2, long long c3, long long p0, long long p1, long long p2, long long p3) {
+    (void)s0;
+    rotary_any<true>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1,
+                     c2, c3, p0, p1, p2, p3);
 }
