@@ -3,7 +3,7 @@
 //   a' = a cos - b sin,  b' = b cos + a sin   (sign = -1: the inverse rotation, the backward)
 // neox layout: pairs (j, j + half); gptj (interleaved): pairs (2j, 2j + 1). Elements from
 // 2*half to d are copied.
-// Full tables (`full`, neox only): cos/sin rows hold 2*half values, as transformers builds them
+// Full tables (rotary_full, neox only): cos/sin rows hold 2*half values, as transformers builds them
 // (cat(freqs, freqs)); a's angles are the first half, b's the second, so that
 //   a' = a cos1 - b sin1,  b' = b cos2 + a sin2   (the inverse: its transpose,
 //   a = a' cos1 + b' sin2,  b = b' cos2 - a' sin1), exact whatever the two halves hold.
@@ -21,8 +21,8 @@
 // pointer 16-byte aligned): neox reads one vector of a, one of b, one of cos and one of sin;
 // interleaved two vectors of x; else P = 1, element by element.
 //
-// Kernels: rotary<T> (half tables) and rotary_full<T> (full ones), both
-//          (x, cos, sin, positions, y, rows, d, half, interleaved, sign, has_pos, s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3),
+// Kernels: rotary<T> (half tables) and rotary_full<T> (full ones), both (x, cos, sin, positions,
+//          y, rows, d, half, interleaved, sign, has_pos, s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3),
 // T in {float, double, __half, __nv_bfloat16}; math in float (double for double).
 #include "common.cuh"
 
