@@ -11,9 +11,13 @@ import torch
 import torch.nn.functional as TF
 
 from opsmith.ops import _public as F
+from opsmith.ops import _sources
 
 __all__ = ["GELU", "CrossEntropyLoss", "GELUAndMul", "LayerNorm", "RMSNorm", "ReLU", "SiLU", "SiLUAndMul",
            "Softmax"]
+
+
+FLOATS = tuple(getattr(torch, name) for name in _sources.DTYPES)  # the dtypes opsmith's kernels take
 
 
 def compiling() -> bool:

@@ -31,7 +31,6 @@ from opsmith.ops import _modules
 __all__ = ["CausalLMLoss", "candidates"]
 
 _ORIGINAL = ("transformers.loss.loss_utils", "ForCausalLMLoss")
-_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 class CausalLMLoss:
@@ -102,7 +101,8 @@ class _Exact(torch.autograd.Function):
 
 def _covers(logits, labels, vocab_size, shift_labels) -> bool:
     target = shift_labels if shift_labels is not None else labels
-    return (isinstance(logits, torch.Tensor) and isinstance(target, torch.Tensor) and logits.dtype in _FLOATS
+    return (isinstance(logits, torch.Tensor) and isinstance(target, torch.Tensor)
+            and logits.dtype in _modules.FLOATS
             and logits.dim() >= 2 and logits.shape[-1] == vocab_size and target.dtype == torch.long
             and target.numel() * vocab_size == logits.numel())
 

@@ -94,7 +94,7 @@ def _covers(q, k, cos, sin) -> bool:
     return (d > 0 and d % 2 == 0 and k.shape[-1] == d and cos.shape[-1] == d and cos.shape == sin.shape
             and 2 <= q.dim() <= 5 and 2 <= k.dim() <= 5
             and len({t.dtype for t in ts}) == 1 and len({t.device for t in ts}) == 1
-            and q.dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+            and q.dtype in _modules.FLOATS
             and not (cos.requires_grad or sin.requires_grad))
 
 
