@@ -8,7 +8,12 @@ projections' outputs and writes one tensor (forward), and one that writes both g
 (backward), and the ``nn.CrossEntropyLoss`` runs opsmith's cross_entropy (one read of the
 logits forward, one read and one write backward).
 
-The model is written out here (no transformers needed on the GPU machine): token embedding,
+Two models, ``--model``: ``hf`` (the default) is transformers' own ``LlamaForCausalLM`` of that
+size (``LlamaConfig``, SDPA attention, random weights; transformers must be importable: on the GPU
+machine carry its wheels, ``bench/README.md``), where ``patch`` finds transformers' class names
+(``LlamaRMSNorm``, ``LlamaMLP``), its ``apply_rotary_pos_emb`` and its ``loss_function``
+(``ForCausalLMLoss``, whose float32 copy of the logits the replacement avoids). ``plain`` is a
+model written out here (no transformers needed): token embedding,
 per layer RMSNorm -> causal attention (q/k/v/o projections, rotary embedding, SDPA) ->
 residual, RMSNorm -> SwiGLU MLP (down(silu(gate(x)) * up(x)), the SiLU an ``nn.SiLU`` module as
 in transformers' Llama) -> residual; final RMSNorm, LM head, cross-entropy on the float logits
@@ -112,6 +117,33 @@ class Llama(nn.Module):
         return self.loss(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
 
 
+class HFStep(nn.Module):
+    """transformers' ``LlamaForCausalLM`` called as the plain model is: ``(tokens, labels) -> loss``
+    (transformers shifts the labels itself: they are the tokens)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, labels):
+        return self.model(input_ids=tokens, labels=tokens, use_cache=False).loss
+
+
+def build(kind: str, cfg: dict) -> nn.Module:
+    if kind == "plain":
+        return Llama(**cfg)
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as exc:
+        raise SystemExit(f"--model hf needs transformers ({exc}); install it (on the GPU machine from carried "
+                         "wheels: bench/README.md) or pass --model plain") from None
+    config = LlamaConfig(vocab_size=cfg["vocab"], hidden_size=cfg["hidden"], intermediate_size=cfg["inter"],
+                         num_attention_heads=cfg["heads"], num_key_value_heads=cfg["heads"],
+                         num_hidden_layers=cfg["layers"], max_position_embeddings=cfg["seq"], rms_norm_eps=1e-6,
+                         use_cache=False, tie_word_embeddings=False, attn_implementation="sdpa")
+    return LlamaForCausalLM(config)
+
+
 def step_time(model, tokens, labels, steps: int, warmup: int, device: str) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device != "cpu")
 
@@ -137,8 +169,11 @@ def step_time(model, tokens, labels, steps: int, warmup: int, device: str) -> fl
     return statistics.median(times)
 
 
-def kernel_profile(model, tokens, labels, steps: int = 3) -> dict[str, float]:
-    """Microseconds of CUDA kernel time per step, by kernel name (torch.profiler), after warm-up."""
+def kernel_profile(model, tokens, labels, steps: int = 3) -> dict:
+    """Per step, after warm-up (torch.profiler): ``kernels``, microseconds of CUDA kernel time by
+    kernel name; ``idle_us``, the time the GPU ran no kernel between the first kernel and the last;
+    ``gaps``, the 12 longest such gaps with the kernels on either side (where the GPU waited on
+    the host)."""
     from torch.profiler import ProfilerActivity, profile
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
@@ -154,10 +189,22 @@ def kernel_profile(model, tokens, labels, steps: int = 3) -> dict[str, float]:
             step()
         torch.cuda.synchronize()
     per: dict[str, float] = collections.defaultdict(float)
+    spans = []
     for e in p.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             per[e.name[:100]] += getattr(e, "device_time", 0) / steps
-    return dict(sorted(per.items(), key=lambda kv: -kv[1]))
+            spans.append((e.time_range.start, e.time_range.end, e.name[:60]))
+    spans.sort()
+    idle, gaps, end, last = 0.0, [], None, ""
+    for start, stop, name in spans:
+        if end is not None and start > end:
+            idle += start - end
+            gaps.append((round(start - end, 1), last, name))
+        if end is None or stop > end:
+            end, last = stop, name
+    gaps.sort(reverse=True)
+    return {"kernels": dict(sorted(per.items(), key=lambda kv: -kv[1])), "idle_us": idle / steps,
+            "gaps": gaps[:12]}
 
 
 def main() -> int:
@@ -168,6 +215,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--tiny", action="store_true", help="a tiny model (a smoke test)")
     ap.add_argument("--profile", action="store_true", help="also each variant's CUDA kernels per step (profile.json)")
+    ap.add_argument("--model", choices=("hf", "plain"), default="hf",
+                    help="transformers' LlamaForCausalLM (default) or the model written out here")
     ap.add_argument("--no-rotary", action="store_true", help="patch(model, rotary=False): the rotary stays torch's")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -183,10 +232,12 @@ def main() -> int:
     for patched in (False, True):
         for compiled in (False, True):
             torch.manual_seed(0)
-            model = Llama(**cfg).to(device=args.device, dtype=dtype)
+            model = build(args.model, cfg).to(device=args.device, dtype=dtype)
             done = []
             if patched:
                 done = opsmith.ops.patch(model, rotary=not args.no_rotary)
+            if args.model == "hf":
+                model = HFStep(model)
                 replaced = [str(r) for r in done]
                 kinds = collections.Counter(f"{type(r.old).__name__} -> {type(r.new).__name__}" for r in done)
             run = torch.compile(model) if compiled else model
@@ -195,17 +246,20 @@ def main() -> int:
             results[name] = step_time(run, tokens, labels, args.steps, args.warmup, args.device)
             print(f"{name:<32} {results[name]:8.2f} ms / step", flush=True)
             if args.profile and args.device != "cpu":
-                profiles[name] = kernel_profile(run, tokens, labels)
-                total = sum(profiles[name].values())
-                print(f"    kernels {total / 1e3:.2f} ms / step; the top 12:", flush=True)
-                for k, v in list(profiles[name].items())[:12]:
+                profiles[name] = prof = kernel_profile(run, tokens, labels)
+                total = sum(prof["kernels"].values())
+                print(f"    kernels {total / 1e3:.2f} ms / step, GPU idle {prof['idle_us'] / 1e3:.2f} ms; the top 12:",
+                      flush=True)
+                for k, v in list(prof["kernels"].items())[:12]:
                     print(f"    {v:8.1f} us  {k}", flush=True)
+                for gap, before, after in prof["gaps"][:5]:
+                    print(f"    idle {gap:7.1f} us  after {before[:40]} before {after[:40]}", flush=True)
             for r in done:  # the rotary function is replaced process-wide: each variant patches afresh
                 getattr(r.new, "restore", lambda: None)()
     eager, compiled = results["eager"], results["compile"]
     summary = {"patched_eager_speedup": eager / results["eager + opsmith.ops.patch"],
                "patched_compile_vs_compile": compiled / results["compile + opsmith.ops.patch"]}
-    meta = {"config": cfg, "batch": batch, "dtype": str(dtype), "torch": torch.__version__,
+    meta = {"model": args.model, "config": cfg, "batch": batch, "dtype": str(dtype), "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if args.device != "cpu" else "cpu",
             "command": "python3 bench/bench_llama_step.py " + " ".join(sys.argv[1:])}
     if profiles:

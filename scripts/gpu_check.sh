@@ -79,18 +79,30 @@ case "$PART" in
       python3 -m pip install -q --no-deps --target "$W/liger" .whlp/liger_kernel-*.whl >"$L/liger_pip.log" 2>&1 \
         && export PYTHONPATH="$W/liger${PYTHONPATH:+:$PYTHONPATH}"
     fi
+    # transformers and the dependencies the GPU machine lacks, from wheels carried in .whlp/tf/
+    # (bench/README.md): the Llama step's default model is transformers' LlamaForCausalLM
+    if ls .whlp/tf/transformers-*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-deps --target "$W/tf" .whlp/tf/*.whl >"$L/tf_pip.log" 2>&1 \
+        && export PYTHONPATH="$W/tf${PYTHONPATH:+:$PYTHONPATH}"
+    fi
     if [ "$PART" = ops ]; then
       [ "${DIAG_NORM:-0}" = 1 ] && run diag_norm python3 bench/diag_norm_occupancy.py --json "$L/diag_norm.json"
       [ "${DIAG_CLUSTER:-0}" = 1 ] && run diag_cluster python3 bench/diag_norm_cluster.py --json "$L/diag_cluster.json"
       run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
         tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py
       run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
-      [ "${LLAMA:-0}" = 1 ] && run llama timeout "${LLAMA_TIMEOUT:-600}" python3 bench/bench_llama_step.py --out "$L/llama" ${LLAMA_ARGS:-}
+      if [ "${LLAMA:-0}" = 1 ]; then  # LLAMA_MODELS: "hf" (default), "plain" or both
+        for m in ${LLAMA_MODELS:-hf}; do
+          run "llama_$m" timeout "${LLAMA_TIMEOUT:-600}" python3 bench/bench_llama_step.py --model "$m" --out "$L/llama_$m" ${LLAMA_ARGS:-}
+        done
+      fi
     else
       run new_ops python3 -m pytest -q -p no:cacheprovider -rs tests/ops/test_ops_gated_gpu.py \
         tests/ops/test_ops_fused_gpu.py tests/ops/test_ops_rotary_gpu.py tests/ops/test_ops_cross_entropy_gpu.py
       run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
-      run llama python3 bench/bench_llama_step.py --out "$L/llama" ${LLAMA_ARGS:-}
+      for m in ${LLAMA_MODELS:-hf}; do
+        run "llama_$m" python3 bench/bench_llama_step.py --model "$m" --out "$L/llama_$m" ${LLAMA_ARGS:-}
+      done
     fi
     ;;
   kernels|ext) exec bash "scripts/gpu_check_${PART/ext/cuda_ext}.sh" "$@" ;;
