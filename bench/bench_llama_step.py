@@ -235,7 +235,10 @@ def main() -> int:
             model = build(args.model, cfg).to(device=args.device, dtype=dtype)
             done = []
             if patched:
-                done = opsmith.ops.patch(model, rotary=not args.no_rotary)
+                skipped = []
+                done = opsmith.ops.patch(model, rotary=not args.no_rotary, skipped=skipped)
+                for n, _, why in skipped:
+                    print(f"    patch left {n}: {why}", flush=True)
             if args.model == "hf":
                 model = HFStep(model)
                 replaced = [str(r) for r in done]

@@ -57,6 +57,10 @@ _ACTS = ("act_fn", "act", "activation_fn")
 # for the original's two roundings: x.to(bf16) * weight)
 _TOL = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-10, 1e-12), torch.float16: (4e-3, 1e-3),
         torch.bfloat16: (3.2e-2, 1e-2)}
+# a GatedMLP's relative error as a whole (L2) against the original, per dtype: about 3x the
+# activation's extra rounding in the original (bf16 0.37 %, fp16 0.04 %, on random probes); a
+# GELU where a SiLU was is 3-15 % off
+_TOL_MLP = {torch.float32: 1e-4, torch.float64: 1e-10, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
 class Replaced(NamedTuple):
@@ -290,8 +294,16 @@ def _mismatch(old, new, x) -> str | None:
         got = new(x)  # an error here is opsmith's own: it propagates
     if not isinstance(want, torch.Tensor) or want.shape != got.shape:
         return _DIFFERS
-    rtol, atol = _TOL.get(want.dtype, _TOL[torch.float32])
-    return None if torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol, equal_nan=True) else _DIFFERS
+    dtype = want.dtype if want.dtype in _TOL else torch.float32
+    rtol, atol = _TOL[dtype]
+    got, want = got.double(), want.double()
+    if isinstance(new, GatedMLP) and bool(torch.isfinite(want).all()):
+        # the down projection sums thousands of products of the activation, which opsmith rounds
+        # once (float math) and the original twice (the activation, then the product): elementwise,
+        # outputs near zero can differ by more than atol. Compared as a whole instead (_TOL_MLP).
+        ok = float(torch.linalg.vector_norm(got - want)) <= _TOL_MLP[dtype] * float(torch.linalg.vector_norm(want))
+        return None if ok else _DIFFERS
+    return None if torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True) else _DIFFERS
 
 
 def patch(model: torch.nn.Module, *, norms: bool = True, activations: bool = True, mlps: bool = True,

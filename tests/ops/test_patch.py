@@ -223,10 +223,10 @@ def test_the_bench_models_mlp_is_fused_and_trains_the_same():
 class _Proj(torch.nn.Module):
     """gate_proj/up_proj/down_proj and an act_fn, with a forward of the caller's choosing."""
 
-    def __init__(self, forward, extra: bool = False):
+    def __init__(self, forward, extra: bool = False, width: int = 8, inner: int = 16):
         super().__init__()
-        self.gate_proj, self.up_proj = torch.nn.Linear(8, 16), torch.nn.Linear(8, 16)
-        self.down_proj, self.act_fn = torch.nn.Linear(16, 8), torch.nn.SiLU()
+        self.gate_proj, self.up_proj = torch.nn.Linear(width, inner), torch.nn.Linear(width, inner)
+        self.down_proj, self.act_fn = torch.nn.Linear(inner, width), torch.nn.SiLU()
         if extra:
             self.dropout = torch.nn.Dropout(0.0)
         self._f = forward
@@ -252,6 +252,28 @@ def test_mlps_are_checked_by_running_both():
     torch.testing.assert_close(model["a"](x), swiglu.down_proj(torch.nn.functional.silu(swiglu.gate_proj(x))
                                                                * swiglu.up_proj(x)))
     assert ops.patch(torch.nn.ModuleDict({"m": _Proj(swiglu._f)}), mlps=False)[0].name == "m.act_fn"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_mlp_check_allows_one_rounding_not_another_activation(monkeypatch, dtype):
+    """CUDA's silu_mul rounds once (float math), the original's silu then multiply twice: after a
+    down projection of 2816 products, outputs near zero differ elementwise by more than the
+    elementwise atol (here up to 0.5 of 141, bf16), so an MLP is compared as a whole (L2). The
+    float-math product stands in for the CUDA kernel; a GELU where the SiLU was is refused."""
+    from opsmith.ops import _patch, _public
+    swiglu = _Proj(lambda m, x: m.down_proj(m.act_fn(m.gate_proj(x)) * m.up_proj(x)), width=1024, inner=2816)
+    with torch.no_grad():
+        for p in swiglu.parameters():
+            p.mul_(4)  # larger outputs: the elementwise check fails for bf16
+    swiglu = swiglu.to(dtype)
+    monkeypatch.setattr(_public, "silu_mul", lambda g, u: (torch.nn.functional.silu(g.float()) * u.float()).to(g.dtype))
+    projections = {n: getattr(swiglu, n) for n in ("gate_proj", "up_proj", "down_proj")}
+    x = _patch._probe(swiglu, 1024)
+    assert _patch._mismatch(swiglu, GatedMLP(projections, "silu"), x) is None
+    assert _patch._mismatch(swiglu, GatedMLP(projections, "gelu"), x) == _patch._DIFFERS  # 3 % off
+    swapped = {"gate_proj": projections["up_proj"], "up_proj": projections["gate_proj"],
+               "down_proj": projections["down_proj"]}
+    assert _patch._mismatch(swiglu, GatedMLP(swapped, "silu"), x) == _patch._DIFFERS
 
 
 def test_gelu_mlps_meta_models_and_compile():
