@@ -21,8 +21,11 @@ in transformers' Llama) -> residual; final RMSNorm, LM head, cross-entropy on th
 (``apply_rotary_pos_emb(q, k, cos, sin)`` of the attention class's Python module): patch replaces
 it with opsmith's rotary_embedding (``--no-rotary``: it stays torch's). Random weights,
 bf16, hidden 2048, intermediate 5632, 16 heads, vocab 32000, batch 4 x 1024 tokens by default.
-A step is forward + loss + backward + AdamW (fused) + zero_grad; the median of ``--steps``
-CUDA-event-timed steps after ``--warmup``.
+A step is forward + loss + backward + AdamW (fused) + zero_grad. The four variants are built
+first, then timed in ``--rounds`` rounds, each variant in turn (the order rotating from round to
+round), ``--steps`` CUDA-event-timed steps a round after a warm-up (``--warmup`` in the first
+round, which compiles; 2 after): each figure is the median of its ``rounds * steps`` steps, and a
+drift of the machine during the run falls on all four alike.
 
     python3 bench/bench_llama_step.py --out DIR            # results.json; prints the four step times
     python3 bench/bench_llama_step.py --out DIR --tiny --device cpu   # the plumbing, on CPU
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import statistics
 import sys
@@ -46,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import opsmith.ops
+from opsmith.ops._patch_rotary import RotaryPosEmb
 
 
 def rotate_half(x):
@@ -144,43 +149,50 @@ def build(kind: str, cfg: dict) -> nn.Module:
     return LlamaForCausalLM(config)
 
 
-def step_time(model, tokens, labels, steps: int, warmup: int, device: str) -> float:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device != "cpu")
+class Variant:
+    """One of the four: its model (compiled or not), its optimiser (fused AdamW) and the
+    process-wide functions patch installed for it (the rotary embedding), put in place by
+    ``activate`` before each of its rounds and taken out after."""
 
-    def step():
-        model(tokens, labels).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        if device == "cpu":
-            t = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t) * 1e3)
-            continue
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    def __init__(self, run, functions: list, device: str) -> None:
+        self.run, self.functions, self.device = run, functions, device
+        self.opt = torch.optim.AdamW(run.parameters(), lr=1e-4, fused=device != "cpu")
+        self.times: list[float] = []
+
+    def step(self, tokens, labels) -> None:
+        self.run(tokens, labels).backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def activate(self, on: bool) -> None:
+        for f in self.functions:
+            f.install() if on else f.restore()
+
+    def timed(self, tokens, labels, steps: int, warmup: int) -> None:
+        """``warmup`` steps, then ``steps`` timed ones (CUDA events; wall clock on CPU) added to times."""
+        for _ in range(warmup):
+            self.step(tokens, labels)
+        for _ in range(steps):
+            if self.device == "cpu":
+                t = time.perf_counter()
+                self.step(tokens, labels)
+                self.times.append((time.perf_counter() - t) * 1e3)
+                continue
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.step(tokens, labels)
+            end.record()
+            end.synchronize()
+            self.times.append(start.elapsed_time(end))
 
 
-def kernel_profile(model, tokens, labels, steps: int = 3) -> dict:
+def kernel_profile(v: Variant, tokens, labels, steps: int = 3) -> dict:
     """Per step, after warm-up (torch.profiler): ``kernels``, microseconds of CUDA kernel time by
     kernel name; ``idle_us``, the time the GPU ran no kernel between the first kernel and the last;
     ``gaps``, the 12 longest such gaps with the kernels on either side (where the GPU waited on
     the host)."""
     from torch.profiler import ProfilerActivity, profile
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-
-    def step():
-        model(tokens, labels).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    step = functools.partial(v.step, tokens, labels)
     for _ in range(2):
         step()
     torch.cuda.synchronize()
@@ -211,7 +223,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps a round")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the four variants in turn")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--tiny", action="store_true", help="a tiny model (a smoke test)")
     ap.add_argument("--profile", action="store_true", help="also each variant's CUDA kernels per step (profile.json)")
@@ -228,37 +241,51 @@ def main() -> int:
     torch.manual_seed(0)
     tokens = torch.randint(0, cfg["vocab"], (batch, cfg["seq"]), device=args.device)
     labels = torch.roll(tokens, -1, dims=1)
-    results, replaced, kinds, profiles = {}, None, collections.Counter(), {}
+    replaced, kinds, profiles, variants = None, collections.Counter(), {}, {}
     for patched in (False, True):
         for compiled in (False, True):
             torch.manual_seed(0)
             model = build(args.model, cfg).to(device=args.device, dtype=dtype)
-            done = []
+            functions = []
             if patched:
                 skipped = []
                 done = opsmith.ops.patch(model, rotary=not args.no_rotary, skipped=skipped)
                 for n, _, why in skipped:
                     print(f"    patch left {n}: {why}", flush=True)
-            if args.model == "hf":
-                model = HFStep(model)
                 replaced = [str(r) for r in done]
                 kinds = collections.Counter(f"{type(r.old).__name__} -> {type(r.new).__name__}" for r in done)
-            run = torch.compile(model) if compiled else model
+                # process-wide (the rotary embedding): in place only while this variant runs
+                functions = [r.new for r in done if isinstance(r.new, RotaryPosEmb)]
+                for f in functions:
+                    f.restore()
+            if args.model == "hf":
+                model = HFStep(model)
             name = ("compile" if compiled else "eager") + (" + opsmith.ops.patch" if patched else "")
-            torch._dynamo.reset()
-            results[name] = step_time(run, tokens, labels, args.steps, args.warmup, args.device)
-            print(f"{name:<32} {results[name]:8.2f} ms / step", flush=True)
-            if args.profile and args.device != "cpu":
-                profiles[name] = prof = kernel_profile(run, tokens, labels)
-                total = sum(prof["kernels"].values())
-                print(f"    kernels {total / 1e3:.2f} ms / step, GPU idle {prof['idle_us'] / 1e3:.2f} ms; the top 12:",
-                      flush=True)
-                for k, v in list(prof["kernels"].items())[:12]:
-                    print(f"    {v:8.1f} us  {k}", flush=True)
-                for gap, before, after in prof["gaps"][:5]:
-                    print(f"    idle {gap:7.1f} us  after {before[:40]} before {after[:40]}", flush=True)
-            for r in done:  # the rotary function is replaced process-wide: each variant patches afresh
-                getattr(r.new, "restore", lambda: None)()
+            variants[name] = Variant(torch.compile(model) if compiled else model, functions, args.device)
+    # rounds: each variant in turn, the order rotating, so that a drift of the machine (clocks,
+    # the host) falls on all four alike; the first round's warm-up compiles
+    names = list(variants)
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            v = variants[name]
+            v.activate(True)
+            v.timed(tokens, labels, args.steps, args.warmup if r == 0 else 2)
+            v.activate(False)
+    results = {name: statistics.median(v.times) for name, v in variants.items()}
+    for name, v in variants.items():
+        print(f"{name:<32} {results[name]:8.2f} ms / step (median of {len(v.times)}; "
+              f"{min(v.times):.2f} - {max(v.times):.2f})", flush=True)
+        if args.profile and args.device != "cpu":
+            v.activate(True)
+            profiles[name] = prof = kernel_profile(v, tokens, labels)
+            v.activate(False)
+            total = sum(prof["kernels"].values())
+            print(f"    kernels {total / 1e3:.2f} ms / step, GPU idle {prof['idle_us'] / 1e3:.2f} ms; the top 12:",
+                  flush=True)
+            for k, t in list(prof["kernels"].items())[:12]:
+                print(f"    {t:8.1f} us  {k}", flush=True)
+            for gap, before, after in prof["gaps"][:5]:
+                print(f"    idle {gap:7.1f} us  after {before[:40]} before {after[:40]}", flush=True)
     eager, compiled = results["eager"], results["compile"]
     summary = {"patched_eager_speedup": eager / results["eager + opsmith.ops.patch"],
                "patched_compile_vs_compile": compiled / results["compile + opsmith.ops.patch"]}
@@ -268,6 +295,7 @@ def main() -> int:
     if profiles:
         (args.out / "profile.json").write_text(json.dumps(profiles, indent=1))
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "ms_per_step": results, "summary": summary,
+                                                       "step_ms": {n: v.times for n, v in variants.items()},
                                                        "replaced": replaced}, indent=1))
     print(f"patched eager: {summary['patched_eager_speedup']:.2f}x eager (target >= 1.3); patched compile: "
           f"{summary['patched_compile_vs_compile']:.2f}x compile (target >= 1.0); {len(replaced or [])} "
