@@ -11,8 +11,8 @@ used when importable (pure Python over Triton: carry its wheel, pip install --no
 
 Ops: rms_norm, layer_norm, softmax, add_rms_norm (rows 1 MiB .. >= 1 GiB moved, row length
 1024 .. 32768), silu_and_mul / gelu_and_mul (packed [gate | up]; Liger gets gate and up as two
-tensors, as its MLP has them), rotary (q and k [1, cols / 128 heads, rows, 128]; Liger's
-liger_rope rotates both in one call), cross_entropy (logits [rows, vocabulary] for vocabularies of
+tensors, as its MLP has them), rotary (q and k [1, cols / 128 heads, rows, 128]; opsmith's
+rotary_embedding_qk and Liger's liger_rope rotate both in one call), cross_entropy (logits [rows, vocabulary] for vocabularies of
 32000 and 128256, 1 target in 16 ignored; eager and compile run transformers' form,
 F.cross_entropy(logits.float(), target); Liger's liger_cross_entropy), in bfloat16 by default.
 cross_entropy is also timed as "fwd+bwd1": the upstream gradient exactly 1 (a plain
@@ -92,7 +92,7 @@ def impls(op: str, liger):
             c, s = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
             half = lambda t: torch.cat([-t[..., 64:], t[..., :64]], -1)  # noqa: E731
             return q * c + half(q) * s, k * c + half(k) * s
-        out = {"opsmith": (rot_args, lambda q, k, c, s: (ops.rotary_embedding(q, c, s), ops.rotary_embedding(k, c, s))),
+        out = {"opsmith": (rot_args, ops.rotary_embedding_qk),  # one launch for q and k, as compile's
                "eager": (rot_args, eager_rot), "compile": (rot_args, eager_rot)}
         if liger is not None:
             out["liger"] = (rot_args, lambda q, k, c, s: liger.liger_rope(q, k, torch.cat([c, c], -1)[None],

@@ -28,6 +28,7 @@ _LAZY = {
     "silu_mul": "opsmith.ops._public", "gelu_mul": "opsmith.ops._public",
     "add_rms_norm": "opsmith.ops._public", "add_layer_norm": "opsmith.ops._public",
     "rotary_embedding": "opsmith.ops._public",
+    "rotary_embedding_qk": "opsmith.ops._public",
     "cross_entropy": "opsmith.ops._public", "CrossEntropyLoss": "opsmith.ops._modules",
     "SiLUAndMul": "opsmith.ops._modules", "GELUAndMul": "opsmith.ops._modules",
     "ReLU": "opsmith.ops._modules", "GELU": "opsmith.ops._modules", "SiLU": "opsmith.ops._modules",

@@ -6,8 +6,9 @@ module, ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)``: ``q * cos + r
 * sin``, eight torch kernels a tensor forward (slices, a negation, a cat, two products, a sum)
 and more backward. It is not a module, so ``patch`` replaces that module attribute: for each
 module of the tree whose class name ends in ``Attention`` and whose ``forward``'s globals (its
-Python module's namespace, where the call looks the name up) hold a plain function of that name, a :class:`RotaryPosEmb` that runs :func:`opsmith.ops.rotary_embedding`
-on ``q`` and ``k`` (full-width neox tables: exactly the formula, whatever the tables hold; a
+Python module's namespace, where the call looks the name up) hold a plain function of that
+name, a :class:`RotaryPosEmb` that runs :func:`opsmith.ops.rotary_embedding_qk` on ``q`` and
+``k``, one launch for both (full-width neox tables: exactly the formula, whatever the tables hold; a
 transposed ``q`` is read in place). It is checked first: both run on a small random ``q``, ``k``
 and tables built as transformers builds them, and must agree; a function that does not (another
 layout, another signature) is left alone and reported.
@@ -66,7 +67,7 @@ class RotaryPosEmb:
             return self.original(q, k, cos, sin, *args, **kwargs)
         from opsmith.ops import _public
         cos, sin = cos.unsqueeze(unsqueeze), sin.unsqueeze(unsqueeze)
-        return _public.rotary_embedding(q, cos, sin), _public.rotary_embedding(k, cos, sin)
+        return _public.rotary_embedding_qk(q, k, cos, sin)  # both in one launch
 
     def restore(self) -> bool:
         """Put the original function back in its module (False where something else replaced

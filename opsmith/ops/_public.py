@@ -9,7 +9,7 @@ from opsmith._errors import SpecError
 from opsmith.ops._functional import GELU_KERNELS, _dim, _gated_pair, _gated_rows, _rows_cols
 
 __all__ = ["add_layer_norm", "add_rms_norm", "cross_entropy", "gelu", "gelu_and_mul", "gelu_mul", "layer_norm", "relu", "rms_norm",
-           "rotary_embedding", "silu", "silu_and_mul", "silu_mul", "softmax"]
+           "rotary_embedding", "rotary_embedding_qk", "silu", "silu_and_mul", "silu_mul", "softmax"]
 
 
 def _shape(normalized_shape) -> tuple[int, ...]:
@@ -267,6 +267,16 @@ def rotary_embedding(x, cos, sin, positions=None, *, interleaved: bool = False):
     if cos.dtype != x.dtype:
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return _call("rotary_embedding")(x, cos, sin, positions, bool(interleaved))
+
+
+def rotary_embedding_qk(q, k, cos, sin, positions=None, *, interleaved: bool = False):
+    """:func:`rotary_embedding` of ``q`` and of ``k`` by the same ``cos``/``sin`` (and
+    ``positions``) in one CUDA launch, as attention applies it; returns ``(q_rot, k_rot)``. They
+    must share dtype, device and head dim; ``k`` may have fewer heads (grouped-query attention).
+    ``torch.ops.opsmith.rotary_embedding_qk``."""
+    if cos.dtype != q.dtype:
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+    return _call("rotary_embedding_qk")(q, k, cos, sin, positions, bool(interleaved))
 
 
 def cross_entropy(logits, target, *, ignore_index: int = -100, reduction: str = "mean",

@@ -20,7 +20,8 @@ ops without a graph break) and an autograd formula that calls the backward opera
 ``silu_mul``           ``(Tensor gate, Tensor up) -> Tensor``: gate and up as two tensors; ``gelu_mul``;
                        their backwards return ``(d_gate, d_up)`` (:mod:`opsmith.ops._gated`)
 ``rotary_embedding``   rotary position embedding, neox or interleaved, cos/sin given or indexed by
-                       positions (:mod:`opsmith.ops._rotary`)
+                       positions; ``rotary_embedding_qk``: q and k in one launch
+                       (:mod:`opsmith.ops._rotary`)
 ``add_rms_norm``       ``x + residual`` then RMS norm, one kernel: ``(y, residual_out, rstd)``
                        (:mod:`opsmith.ops._fused`); ``add_layer_norm``: ``(y, residual_out, mean,
                        rstd)``, an add and layer_norm's kernels
@@ -54,7 +55,8 @@ GATED_NAMES = ("silu_and_mul", "silu_and_mul_backward", "gelu_and_mul", "gelu_an
                "silu_mul_backward", "gelu_mul", "gelu_mul_backward")
 FUSED_NAMES = ("add_rms_norm", "add_rms_norm_backward",  # opsmith.ops._fused: Python CUDA code too
                "add_layer_norm", "add_layer_norm_backward")
-ROTARY_NAMES = ("rotary_embedding", "rotary_embedding_backward")  # opsmith.ops._rotary: likewise
+ROTARY_NAMES = ("rotary_embedding", "rotary_embedding_backward",  # opsmith.ops._rotary: likewise
+                "rotary_embedding_qk", "rotary_embedding_qk_backward")
 CROSS_ENTROPY_NAMES = ("cross_entropy", "cross_entropy_backward")  # opsmith.ops._cross_entropy: likewise
 
 _lock = threading.Lock()

@@ -4,6 +4,9 @@
 ``rotary_embedding``       ``(Tensor x, Tensor cos, Tensor sin, Tensor? positions=None,
                            bool interleaved=False) -> Tensor``
 ``rotary_embedding_backward``  the same arguments with ``grad`` first: the inverse rotation
+``rotary_embedding_qk``    ``(Tensor q, Tensor k, <the same>) -> (Tensor, Tensor)``: both
+                           rotated by one table in one launch (``k`` may have fewer heads)
+``rotary_embedding_qk_backward``  ``(Tensor grad_q, Tensor grad_k, <the same>)``
 =========================  =================================================================
 
 ``x`` is ``[..., d]`` (at most 4 leading dims, e.g. ``[batch, heads, seq, head_dim]``); each
@@ -26,7 +29,7 @@ from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
 from opsmith.ops import _launch, _sources
 
-__all__ = ["check", "define_all", "out_like", "rotary_cuda"]
+__all__ = ["check", "check_qk", "define_all", "out_like", "rotary_cuda", "rotary_qk_cuda"]
 
 MAX_LEAD = 4
 
@@ -164,8 +167,9 @@ def _checked(x, cos, sin, positions, interleaved: bool) -> tuple:
     return info
 
 
-def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
-    """The rotation (``sign=-1``: the inverse) on CUDA."""
+def _prepared(x, cos, sin, positions, interleaved: bool):
+    """``(y, x and y in memory order, rows, half, full, lead)`` for the kernel: ``y`` allocated
+    (``x``'s layout where ``x`` is a permuted contiguous tensor, else ``x`` is copied first)."""
     import torch
     half, full, order, lead = _checked(x, cos, sin, positions, interleaved)
     if order is None:
@@ -173,23 +177,62 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
     y = torch.empty_like(x)  # a permuted contiguous x: y takes its layout; both reach the kernel in memory order
     xk, yk = (x, y) if order is None else (x.permute(*order, x.dim() - 1), y.permute(*order, x.dim() - 1))
     d = x.shape[-1]
-    rows = x.numel() // d if d else 0
-    if not rows:
-        return y
+    return y, xk, yk, (x.numel() // d if d else 0), half, full, lead
+
+
+def _tables(x, cos, sin, positions):
+    """cos, sin and the positions as the kernel reads them (a one-element placeholder without)."""
+    import torch
     cos, sin = cos.contiguous(), sin.contiguous()
     if positions is not None:
-        positions = positions.to(device=x.device, dtype=torch.long).contiguous()
-        pos = positions
-    else:
-        pos = _no_positions.get(x.device)
-        if pos is None:
-            pos = _no_positions.setdefault(x.device, torch.zeros(1, dtype=torch.long, device=x.device))
+        return cos, sin, positions.to(device=x.device, dtype=torch.long).contiguous()
+    pos = _no_positions.get(x.device)
+    if pos is None:
+        pos = _no_positions.setdefault(x.device, torch.zeros(1, dtype=torch.long, device=x.device))
+    return cos, sin, pos
+
+
+def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
+    """The rotation (``sign=-1``: the inverse) on CUDA."""
+    y, xk, yk, rows, half, full, lead = _prepared(x, cos, sin, positions, interleaved)
+    if not rows:
+        return y
+    d = x.shape[-1]
+    cos, sin, pos = _tables(x, cos, sin, positions)
     plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()))
     k = _sources.kernel("rotary.cu", "rotary_full<{T}>" if full else "rotary<{T}>",
                         fn._dtype_name(x, "rotary_embedding"), x.get_device())
     k.launch(_launch.launch_config(plan), xk, cos, sin, pos, yk, rows, d, half, int(interleaved), sign,
              int(positions is not None), *lead)
     return y
+
+
+def check_qk(q, k) -> None:
+    """q and k rotate together where they share dtype, device and head dim (a SpecError otherwise)."""
+    if q.dtype != k.dtype or q.device != k.device or q.dim() < 1 or k.dim() < 1 or q.shape[-1] != k.shape[-1]:
+        raise SpecError(f"opsmith.ops.rotary_embedding_qk: q and k must share dtype, device and head dim, got "
+                        f"{q.dtype} {tuple(q.shape)} on {q.device} and {k.dtype} {tuple(k.shape)} on {k.device}; "
+                        f"rotate each with rotary_embedding")
+
+
+def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
+    """Both rotations in one launch (``rotary_qk``: blockIdx.y picks the tensor); a tensor
+    without rows leaves the other to :func:`rotary_cuda`."""
+    check_qk(q, k)
+    yq, qk_, yqk, rows_q, half, full, lead_q = _prepared(q, cos, sin, positions, interleaved)
+    yk, kk, ykk, rows_k, _, _, lead_k = _prepared(k, cos, sin, positions, interleaved)
+    if not rows_q or not rows_k:
+        return (rotary_cuda(q, cos, sin, positions, interleaved, sign) if rows_q else yq,
+                rotary_cuda(k, cos, sin, positions, interleaved, sign) if rows_k else yk)
+    d = q.shape[-1]
+    cos, sin, pos = _tables(q, cos, sin, positions)
+    plan = _plan(max(rows_q, rows_k), d, half, q.element_size(), _launch.device_props(q.get_device()))
+    plan = plan._replace(grid=(plan.grid[0], 2))
+    kern = _sources.kernel("rotary.cu", "rotary_qk_full<{T}>" if full else "rotary_qk<{T}>",
+                           fn._dtype_name(q, "rotary_embedding_qk"), q.get_device())
+    kern.launch(_launch.launch_config(plan), qk_, kk, cos, sin, pos, yqk, ykk, rows_q, rows_k, d, half,
+                int(interleaved), sign, int(positions is not None), *lead_q, *lead_k)
+    return yq, yk
 
 
 def _cpu(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
@@ -208,8 +251,26 @@ def _cpu(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
     return out.copy_(torch.cat([rot, xf[..., 2 * half:]], dim=-1))
 
 
+def _cpu_qk(q, k, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
+    check_qk(q, k)
+    return _cpu(q, cos, sin, positions, interleaved, sign), _cpu(k, cos, sin, positions, interleaved, sign)
+
+
+def _fake_qk(q, k, *args, **kwargs):
+    check_qk(q, k)
+    return out_like(q), out_like(k)
+
+
+def _no_table_grads(ctx, first_table: int) -> None:
+    """A SpecError where cos or sin want a gradient (``first_table``: cos's needs_input_grad index;
+    [0] is the key set, the op's inputs follow)."""
+    if ctx.needs_input_grad[first_table] or ctx.needs_input_grad[first_table + 1]:
+        raise SpecError("opsmith.ops.rotary_embedding: gradients for cos and sin are not computed; pass "
+                        "them detached (cos.detach()) or use torch's own rotation where you train them")
+
+
 def define_all(define) -> list:
-    """Define both operators through ``define(name, schema, cuda, cpu, fake)`` with the forward's
+    """Define the operators through ``define(name, schema, cuda, cpu, fake)`` with the forwards'
     autograd; returns the ops whose CUDA implementation is registered on every machine."""
     args = "Tensor cos, Tensor sin, Tensor? positions=None, bool interleaved=False"
     op = define("rotary_embedding", f"(Tensor x, {args}) -> Tensor",
@@ -218,18 +279,32 @@ def define_all(define) -> list:
     back = define("rotary_embedding_backward", f"(Tensor grad, {args}) -> Tensor",
                   lambda g, c, s, p=None, i=False: rotary_cuda(g, c, s, p, i, -1),
                   lambda g, c, s, p=None, i=False: _cpu(g, c, s, p, i, -1), lambda g, *a, **k: out_like(g))
+    qk = define("rotary_embedding_qk", f"(Tensor q, Tensor k, {args}) -> (Tensor, Tensor)",
+                lambda q, k, c, s, p=None, i=False: rotary_qk_cuda(q, k, c, s, p, i, 1),
+                lambda q, k, c, s, p=None, i=False: _cpu_qk(q, k, c, s, p, i, 1), _fake_qk)
+    qk_back = define("rotary_embedding_qk_backward", f"(Tensor grad_q, Tensor grad_k, {args}) -> (Tensor, Tensor)",
+                     lambda gq, gk, c, s, p=None, i=False: rotary_qk_cuda(gq, gk, c, s, p, i, -1),
+                     lambda gq, gk, c, s, p=None, i=False: _cpu_qk(gq, gk, c, s, p, i, -1), _fake_qk)
 
     def setup_context(ctx, inputs, output):
-        _x, cos, sin, positions, interleaved = inputs
+        *_, cos, sin, positions, interleaved = inputs
         ctx.save_for_backward(cos, sin, positions)
         ctx.interleaved = interleaved
 
     def backward(ctx, grad):
-        if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:  # [0] is the key set
-            raise SpecError("opsmith.ops.rotary_embedding: gradients for cos and sin are not computed; pass "
-                            "them detached (cos.detach()) or use torch's own rotation where you train them")
+        _no_table_grads(ctx, 2)
         cos, sin, positions = ctx.saved_tensors
         return back.default(grad, cos, sin, positions, ctx.interleaved), None, None, None, None
 
+    def backward_qk(ctx, grad_q, grad_k):
+        _no_table_grads(ctx, 3)
+        cos, sin, positions = ctx.saved_tensors
+        if grad_q is None or grad_k is None:  # one output unused: the other's inverse alone
+            one = [None if g is None else back.default(g, cos, sin, positions, ctx.interleaved)
+                   for g in (grad_q, grad_k)]
+            return *one, None, None, None, None
+        return *qk_back.default(grad_q, grad_k, cos, sin, positions, ctx.interleaved), None, None, None, None
+
     op.register_autograd(backward, setup_context)
-    return [op, back]
+    qk.register_autograd(backward_qk, setup_context)
+    return [op, back, qk, qk_back]

@@ -38,7 +38,7 @@ FILES: dict[str, tuple[str, ...]] = {
     + tuple(f"{op}_bwd_cluster<{k}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in (2, 8)),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>",),
-    "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>"),
+    "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),
     "cross_entropy.cu": tuple(f"cross_entropy_{k}<{{T}}, {{A}}>" for k in ("fwd", "finish", "bwd")),
 }
 

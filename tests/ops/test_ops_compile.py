@@ -370,6 +370,12 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             full = torch.randn(2, 1, 3, cols, dtype=dt)
             y = _rotary.rotary_cuda(xt, full, full, None, False, 1)
             assert y.shape == xt.shape and y.stride() == xt.stride()
+            kt = torch.randn(2, 3, 1, cols, dtype=dt).transpose(1, 2)  # q and k in one launch, k with fewer heads
+            yq, yk = _rotary.rotary_qk_cuda(xt, kt, full, full, None, False, -1)
+            assert (yq.shape, yq.stride(), yk.shape, yk.stride()) == (xt.shape, xt.stride(), kt.shape, kt.stride())
+        if cols >= 2:
+            q, k = torch.randn(2, 4, 3, cols, dtype=dt), torch.randn(2, 2, 3, cols, dtype=dt)
+            assert [t.shape for t in _rotary.rotary_qk_cuda(q, k, cos, cos, None, True, 1)] == [q.shape, k.shape]
         from opsmith.ops import _cross_entropy
         target = torch.tensor([0, cols - 1, -100])
         loss, lse, count = _cross_entropy.cross_entropy_cuda(x, target, -100, "mean", 0.1, 1e-4)

@@ -93,7 +93,8 @@ def test_opcheck_fake_compile_and_refusals():
     g = torch.randn(4, 2, 8, dtype=torch.float64)
     assert set(torch.library.opcheck(T.rotary_embedding_backward.default, (g, cos, sin, None, False)).values()) \
         == {"SUCCESS"}
-    assert set(ROTARY_NAMES) == {"rotary_embedding", "rotary_embedding_backward"}
+    assert set(ROTARY_NAMES) == {"rotary_embedding", "rotary_embedding_backward", "rotary_embedding_qk",
+                                 "rotary_embedding_qk_backward"}
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
         assert T.rotary_embedding(torch.empty(2, 4, 64), torch.empty(4, 32), torch.empty(4, 32)).shape == (2, 4, 64)
@@ -102,6 +103,45 @@ def test_opcheck_fake_compile_and_refusals():
     assert torch.allclose(f(xf), _neox(xf, cos.float(), sin.float()) * 2, atol=1e-6)
     with pytest.raises(SpecError, match="gradients for cos and sin are not computed"):
         O.rotary_embedding(x, cos.clone().requires_grad_(), sin).sum().backward()
+
+
+@pytest.mark.parametrize("tables", ["half", "full", "positions"])
+def test_qk_is_each_rotated_alone_with_one_node(tables):
+    """rotary_embedding_qk(q, k) == (rotary_embedding(q), rotary_embedding(k)): a transposed q, k
+    with fewer heads (grouped-query attention); its gradients (gradcheck, one output unused too),
+    opcheck of both ops, fullgraph compile, and the refusals."""
+    from opsmith.ops._register import ops
+    T = ops()
+    q = torch.randn(2, 5, 4, 8, dtype=torch.float64).transpose(1, 2).requires_grad_()  # [batch, heads, seq, d]
+    k = torch.randn(2, 2, 5, 8, dtype=torch.float64, requires_grad=True)
+    pos = None
+    if tables == "half":
+        cos, sin = _angles(5, 4)
+    elif tables == "full":
+        ang = torch.randn(2, 1, 5, 8, dtype=torch.float64)
+        cos, sin = ang.cos(), ang.sin()
+    else:
+        cos, sin = _angles(9, 4)
+        pos = torch.randint(0, 9, (2, 1, 5))
+    yq, yk = O.rotary_embedding_qk(q, k, cos, sin, pos)
+    torch.testing.assert_close(yq, O.rotary_embedding(q, cos, sin, pos), rtol=0, atol=0)
+    torch.testing.assert_close(yk, O.rotary_embedding(k, cos, sin, pos), rtol=0, atol=0)
+    assert yq.stride() == q.stride()
+    assert torch.autograd.gradcheck(lambda a, b: O.rotary_embedding_qk(a, b, cos, sin, pos), (q, k))
+    assert torch.autograd.gradcheck(lambda a, b: O.rotary_embedding_qk(a, b, cos, sin, pos)[1], (q, k))
+    args = (q, k, cos, sin, pos, False)
+    assert set(torch.library.opcheck(T.rotary_embedding_qk.default, args).values()) == {"SUCCESS"}
+    grads = (q.detach(), k.detach(), cos, sin, pos, False)
+    assert set(torch.library.opcheck(T.rotary_embedding_qk_backward.default, grads).values()) == {"SUCCESS"}
+    f = torch.compile(lambda a, b: [t * 2 for t in O.rotary_embedding_qk(a, b, cos, sin, pos)], fullgraph=True)
+    for got, want in zip(f(q.detach(), k.detach()), (yq, yk)):
+        torch.testing.assert_close(got, want.detach() * 2)
+    with pytest.raises(SpecError, match="share dtype, device and head dim"):
+        O.rotary_embedding_qk(q, k[..., :6], cos, sin, pos)
+    with pytest.raises(SpecError, match="share dtype, device and head dim"):
+        O.rotary_embedding_qk(q, k.float(), cos, sin, pos)
+    with pytest.raises(SpecError, match="gradients for cos and sin are not computed"):
+        O.rotary_embedding_qk(q, k, cos.clone().requires_grad_(), sin, pos)[0].sum().backward()
 
 
 def test_errors_name_the_fix():

@@ -79,6 +79,33 @@ def test_full_width_tables_match_float64_reference(dtype, layout, d):
     _assert_matches(y, x, lambda x64: _rotate_half_ref(x64, c, sn), dtype)
 
 
+@pytest.mark.parametrize("dtype", sorted(TOL, key=str))
+@pytest.mark.parametrize("tables", ["half", "full", "positions", "interleaved"])
+@pytest.mark.parametrize("kv_heads", [4, 1])
+def test_qk_in_one_launch_equals_each_alone(dtype, tables, kv_heads):
+    """rotary_embedding_qk's one launch (grid.y picks q or k) gives rotary_embedding's bits for
+    each, forward and backward: a transposed q, k with as many or fewer heads, vector and
+    pair-at-a-time head dims (128, 6)."""
+    for d in (128, 6):
+        q = torch.randn(2, 33, 4, d, device="cuda", dtype=dtype).transpose(1, 2).requires_grad_()
+        k = torch.randn(2, kv_heads, 33, d, device="cuda", dtype=dtype, requires_grad=True)
+        half, pos, interleaved = d // 2, None, tables == "interleaved"
+        ang = torch.randn(33, half, device="cuda")
+        if tables == "full":
+            ang = torch.randn(2, 1, 33, d, device="cuda")
+        elif tables == "positions":
+            ang, pos = torch.randn(50, half, device="cuda"), torch.randint(0, 50, (2, 1, 33), device="cuda")
+        cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+        got = O.rotary_embedding_qk(q, k, cos, sin, pos, interleaved=interleaved)
+        want = [O.rotary_embedding(t, cos, sin, pos, interleaved=interleaved) for t in (q, k)]
+        g = [torch.randn_like(t) for t in want]
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+            assert a.stride() == b.stride()
+        for a, b in zip(torch.autograd.grad(got, (q, k), g), torch.autograd.grad(want, (q, k), g)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_patched_transformers_style_function_matches_the_original_and_trains():
     from test_patch_functions import _attention_module  # tests/ops is on the path: transformers' function
 

@@ -22,7 +22,10 @@
 // interleaved two vectors of x; else P = 1, element by element.
 //
 // Kernels: rotary<T> (half tables) and rotary_full<T> (full ones), both (x, cos, sin, positions,
-//          y, rows, d, half, interleaved, sign, has_pos, s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3),
+//          y, rows, d, half, interleaved, sign, has_pos, s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3);
+//          rotary_qk<T> and rotary_qk_full<T>: two tensors (q and k) with one table in one launch,
+//          blockIdx.y picking the tensor: (x, x2, cos, sin, positions, y, y2, rows, rows2, d, half,
+//          interleaved, sign, has_pos, then x's s0..s3, c0..c3, p0..p3 and x2's t0..t3, e0..e3, f0..f3),
 // T in {float, double, __half, __nv_bfloat16}; math in float (double for double).
 #include "common.cuh"
 
@@ -283,4 +286,38 @@ rotary_full(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __res
     (void)s0;
     rotary_any<true>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1,
                      c2, c3, p0, p1, p2, p3);
+}
+
+// q and k in one launch, as compiled attention code rotates them (a grid of blocks per tensor,
+// blockIdx.y = 1: the second): one launch instead of two, and one tail. The tensor's arguments
+// are picked before the body, which is rotary's (one copy of it, the same registers).
+#define OPSMITH_ROTARY_QK_BODY(FULL)                                                                      \
+    const bool second = blockIdx.y != 0;                                                                  \
+    rotary_any<FULL>(second ? x2 : x, cos_t, sin_t, positions, second ? y2 : y, second ? rows2 : rows, d, \
+                     half, interleaved, sign, has_pos, second ? t1 : s1, second ? t2 : s2, second ? t3 : s3, \
+                     second ? e0 : c0, second ? e1 : c1, second ? e2 : c2, second ? e3 : c3, second ? f0 : p0, \
+                     second ? f1 : p1, second ? f2 : p2, second ? f3 : p3)
+
+template <class T>
+__global__ void OPSMITH_ROTARY_BOUNDS
+rotary_qk(const T* __restrict__ x, const T* __restrict__ x2, const T* __restrict__ cos_t, const T* __restrict__ sin_t,
+          const long long* __restrict__ positions, T* __restrict__ y, T* __restrict__ y2, long long rows,
+          long long rows2, int d, int half, int interleaved, int sign, int has_pos, int s0, int s1, int s2, int s3,
+          long long c0, long long c1, long long c2, long long c3, long long p0, long long p1, long long p2,
+          long long p3, int t0, int t1, int t2, int t3, long long e0, long long e1, long long e2, long long e3,
+          long long f0, long long f1, long long f2, long long f3) {
+    (void)s0, (void)t0;
+    OPSMITH_ROTARY_QK_BODY(false);
+}
+
+template <class T>
+__global__ void OPSMITH_ROTARY_BOUNDS
+rotary_qk_full(const T* __restrict__ x, const T* __restrict__ x2, const T* __restrict__ cos_t,
+               const T* __restrict__ sin_t, const long long* __restrict__ positions, T* __restrict__ y,
+               T* __restrict__ y2, long long rows, long long rows2, int d, int half, int interleaved, int sign,
+               int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1, long long c2, long long c3,
+               long long p0, long long p1, long long p2, long long p3, int t0, int t1, int t2, int t3, long long e0,
+               long long e1, long long e2, long long e3, long long f0, long long f1, long long f2, long long f3) {
+    (void)s0, (void)t0;
+    OPSMITH_ROTARY_QK_BODY(true);
 }
