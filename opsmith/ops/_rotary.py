@@ -156,10 +156,12 @@ def _checked(x, cos, sin, positions, interleaved: bool) -> tuple:
         pos = None if positions is None else positions.contiguous()
         lead_shape = tuple(x.shape[:-1])
         xv, cv, pv = x, cos.contiguous(), pos
-        if order is not None:  # the rows in memory order; cos and positions strides follow them
+        if order is not None:  # the rows in memory order; the strides of cos's rows (or positions) follow them
             xv = x.permute(*order, len(lead_shape))
-            cv = cv.expand(*lead_shape, cv.shape[-1]).permute(*order, len(lead_shape))
-            pv = None if pos is None else pos.expand(*lead_shape).permute(*order)
+            if pos is None:
+                cv = cv.expand(*lead_shape, cv.shape[-1]).permute(*order, len(lead_shape))
+            else:  # cos is a [max_position, half] table, indexed by the positions alone
+                pv = pos.expand(*lead_shape).permute(*order)
         info = (half, full, order, _lead(xv, cv, pv))
         if len(_shape_info) > 4096:  # a bound for processes that see endless shapes
             _shape_info.clear()

@@ -370,6 +370,9 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             full = torch.randn(2, 1, 3, cols, dtype=dt)
             y = _rotary.rotary_cuda(xt, full, full, None, False, 1)
             assert y.shape == xt.shape and y.stride() == xt.stride()
+            tab = torch.randn(5, cols // 2, dtype=dt)  # a position table for a transposed x (raised before)
+            y = _rotary.rotary_cuda(xt, tab, tab, torch.randint(0, 5, (2, 1, 3)), False, 1)
+            assert y.shape == xt.shape and y.stride() == xt.stride()
             kt = torch.randn(2, 3, 1, cols, dtype=dt).transpose(1, 2)  # q and k in one launch, k with fewer heads
             yq, yk = _rotary.rotary_qk_cuda(xt, kt, full, full, None, False, -1)
             assert (yq.shape, yq.stride(), yk.shape, yk.stride()) == (xt.shape, xt.stride(), kt.shape, kt.stride())
