@@ -218,7 +218,7 @@ def check_qk(q, k) -> None:
 
 
 def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
-    """Both rotations in one launch (``rotary_qk``: blockIdx.y picks the tensor); a tensor
+    """Both rotations in one launch (``rotary_qk``: even blocks q, odd blocks k); a tensor
     without rows leaves the other to :func:`rotary_cuda`."""
     check_qk(q, k)
     yq, qk_, yqk, rows_q, half, full, lead_q = _prepared(q, cos, sin, positions, interleaved)
@@ -229,7 +229,7 @@ def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, si
     d = q.shape[-1]
     cos, sin, pos = _tables(q, cos, sin, positions)
     plan = _plan(max(rows_q, rows_k), d, half, q.element_size(), _launch.device_props(q.get_device()))
-    plan = plan._replace(grid=(plan.grid[0], 2))
+    plan = plan._replace(grid=(2 * min(plan.grid[0], 2**30 - 1),))  # even blocks q, odd blocks k
     kern = _sources.kernel("rotary.cu", "rotary_qk_full<{T}>" if full else "rotary_qk<{T}>",
                            fn._dtype_name(q, "rotary_embedding_qk"), q.get_device())
     kern.launch(_launch.launch_config(plan), qk_, kk, cos, sin, pos, yqk, ykk, rows_q, rows_k, d, half,

@@ -24,7 +24,7 @@
 // Kernels: rotary<T> (half tables) and rotary_full<T> (full ones), both (x, cos, sin, positions,
 //          y, rows, d, half, interleaved, sign, has_pos, s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3);
 //          rotary_qk<T> and rotary_qk_full<T>: two tensors (q and k) with one table in one launch,
-//          blockIdx.y picking the tensor: (x, x2, cos, sin, positions, y, y2, rows, rows2, d, half,
+//          even blocks the first, odd the second (grid.x even): (x, x2, cos, sin, positions, y, y2, rows, rows2, d, half,
 //          interleaved, sign, has_pos, then x's s0..s3, c0..c3, p0..p3 and x2's t0..t3, e0..e3, f0..f3),
 // T in {float, double, __half, __nv_bfloat16}; math in float (double for double).
 #include "common.cuh"
@@ -201,10 +201,10 @@ __device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __
                                             T* __restrict__ y, long long rows, int d, int half, int interleaved,
                                             int sign, int has_pos, int s1, int s2, int s3, long long c0,
                                             long long c1, long long c2, long long c3, long long p0, long long p1,
-                                            long long p2, long long p3) {
+                                            long long p2, long long p3, unsigned blk, unsigned nblk) {
     const int chunks = half / P, tail = (d - 2 * half) / P, width = FULL ? 2 * half : half;
-    const long long rstep = (long long)gridDim.x * blockDim.y;
-    long long r = blockIdx.x * (long long)blockDim.y + threadIdx.y;
+    const long long rstep = (long long)nblk * blockDim.y;
+    long long r = blk * (long long)blockDim.y + threadIdx.y;
     if (R > 1 && tail == 0 && chunks <= (int)blockDim.x) {
         const int j = threadIdx.x * P;
         const bool on = (int)threadIdx.x < chunks;
@@ -250,16 +250,16 @@ __device__ __forceinline__ void rotary_any(const T* __restrict__ x, const T* __r
                                            T* __restrict__ y, long long rows, int d, int half, int interleaved,
                                            int sign, int has_pos, int s1, int s2, int s3, long long c0, long long c1,
                                            long long c2, long long c3, long long p0, long long p1, long long p2,
-                                           long long p3) {
+                                           long long p3, unsigned blk, unsigned nblk) {
     constexpr int N = Vec<T>::N;
     const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
                      aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
     if (vec)
         rotate_rows<T, N, OPSMITH_ROTARY_ROWS, FULL>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign,
-                                                     has_pos, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3);
+                                                     has_pos, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3, blk, nblk);
     else
         rotate_rows<T, 1, 1, FULL>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2,
-                                   s3, c0, c1, c2, c3, p0, p1, p2, p3);
+                                   s3, c0, c1, c2, c3, p0, p1, p2, p3, blk, nblk);
 }
 
 // Two kernels, half tables and full ones: one kernel with both paths took the full path's
@@ -274,7 +274,7 @@ rotary(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __restrict
        long long p0, long long p1, long long p2, long long p3) {
     (void)s0;  // the outermost size bounds nothing: rows does
     rotary_any<false>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1,
-                      c2, c3, p0, p1, p2, p3);
+                      c2, c3, p0, p1, p2, p3, blockIdx.x, gridDim.x);
 }
 
 template <class T>
@@ -285,18 +285,21 @@ rotary_full(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __res
             long long c2, long long c3, long long p0, long long p1, long long p2, long long p3) {
     (void)s0;
     rotary_any<true>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1,
-                     c2, c3, p0, p1, p2, p3);
+                     c2, c3, p0, p1, p2, p3, blockIdx.x, gridDim.x);
 }
 
-// q and k in one launch, as compiled attention code rotates them (a grid of blocks per tensor,
-// blockIdx.y = 1: the second): one launch instead of two, and one tail. The tensor's arguments
-// are picked before the body, which is rotary's (one copy of it, the same registers).
+// q and k in one launch, as compiled attention code rotates them: one launch instead of two, one
+// tail, and the blocks of q and k alternate (even blocks q, odd blocks k, each tensor's rows
+// grid-strided over its half of the grid), so that both read a row's cos/sin close together in
+// time: where the table is large ([1, heads, seq, d] with seq rows of angles, read once a head),
+// k finds the rows q just read in L2. The tensor's arguments are picked before the body, which
+// is rotary's (one copy of it, the same registers).
 #define OPSMITH_ROTARY_QK_BODY(FULL)                                                                      \
-    const bool second = blockIdx.y != 0;                                                                  \
+    const bool second = blockIdx.x & 1u;                                                                  \
     rotary_any<FULL>(second ? x2 : x, cos_t, sin_t, positions, second ? y2 : y, second ? rows2 : rows, d, \
                      half, interleaved, sign, has_pos, second ? t1 : s1, second ? t2 : s2, second ? t3 : s3, \
                      second ? e0 : c0, second ? e1 : c1, second ? e2 : c2, second ? e3 : c3, second ? f0 : p0, \
-                     second ? f1 : p1, second ? f2 : p2, second ? f3 : p3)
+                     second ? f1 : p1, second ? f2 : p2, second ? f3 : p3, blockIdx.x >> 1, gridDim.x >> 1)
 
 template <class T>
 __global__ void OPSMITH_ROTARY_BOUNDS
