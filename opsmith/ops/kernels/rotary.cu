@@ -24,8 +24,9 @@
 // Kernels: rotary<T> (half tables) and rotary_full<T> (full ones), both (x, cos, sin, positions,
 //          y, rows, d, half, interleaved, sign, has_pos, s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3);
 //          rotary_qk<T> and rotary_qk_full<T>: two tensors (q and k) with one table in one launch,
-//          even blocks the first, odd the second (grid.x even): (x, x2, cos, sin, positions, y, y2, rows, rows2, d, half,
-//          interleaved, sign, has_pos, then x's s0..s3, c0..c3, p0..p3 and x2's t0..t3, e0..e3, f0..f3),
+//          even blocks the first, odd the second (grid.x even): (x, x2, cos, sin, positions, y, y2,
+//          rows, rows2, d, half, interleaved, sign, has_pos, then x's s0..s3, c0..c3, p0..p3 and
+//          x2's t0..t3, e0..e3, f0..f3),
 // T in {float, double, __half, __nv_bfloat16}; math in float (double for double).
 #include "common.cuh"
 
