@@ -240,12 +240,14 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Pl
     rows' weight-gradient terms and writing one row of partial sums (``grid`` of them, at least
     two rows per row lane so that the partials stay small beside the input, but below), which
     ``norm_col_sum`` adds up. A grid of twice that ran as two waves and 20-35 % slower on an H200
-    (bench/diag_norm_bwd.py). Where a row a row lane takes no more blocks than the SMs, each lane
-    takes one row (the latency of one row instead of two): bf16 512x1024 on an H200, layer_norm's
-    backward kernels 7.95 -> 6.84 us, rms_norm's 6.15 -> 5.17; where it takes more, the blocks
-    of two rows a lane stay faster (1024x1024: 7.93 against 8.33;
-    bench/results/ops-qk-llama-h200-2026-11-26/diag-small-grid.txt). Longer rows: ``row_plan``'s
-    long plan (the weight gradient then comes from ``norm_bwd_weight``)."""
+    (bench/diag_norm_bwd.py). Where blocks hold several rows and a row a row lane takes no more
+    blocks than the SMs, each lane takes one row (the latency of one row instead of two): bf16
+    512x1024 on an H200, layer_norm's backward kernels 7.95 -> 6.84 us, rms_norm's 6.15 -> 5.17;
+    where it takes more blocks, two rows a lane stay faster (1024x1024: 7.93 against 8.33); with
+    a row a block (wide rows) the partial sums, a row of them a row, outweigh the input (bf16
+    128x4096: 16.1 against 12.9; bench/results/ops-qk-llama-h200-2026-11-26/diag-small-grid.txt,
+    diag-few-rows.txt). Longer rows: ``row_plan``'s long plan (the weight gradient then comes
+    from ``norm_bwd_weight``)."""
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
     limit = min(ROW_THREADS, props.max_threads_per_block)
@@ -253,7 +255,7 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Pl
         return row_plan(rows, cols, itemsize, 2, props)
     per_block = max(1, min(limit, NORM_BWD_BLOCK) // tpr)
     one_row = _cdiv(rows, per_block)
-    if one_row <= props.sm_count:  # few rows: a row a row lane, one block an SM at most
+    if per_block > 1 and one_row <= props.sm_count:  # few narrow rows: a row a row lane, a block an SM at most
         return Plan("persistent", (max(1, one_row),), (tpr, per_block), 0, 0)
     resident = min(ROW_THREADS * ROW_BWD_BLOCKS, props.max_threads_per_sm)
     per_sm = max(1, resident // (tpr * per_block))

@@ -94,7 +94,7 @@ Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p)
     if (tpr > limit) return row_plan(rows, cols, itemsize, 2, p);
     const int64_t per_block = std::max<int64_t>(1, std::min<int64_t>(limit, 256) / tpr);  // 256: NORM_BWD_BLOCK
     const int64_t one_row = cdiv(rows, per_block);
-    if (one_row <= p.sm_count) return {S_PERSISTENT, std::max<int64_t>(1, one_row), 1, tpr, per_block, 0, 0, 0};
+    if (per_block > 1 && one_row <= p.sm_count) return {S_PERSISTENT, std::max<int64_t>(1, one_row), 1, tpr, per_block, 0, 0, 0};
     const int64_t resident = std::min<int64_t>(K[C_ROW_THREADS] * K[C_ROW_BWD_BLOCKS], p.max_threads_per_sm);
     const int64_t per_sm = std::max<int64_t>(1, resident / (tpr * per_block));
     const int64_t grid = std::max<int64_t>(1, std::min(per_sm * p.sm_count, cdiv(rows, 2 * per_block)));
