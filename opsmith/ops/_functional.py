@@ -110,7 +110,8 @@ def _rows_of(t, d: int):
 
 
 def _gated_launch(kernel: str, op: str, ref, rows: int, d: int, *args) -> None:
-    plan = _launch.gated_plan(rows, d, ref.element_size(), _launch.device_props(ref.get_device()))
+    plan = _launch.gated_plan(rows, d, ref.element_size(), _launch.device_props(ref.get_device()),
+                              kernel.split("_and_mul")[0])  # silu, gelu, gelu_tanh
     _sources.kernel("gated.cu", kernel, _dtype_name(ref, op), ref.get_device()).launch(
         _launch.launch_config(plan), *args)
 

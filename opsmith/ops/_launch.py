@@ -144,22 +144,36 @@ def elementwise_plan(n: int, itemsize: int, props: DeviceProps) -> Plan:
     return Plan("elementwise", (min(max(1, _cdiv(n, vec * threads * EW_UNROLL)), 2**31 - 1),), (threads,), 0, 0)
 
 
+# gated_plan's rows, per activation: (trips of GATED_ROWS rows a thread makes, blocks of EW_THREADS an
+# SM holds for the kernels' registers: silu and the tanh GELU 53-80 a thread, the erf GELU 71-96)
+GATED_GRID = {"silu": (1, 4), "gelu_tanh": (1, 4), "gelu": (4, 2)}
+
+
 @functools.lru_cache(maxsize=4096)
-def gated_plan(rows: int, d: int, itemsize: int, props: DeviceProps) -> Plan:
+def gated_plan(rows: int, d: int, itemsize: int, props: DeviceProps, act: str = "silu") -> Plan:
     """gated.cu's 2-D launch over ``rows`` rows of ``d`` outputs: a block of ``EW_THREADS``
     threads, ``tx`` along a row's 16-byte vectors (fewer for short rows) and ``256 / tx`` rows;
-    ``GATED_ROWS`` rows a thread per trip where that still fills the device once, else one.
-    The kernel's loops stride by the grid, so a capped grid (65,535 row blocks) stays correct.
-    Measured on an H200 (bench/diag_gated.py): 2 rows a trip, 3,712-4,180 GB/s backward.
+    each thread ``GATED_ROWS`` rows a trip and ``GATED_GRID[act]`` trips (``act``: silu, gelu,
+    gelu_tanh), at least one wave of blocks (the blocks the SMs hold at once for the kernels'
+    registers) and at most one row a thread. Where one trip a thread would take at most two
+    waves, one wave of more trips runs instead (the second wave was mostly tail). The kernel's
+    loops stride by the grid, so any grid (a capped one: 65,535 row blocks) stays correct.
+    Measured on an H200 (bench/results/ops-qk-llama-h200-2026-11-26/diag-gated-grid.txt, the
+    kernels alone, bf16, 512-8192 rows x 1024-8192): the erf GELU 4 trips, 6-26 % faster than 1
+    (8192x8192: forward 127.9 -> 112.2 us, backward 212.2 -> 195.5); silu at 2048x2048 one wave,
+    backward 8.7 -> 6.8 us; silu and the tanh GELU one trip elsewhere (more trips: 1-3 % slower).
     """
     units = max(1, _cdiv(d, 16 // itemsize))
     threads = min(EW_THREADS, props.max_threads_per_block)
     tx = min(threads, _pow2_at_least(units))
     ty = threads // tx
     gx = min(_cdiv(units, tx), 2**31 - 1)
-    wave = props.sm_count * max(1, props.max_threads_per_sm // threads)
-    one_row = _cdiv(max(rows, 1), ty)
-    gy = min(one_row, max(_cdiv(max(rows, 1), ty * GATED_ROWS), _cdiv(wave, gx)))
+    trips, per_sm = GATED_GRID[act]
+    wave = props.sm_count * min(per_sm, max(1, props.max_threads_per_sm // threads))
+    gy = _cdiv(max(rows, 1), ty * GATED_ROWS * trips)
+    if trips == 1 and gx * gy <= 2 * wave:
+        gy = _cdiv(wave, gx)
+    gy = min(_cdiv(max(rows, 1), ty), max(gy, _cdiv(wave, gx)))
     return Plan("gated", (gx, min(gy, 65535)), (tx, ty), 0, 0)
 
 

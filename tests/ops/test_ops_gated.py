@@ -291,11 +291,16 @@ def test_gated_plan_covers_every_row_and_column():
     for props in (h100, small):
         for rows, d, itemsize in [(1, 1, 4), (4096, 5632, 2), (4096, 11008, 4), (3, 100000, 2), (10**6, 8, 2),
                                   (10**7, 4, 8), (7, 3, 2)]:
-            plan = _launch.gated_plan(rows, d, itemsize, props)
-            (gx, gy), (tx, ty) = plan.grid, plan.block
-            assert tx * ty <= _launch.EW_THREADS and tx & (tx - 1) == 0
-            assert gx * tx * (16 // itemsize) >= d  # one trip covers a row
-            assert gy * ty * _launch.GATED_ROWS >= rows or gy == 65535  # else the row loop strides
+            for act, (trips, _) in _launch.GATED_GRID.items():
+                plan = _launch.gated_plan(rows, d, itemsize, props, act)
+                (gx, gy), (tx, ty) = plan.grid, plan.block
+                assert tx * ty <= _launch.EW_THREADS and tx & (tx - 1) == 0
+                assert gx * tx * (16 // itemsize) >= d  # one trip covers a row
+                assert gy * ty * _launch.GATED_ROWS * trips >= rows or gy == 65535  # else the row loop strides
+                assert gy <= -(-rows // ty)  # at most a row a thread
     plan = _launch.gated_plan(4096, 5632, 2, h100)  # a Llama MLP's tokens: whole warps along the rows
     assert plan.block == (256, 1) and plan.grid == (3, 2048)  # two rows a thread
     assert _launch.gated_plan(8, 5632, 2, h100).grid == (3, 8)  # few rows: one a thread, more blocks
+    assert _launch.gated_plan(2048, 2048, 2, h100).grid == (1, 528)  # two waves of one trip: one wave of two
+    assert _launch.gated_plan(8192, 8192, 2, h100, "gelu").grid == (4, 1024)  # the erf GELU: 4 trips a thread
+    assert _launch.gated_plan(512, 1024, 2, h100, "gelu").grid == (1, 256)  # but a wave at least
