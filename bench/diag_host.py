@@ -48,7 +48,6 @@ def per_call(f, n: int = 300, reps: int = 7) -> float:
 def op_costs() -> dict:
     dev, bf = "cuda", torch.bfloat16
     x = torch.randn(8, 256, device=dev, dtype=bf, requires_grad=True)
-    w = torch.ones(256, device=dev, dtype=bf, requires_grad=True)
     q = torch.randn(1, 16, 8, 128, device=dev, dtype=bf).transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
     cs = torch.randn(1, 1, 8, 128, device=dev, dtype=bf)
     g = torch.randn(8, 512, device=dev, dtype=bf, requires_grad=True)
@@ -72,7 +71,7 @@ def op_costs() -> dict:
         row = {}
         for who, f in (("opsmith", ours), ("torch", theirs)):
             row[who + " fwd"] = per_call(f)
-            row[who + " fwd+bwd"] = per_call(lambda: f().float().sum().backward())
+            row[who + " fwd+bwd"] = per_call(lambda f=f: f().float().sum().backward())
         res[name] = row
         print(f"{name:<18} " + "  ".join(f"{k} {v:6.1f}" for k, v in row.items()), flush=True)
     return res
