@@ -109,9 +109,10 @@ def _rows_of(t, d: int):
     return got if got is not None else (t.contiguous().view(-1), d)
 
 
-def _gated_launch(kernel: str, op: str, ref, rows: int, d: int, *args) -> None:
-    plan = _launch.gated_plan(rows, d, ref.element_size(), _launch.device_props(ref.get_device()),
-                              kernel.split("_and_mul")[0])  # silu, gelu, gelu_tanh
+def _gated_launch(act: str, direction: str, op: str, ref, rows: int, d: int, *args) -> None:
+    """gated.cu's ``<act>_and_mul_<direction>`` (act: silu, gelu, gelu_tanh) on its plan."""
+    plan = _launch.gated_plan(rows, d, ref.element_size(), _launch.device_props(ref.get_device()), act)
+    kernel = f"{GATED_KERNELS[act]}_{direction}<{{T}}>"
     _sources.kernel("gated.cu", kernel, _dtype_name(ref, op), ref.get_device()).launch(
         _launch.launch_config(plan), *args)
 
@@ -133,7 +134,7 @@ def gated_mul_fwd(op: str, gate, up):
     y = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     if rows and d:
         (a, sa), (b, sb) = _rows_of(gate, d), _rows_of(up, d)
-        _gated_launch(GATED_KERNELS[op] + "_fwd<{T}>", name, gate, rows, d, a, b, y.view(-1), rows, d, sa, sb)
+        _gated_launch(op, "fwd", name, gate, rows, d, a, b, y.view(-1), rows, d, sa, sb)
     return y
 
 
@@ -147,7 +148,7 @@ def gated_mul_bwd(op: str, grad_y, gate, up):
     du = torch.empty_like(dg)
     if rows and d:
         (a, sa), (b, sb) = _rows_of(gate, d), _rows_of(up, d)
-        _gated_launch(GATED_KERNELS[op] + "_bwd<{T}>", name, gate, rows, d, g.view(-1), a, b, dg.view(-1),
+        _gated_launch(op, "bwd", name, gate, rows, d, g.view(-1), a, b, dg.view(-1),
                       du.view(-1), rows, d, sa, sb, d)
     return dg, du
 
@@ -162,7 +163,7 @@ def gated_fwd(op: str, x):
     if rows and d:
         x = x if _row_span(x, 2 * d) is not None else x.contiguous()  # then both halves are spans too
         (a, sa), (b, sb) = _rows_of(x[..., :d], d), _rows_of(x[..., d:], d)
-        _gated_launch(name + "_fwd<{T}>", name, x, rows, d, a, b, y.view(-1), rows, d, sa, sb)
+        _gated_launch(op, "fwd", name, x, rows, d, a, b, y.view(-1), rows, d, sa, sb)
     return y
 
 
@@ -177,7 +178,7 @@ def gated_bwd(op: str, grad_y, x):
         x = x if _row_span(x, 2 * d) is not None else x.contiguous()
         (a, sa), (b, sb) = _rows_of(x[..., :d], d), _rows_of(x[..., d:], d)
         (da, _), (db, _) = _rows_of(dx[..., :d], d), _rows_of(dx[..., d:], d)
-        _gated_launch(name + "_bwd<{T}>", name, x, rows, d, g.view(-1), a, b, da, db, rows, d, sa, sb, 2 * d)
+        _gated_launch(op, "bwd", name, x, rows, d, g.view(-1), a, b, da, db, rows, d, sa, sb, 2 * d)
     return dx
 
 

@@ -252,7 +252,7 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Pl
     SMs hold at once (``ROW_THREADS * ROW_BWD_BLOCKS`` threads an SM: the kernels take up to 128
     registers a thread for two rows in flight) striding over the rows, each block adding its
     rows' weight-gradient terms and writing one row of partial sums (``grid`` of them, at least
-    two rows per row lane so that the partials stay small beside the input, but below), which
+    two rows per row lane so that the partials stay small beside the input; few rows: below), which
     ``norm_col_sum`` adds up. A grid of twice that ran as two waves and 20-35 % slower on an H200
     (bench/diag_norm_bwd.py). Where blocks hold several rows and a row a row lane takes no more
     blocks than the SMs, each lane takes one row (the latency of one row instead of two): bf16
