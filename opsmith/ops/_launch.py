@@ -65,6 +65,8 @@ GATED_ROWS = 2        # OPSMITH_GATED_ROWS in gated.cu: rows a thread loads per 
 CLUSTER_MAX = 8       # the larger cluster of norm_cluster.cu's kernels (K = 2 or 8; 8 is the portable limit)
 CLUSTER_THREADS = 256 # the most threads a block of norm_cluster_plan's clusters of CLUSTER_MAX
 CLUSTER_FWD_BLOCKS = 2  # ROW_THREADS-blocks an SM holds in the 2-chunk cluster kernels (their __launch_bounds__)
+NORM_SPLIT_BYTES = 16  # norm_bwd_plan: "split" below this many bytes a column a persistent block (x arrays / 2)
+WEIGHT_LANE_ROWS = 8   # weight_grad_plan: the most rows a row lane of norm_bwd_weight takes (more: more chunks)
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32
 
@@ -246,22 +248,28 @@ def layer_norm_kernel(plan: Plan, vec: bool) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan:
-    """The norm backwards: rows that fit the register strategy run ``"persistent"``: blocks of
-    about 256 threads (``tpr`` a row, as ``row_plan``, several rows a block), as many blocks as the
-    SMs hold at once (``ROW_THREADS * ROW_BWD_BLOCKS`` threads an SM: the kernels take up to 128
-    registers a thread for two rows in flight) striding over the rows, each block adding its
-    rows' weight-gradient terms and writing one row of partial sums (``grid`` of them, at least
-    two rows per row lane so that the partials stay small beside the input; few rows: below), which
-    ``norm_col_sum`` adds up. A grid of twice that ran as two waves and 20-35 % slower on an H200
-    (bench/diag_norm_bwd.py). Where blocks hold several rows and a row a row lane takes no more
-    blocks than the SMs, each lane takes one row (the latency of one row instead of two): bf16
-    512x1024 on an H200, layer_norm's backward kernels 7.95 -> 6.84 us, rms_norm's 6.15 -> 5.17;
-    where it takes more blocks, two rows a lane stay faster (1024x1024: 7.93 against 8.33); with
-    a row a block (wide rows) the partial sums, a row of them a row, outweigh the input (bf16
-    128x4096: 16.1 against 12.9; bench/results/ops-qk-llama-h200-2026-11-26/diag-small-grid.txt,
-    diag-few-rows.txt). Longer rows: ``row_plan``'s long plan (the weight gradient then comes
-    from ``norm_bwd_weight``)."""
+def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays: int = 2) -> Plan:
+    """The norm backwards (``arrays``: the weight gradients a persistent block sums, 2 for
+    layer_norm's weight and bias, 1 for rms_norm's weight). Rows that fit the register strategy
+    run ``"persistent"``: blocks of about 256 threads (``tpr`` a row, as ``row_plan``, several rows
+    a block), as many blocks as the SMs hold at once (``ROW_THREADS * ROW_BWD_BLOCKS`` threads an
+    SM: the kernels take up to 128 registers a thread for two rows in flight) striding over the
+    rows, each block adding its rows' weight-gradient terms and writing one row of partial sums
+    (``grid`` of them, at least two rows per row lane), which ``norm_col_sum`` adds up. A grid of
+    twice that ran as two waves and 20-35 % slower on an H200 (bench/diag_norm_bwd.py). Where
+    blocks hold several rows and a row a row lane takes no more blocks than the SMs, each lane
+    takes one row (bf16 512x1024 on an H200: layer_norm's backward kernels 7.95 -> 6.84 us).
+
+    ``"split"`` where a row a block fits the SMs (all rows at once, where the persistent kernel took
+    two trips), or a block's rows would hold fewer than ``NORM_SPLIT_BYTES * arrays / 2`` bytes a
+    column: the partial sums (4 bytes a column and array a block, written and read again) then
+    cost more than reading grad and x twice. norm_split.cu's kernels write grad_x alone, a row a
+    row lane and every row at once (``grid`` covers the rows), at up to 1024 threads an SM; then
+    ``norm_bwd_weight`` (``weight_grad_plan``). On an H200, bf16 layer_norm backward 1024x4096:
+    28.9 -> 16.2 us (eager 15.2), 64x8192: 19.7 -> 8.9 (eager 9.4); rms_norm, whose one array
+    of partials costs half as much, keeps the persistent kernel from 15.5 bytes a column
+    (2048x4096: 26.5 us against 30.8; bench/results/ops-norm-split-h200-2026-11-26/). Longer rows:
+    ``row_plan``'s long plan (the weight gradient then comes from ``norm_bwd_weight``)."""
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
     limit = min(ROW_THREADS, props.max_threads_per_block)
@@ -274,6 +282,8 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Pl
     resident = min(ROW_THREADS * ROW_BWD_BLOCKS, props.max_threads_per_sm)
     per_sm = max(1, resident // (tpr * per_block))
     grid = max(1, min(per_sm * props.sm_count, _cdiv(rows, 2 * per_block)))
+    if one_row <= props.sm_count or 2 * rows * itemsize < NORM_SPLIT_BYTES * arrays * grid:  # see above
+        return Plan("split", (max(1, one_row),), (tpr, per_block), 0, 0)
     return Plan("persistent", (grid,), (tpr, per_block), 0, 0)
 
 
@@ -285,14 +295,19 @@ def col_sum_plan(cols: int, arrays: int) -> Plan:
 
 
 @functools.lru_cache(maxsize=4096)
-def weight_grad_plan(rows: int, cols: int, props: DeviceProps) -> tuple[Plan, int]:
-    """norm_bwd_weight: blocks of 32 columns x 8 row lanes; rows split into chunks so that
-    about four blocks per SM run. Returns the plan and the rows per chunk."""
-    col_blocks = _cdiv(cols, 32)
-    chunks = max(1, min(_cdiv(rows, 8), _cdiv(4 * props.sm_count, col_blocks), 65535))
+def weight_grad_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> tuple[Plan, int]:
+    """norm_bwd_weight: blocks of 32 column lanes of a 16-byte vector each x 8 row lanes, the rows
+    split into chunks: about two blocks an SM, each row lane taking 1 to ``WEIGHT_LANE_ROWS`` rows
+    (8: the most that measured faster, fewer chunks to add up, four rows' loads in flight). Up to
+    two rows a lane, one chunk: its sums go straight to the gradients, no norm_col_sum (bf16
+    16x4096 on an H200: 4.9 us against 6.0). Returns the plan and the rows per chunk."""
+    col_blocks = _cdiv(cols, 32 * (16 // itemsize))
+    lanes = 8
+    chunks = max(_cdiv(rows, WEIGHT_LANE_ROWS * lanes), min(_cdiv(2 * props.sm_count, col_blocks), _cdiv(rows, lanes)))
+    chunks = 1 if rows <= 2 * lanes else max(1, min(chunks, 65535))
     per_chunk = _cdiv(rows, chunks)
     chunks = _cdiv(rows, per_chunk)
-    return Plan("columns", (col_blocks, chunks), (32, 8), 0, 0), per_chunk
+    return Plan("columns", (col_blocks, chunks), (32, lanes), 0, 0), per_chunk
 
 
 @functools.lru_cache(maxsize=4096)

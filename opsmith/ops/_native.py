@@ -33,11 +33,13 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 def consts() -> list[int]:
     """The plans' numbers in osm_ops_plan.h's order (ROW_CHUNKS, ROW_THREADS, LONG_THREADS,
     EW_THREADS, EW_UNROLL, STATIC_SMEM, ROW_BWD_BLOCKS, LN_WIDE_TPR, WIDE_CHUNKS, CLUSTER_MAX,
-    CLUSTER_THREADS, CLUSTER_FWD_BLOCKS): :mod:`opsmith.ops._launch` is their one source."""
+    CLUSTER_THREADS, CLUSTER_FWD_BLOCKS, NORM_SPLIT_BYTES, WEIGHT_LANE_ROWS): :mod:`opsmith.ops._launch` is
+    their one source."""
     from opsmith.ops import _launch
     return [_launch.ROW_CHUNKS, _launch.ROW_THREADS, _launch.LONG_THREADS, _launch.EW_THREADS,
             _launch.EW_UNROLL, _launch._STATIC_SMEM, _launch.ROW_BWD_BLOCKS, _launch.LN_WIDE_TPR,
-            _launch.WIDE_CHUNKS, _launch.CLUSTER_MAX, _launch.CLUSTER_THREADS, _launch.CLUSTER_FWD_BLOCKS]
+            _launch.WIDE_CHUNKS, _launch.CLUSTER_MAX, _launch.CLUSTER_THREADS, _launch.CLUSTER_FWD_BLOCKS,
+            _launch.NORM_SPLIT_BYTES, _launch.WEIGHT_LANE_ROWS]
 
 
 def _props(p):
@@ -110,7 +112,7 @@ def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, li
     if lib.osm_ops_plan(which_id, rows, cols, itemsize, arrays, _props(props), out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
     names = {-1: None, 0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide",
-             7: "cluster"}
+             7: "cluster", 8: "split"}
     return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7], out[8], out[9]
 
 

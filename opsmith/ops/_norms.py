@@ -1,5 +1,5 @@
-"""layer_norm and rms_norm on CUDA: the torch operators' implementations over norm.cu, norm_long.cu and
-norm_cluster.cu (the strategy from :mod:`opsmith.ops._launch`'s plans)."""
+"""layer_norm and rms_norm on CUDA: the torch operators' implementations over norm.cu, norm_long.cu,
+norm_cluster.cu and norm_split.cu (the strategy from :mod:`opsmith.ops._launch`'s plans)."""
 from __future__ import annotations
 
 from opsmith.ops import _launch
@@ -51,17 +51,24 @@ def _col_sums(x, part_w, part_b, cols: int, shape):
 
 
 def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_w: bool, want_b: bool, shape):
-    """(grad_w, grad_b) after a long-row backward: norm_bwd_weight's partial sums per chunk of
-    rows, then norm_col_sum; None where not wanted."""
+    """(grad_w, grad_b) after a backward that left them out (long rows, ``"split"`` plans):
+    norm_bwd_weight over grad_y and x again, in one chunk straight to the gradients, else partial
+    sums per chunk of rows and norm_col_sum; None where not wanted."""
     import torch
-    plan, per_chunk = _launch.weight_grad_plan(rows, cols, _launch.device_props(x.get_device()))
+    plan, per_chunk = _launch.weight_grad_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
     chunks = plan.grid[1]
-    dw = torch.empty((chunks, cols), dtype=rstd.dtype, device=x.device)
-    db = torch.empty_like(dw)
+    dw = torch.empty(shape, dtype=x.dtype, device=x.device) if want_w else None
+    db = torch.empty(shape, dtype=x.dtype, device=x.device) if want_b else None
+    pw = torch.empty((chunks, cols), dtype=rstd.dtype, device=x.device) if want_w and chunks > 1 else None
+    pb = torch.empty((chunks, cols), dtype=rstd.dtype, device=x.device) if want_b and chunks > 1 else None
     _kernel("norm_long.cu", "norm_bwd_weight<{T}, {A}>", x).launch(
-        _launch.launch_config(plan), g, x, mean if mean is not None else rstd, rstd, dw, db, rows, cols,
-        per_chunk, int(mean is not None))
-    return _col_sums(x, dw if want_w else None, db if want_b else None, cols, shape)
+        _launch.launch_config(plan), g, x, mean if mean is not None else rstd, rstd, _or(pw, rstd), _or(pb, rstd),
+        _or(dw, x), _or(db, x), rows, cols, per_chunk, int(mean is not None), int(want_w), int(want_b))
+    return (dw, db) if chunks == 1 else _col_sums(x, pw, pb, cols, shape)
+
+
+def _or(t, other):
+    return t if t is not None else other
 
 
 def _partials(plan, cols: int, rstd, wanted: bool):
@@ -84,11 +91,12 @@ def _fwd_plan(rows: int, cols: int, x):
     return (cluster, _CL) if cluster is not None else (plan, "norm_long.cu")
 
 
-def _bwd_plan(rows: int, cols: int, x):
-    """The backward's plan and kernel file: the persistent register rows (norm.cu), the clusters
-    (norm_cluster.cu) or the long rows (norm_long.cu)."""
+def _bwd_plan(rows: int, cols: int, x, arrays: int):
+    """The backward's plan and kernel file: the persistent register rows (norm.cu; ``"split"``:
+    norm_split.cu, the callers launch it), the clusters (norm_cluster.cu) or the long rows
+    (norm_long.cu); ``arrays``: the weight gradients the op has (2 layer_norm, 1 rms_norm)."""
     props = _launch.device_props(x.get_device())
-    plan = _launch.norm_bwd_plan(rows, cols, x.element_size(), props)
+    plan = _launch.norm_bwd_plan(rows, cols, x.element_size(), props, arrays)
     if plan.strategy != "long":
         return plan, "norm.cu"
     cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, True)
@@ -108,7 +116,7 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
         z = torch.zeros(shape, dtype=x.dtype, device=x.device)
         return dx, (z if want_w else none), (z.clone() if want_b else none.clone())
     w = weight.contiguous() if weight is not None else x
-    plan, file = _bwd_plan(rows, cols, x)
+    plan, file = _bwd_plan(rows, cols, x, 2)
     dw, db = none, none.clone()
     if plan.strategy == "long":
         args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
@@ -117,6 +125,13 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
             sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_w, want_b, shape)
             dw = sw if want_w else dw
             db = sb if want_b else db
+        return dx, dw, db
+    if plan.strategy == "split":  # grad_x alone, then the weight and bias gradients from norm_bwd_weight
+        _kernel("norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>", x).launch(
+            _launch.launch_config(plan), g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
+        if want_w or want_b:
+            sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_w, want_b, shape)
+            dw, db = (sw if want_w else dw), (sb if want_b else db)
         return dx, dw, db
     # the weight and bias gradients come out of the same kernel: one row of partial sums a block
     pw, pb = _partials(plan, cols, rstd, want_w), _partials(plan, cols, rstd, want_b)
@@ -168,7 +183,7 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
     if not (rows and cols):
         return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else x.new_empty(0))
     w = weight.contiguous() if weight is not None else x
-    plan, file = _bwd_plan(rows, cols, x)
+    plan, file = _bwd_plan(rows, cols, x, 1)
     if plan.strategy == "long":
         args = (g, x, w, rstd, dx, rows, cols, int(weight is not None))
         _kernel("norm_long.cu", "rms_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
@@ -176,9 +191,17 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
         if want_w:
             dw, _ = _weight_grads(g, x, None, rstd, rows, cols, True, False, shape)
         return (dx if res is None else dx.add_(res)), dw
+    if plan.strategy == "split":  # grad_x alone, then the weight gradient from norm_bwd_weight
+        _kernel("norm_split.cu", "rms_norm_bwd_dx<{T}, {A}>", x).launch(
+            _launch.launch_config(plan), g, x, w, rstd, dx, rows, cols, int(weight is not None),
+            res if res is not None else x, int(res is not None))
+        return dx, (_weight_grads(g, x, None, rstd, rows, cols, True, False, shape)[0] if want_w
+                    else x.new_empty(0))
     pw = _partials(plan, cols, rstd, want_w)
     name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "rms_norm_bwd<{T}, {A}>"
     _kernel(file, name, x).launch(
         _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w),
         res if res is not None else x, int(res is not None))
-    return dx, (_col_sums(x, pw, None, cols, shape)[0] if want_w else x.new_empty(0))
+    if not want_w:
+        return dx, x.new_empty(0)
+    return dx, _col_sums(x, pw, None, cols, shape)[0]

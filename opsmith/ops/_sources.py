@@ -36,6 +36,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "norm_cluster.cu": tuple(f"{op}_fwd_cluster<2, {c}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm")
                              for c in (2, 4))  # _launch.norm_cluster_plan's: K, then chunks a thread
     + tuple(f"{op}_bwd_cluster<{k}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in (2, 8)),
+    "norm_split.cu": ("layer_norm_bwd_dx<{T}, {A}>", "rms_norm_bwd_dx<{T}, {A}>"),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>",),
     "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),
@@ -44,7 +45,8 @@ FILES: dict[str, tuple[str, ...]] = {
 
 # the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep
 # their Python CUDA implementations (opsmith/ops/_functional.py) on every machine
-NATIVE_FILES = ("elementwise.cu", "softmax.cu", "softmax_cluster.cu", "norm.cu", "norm_long.cu", "norm_cluster.cu")
+NATIVE_FILES = ("elementwise.cu", "softmax.cu", "softmax_cluster.cu", "norm.cu", "norm_long.cu", "norm_cluster.cu",
+                "norm_split.cu")
 
 
 def kernel_names(file: str, dtype: str) -> list[str]:

@@ -175,10 +175,15 @@ def test_elementwise_and_weight_grad_plans():
         per_block = 8 * _launch.EW_UNROLL * _launch.EW_THREADS
         assert _launch.elementwise_plan(1 << 28, 2, props).grid == ((1 << 28) // per_block,)
         assert _launch.elementwise_plan(1000, 4, props).grid == (1,)  # 1000 floats: 250 vectors, one block
-        for rows, cols in ((1, 1), (7, 33), (65536, 4096), (3, 100_000)):
-            plan, per_chunk = _launch.weight_grad_plan(rows, cols, props)
-            assert plan.grid[0] * 32 >= cols and plan.grid[1] * per_chunk >= rows
+        for (rows, cols), itemsize in itertools.product(
+                ((1, 1), (7, 33), (16, 4096), (17, 4096), (1024, 4096), (65536, 4096), (3, 100_000), (10**7, 64)),
+                (2, 4, 8)):
+            plan, per_chunk = _launch.weight_grad_plan(rows, cols, itemsize, props)
+            assert plan.grid[0] * 32 * (16 // itemsize) >= cols > (plan.grid[0] - 1) * 32 * (16 // itemsize)
+            assert plan.grid[1] * per_chunk >= rows and plan.grid[1] <= 65535
             assert (plan.grid[1] - 1) * per_chunk < rows  # no empty chunk
+            assert plan.grid[1] == 1 or rows > 16  # up to two rows a row lane: one chunk, no norm_col_sum
+            assert per_chunk <= 8 * _launch.WEIGHT_LANE_ROWS or per_chunk == -(-rows // 65535)  # at most 8 rows a lane
     assert _launch.launch_config(_launch.elementwise_plan(1 << 20, 4, H100)) is \
         _launch.launch_config(_launch.elementwise_plan(1 << 20, 4, H100))  # one config per plan
 
@@ -530,7 +535,9 @@ def test_norm_cluster_plan_covers_rows_between_one_block_and_eight(props):
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
 def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
-    """norm_bwd_plan on synthetic devices: register rows get a persistent grid of at most the blocks
+    """norm_bwd_plan on synthetic devices: few rows a block run "split" (grad_x a row a row lane,
+    where the partial sums' bytes would outweigh a second read of the input; half the bytes for
+    rms_norm's one array). Else register rows get a persistent grid of at most the blocks
     an SM holds at once (ROW_THREADS * ROW_BWD_BLOCKS threads: the kernels take up to 128 registers
     a thread), blocks within the kernel's limit, every row covered by the grid-stride loop, and
     partial sums (a row a block) small beside the input once the input is large; blocks of several
@@ -544,12 +551,22 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
         if p.strategy == "long":  # too long for registers: row_plan's long plan, norm_bwd_weight after
             assert p == _launch.row_plan(rows, cols, itemsize, 2, props)
             continue
-        assert p.strategy == "persistent"
+        assert p.strategy in ("persistent", "split")
         tpr, per_block = p.block
+        resident = min(_launch.ROW_THREADS * _launch.ROW_BWD_BLOCKS, props.max_threads_per_sm)
+        full = max(1, resident // (tpr * per_block)) * props.sm_count  # the persistent grid with rows enough
+        split_bytes = _launch.NORM_SPLIT_BYTES * max(1, min(full, -(-rows // (2 * per_block))))  # x arrays / 2
+        if p.strategy == "split":  # few rows a block: grad_x a row a row lane, every row at once
+            assert p.grid[0] == -(-rows // per_block) > props.sm_count or per_block == 1
+            few = -(-rows // per_block) <= props.sm_count  # a row a block fits the SMs
+            assert few or rows * itemsize < split_bytes
+            rms = _launch.norm_bwd_plan(rows, cols, itemsize, props, 1)  # one array of partials: half the bytes
+            assert rms.strategy == ("split" if few or 2 * rows * itemsize < split_bytes else "persistent")
+            continue
+        assert rows * itemsize >= split_bytes and -(-rows // per_block) > props.sm_count or per_block > 1
         assert tpr * per_block <= min(_launch.ROW_THREADS, props.max_threads_per_block)
         assert per_block == 1 or tpr * per_block <= _launch.NORM_BWD_BLOCK  # write_partial's shared buffer
         assert tpr * _launch.ROW_CHUNKS * (16 // itemsize) >= cols  # a row fits a row lane's registers
-        resident = min(_launch.ROW_THREADS * _launch.ROW_BWD_BLOCKS, props.max_threads_per_sm)
         assert 1 <= p.grid[0] <= max(1, resident // (tpr * per_block)) * props.sm_count
         if rows >= 2 * per_block * props.sm_count * (resident // (tpr * per_block)):  # enough rows: every SM full
             assert p.grid[0] == max(1, resident // (tpr * per_block)) * props.sm_count

@@ -39,6 +39,7 @@ EW_OPS = {
 ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000), (4, 1024), (3, 3001),
               (2, 4096), (2, 4097), (3, 8193), (2, 20000), (1, 32768), (2, 70001), (0, 64), (300, 33),
               (4099, 256), (2500, 3000),  # the persistent norm backwards: many trips a block
+              (300, 2048),  # the "split" norm backwards, their weight gradients in several chunks
               (700, 12000), (300, 16385)]  # sm_90+: the cluster kernels' many trips (K = 2 and 8)
 
 
@@ -275,7 +276,8 @@ def test_the_sweep_covers_every_strategy():
                     seen.add(("cluster", cl.cluster))
                     if backward and rows > cl.grid[0] // cl.cluster:
                         seen.add("several cluster trips")
-    assert {("warp", 0), ("block", 0), ("long", 1), ("long", 0), ("persistent", 0), "several trips"} <= seen
+    assert {("warp", 0), ("block", 0), ("long", 1), ("long", 0), ("persistent", 0), ("split", 0),
+            "several trips"} <= seen
     if props.clusters:
         assert {("cluster", 2), ("cluster", 8), "several cluster trips"} <= seen, seen
 

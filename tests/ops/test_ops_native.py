@@ -56,9 +56,9 @@ def _py(which, rows, cols, itemsize, arrays, props):
         p = _launch.softmax_plan(rows, cols, itemsize, arrays, props)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, p.cluster, p.chunks
     if which == "norm_bwd":
-        p = _launch.norm_bwd_plan(rows, cols, itemsize, props)
+        p = _launch.norm_bwd_plan(rows, cols, itemsize, props, arrays)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0
-    p, per_chunk = _launch.weight_grad_plan(rows, cols, props)
+    p, per_chunk = _launch.weight_grad_plan(rows, cols, itemsize, props)
     return p.strategy, tuple(p.grid), tuple(p.block), 0, 0, per_chunk, 1, 0
 
 
@@ -79,7 +79,7 @@ def test_plans_match_python_on_synthetic_devices(lib, device):
     for n, itemsize in itertools.product((1, 5, 1000, 2**20 + 3, 3 * 10**9, 2**40), (2, 4, 8)):
         assert _native.plan("elementwise", n, 0, itemsize, 1, props, lib=lib) == \
             _py("elementwise", n, 0, itemsize, 1, props)
-    assert {"warp", "block", "long", "columns", "persistent", "wide"} <= strategies
+    assert {"warp", "block", "long", "columns", "persistent", "split", "wide"} <= strategies
     assert ("cluster" in strategies) == props.clusters
 
 

@@ -213,8 +213,8 @@ __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows,
     if (itemsize < 1 || itemsize > 16) return 1;
     const Plan q = which == 0 ? elementwise_plan(rows, itemsize, d)
                  : which == 1 ? row_plan(rows, cols, itemsize, arrays, d)
-                 : which == 2 ? weight_grad_plan(rows, cols, d)
-                 : which == 3 ? norm_bwd_plan(rows, cols, itemsize, d)
+                 : which == 2 ? weight_grad_plan(rows, cols, itemsize, d)
+                 : which == 3 ? norm_bwd_plan(rows, cols, itemsize, d, arrays)
                  : which == 4 ? softmax_plan(rows, cols, itemsize, arrays, d)
                               : norm_cluster_plan(rows, cols, itemsize, d, which == 6);
     const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk, q.cluster, q.chunks};

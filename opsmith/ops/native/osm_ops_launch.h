@@ -53,7 +53,9 @@
     X(ADD_RMS_FWD_CL2, "norm_cluster.cu", "add_rms_norm_fwd_cluster<2, 2, {T}, {A}>") \
     X(ADD_RMS_FWD_CL2W, "norm_cluster.cu", "add_rms_norm_fwd_cluster<2, 4, {T}, {A}>") \
     X(RMS_BWD_CL2, "norm_cluster.cu", "rms_norm_bwd_cluster<2, {T}, {A}>")  \
-    X(RMS_BWD_CL8, "norm_cluster.cu", "rms_norm_bwd_cluster<8, {T}, {A}>")
+    X(RMS_BWD_CL8, "norm_cluster.cu", "rms_norm_bwd_cluster<8, {T}, {A}>")  \
+    X(LN_BWD_DX, "norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>")              \
+    X(RMS_BWD_DX, "norm_split.cu", "rms_norm_bwd_dx<{T}, {A}>")
 
 namespace {
 
@@ -254,21 +256,26 @@ std::pair<at::Tensor, at::Tensor> col_sums(const at::Tensor &x, const at::Tensor
     return {dw, db};
 }
 
-// The weight and bias gradients after the long-row norm backwards: norm_bwd_weight's partial sums
-// per chunk of rows, then col_sums
+// The weight and bias gradients after the long-row and "split" norm backwards (_norms._weight_grads):
+// norm_bwd_weight, in one chunk straight to the gradients, else partial sums per chunk of rows and col_sums
 std::pair<at::Tensor, at::Tensor> weight_grads(const at::Tensor &g, const at::Tensor &x, const at::Tensor *mean,
                                                const at::Tensor &rstd, long long rows, int cols, bool want_w,
                                                bool want_b, at::IntArrayRef shape, int dt, int dev) {
     function(NORM_BWD_WEIGHT, dt, dev);
-    const Plan p = weight_grad_plan(rows, cols, props[dev]);
-    at::Tensor dw = at::empty({p.gy, (int64_t)cols}, rstd.options());
-    at::Tensor db = at::empty_like(dw);
+    const Plan p = weight_grad_plan(rows, cols, x.element_size(), props[dev]);
+    const bool one = p.gy == 1;
+    at::Tensor dw = want_w ? at::empty(shape, x.options()) : at::Tensor();
+    at::Tensor db = want_b ? at::empty(shape, x.options()) : at::Tensor();
+    at::Tensor pw = want_w && !one ? at::empty({p.gy, (int64_t)cols}, rstd.options()) : rstd;
+    at::Tensor pb = want_b && !one ? at::empty({p.gy, (int64_t)cols}, rstd.options()) : rstd;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *mp = (mean ? *mean : rstd).data_ptr(), *rp = rstd.data_ptr();
-    void *wp = dw.data_ptr(), *bp = db.data_ptr();
-    int per_chunk = (int)p.per_chunk, has_mean = mean != nullptr;
-    void *params[] = {&gp, &xp, &mp, &rp, &wp, &bp, &rows, &cols, &per_chunk, &has_mean};
+    void *pwp = pw.data_ptr(), *pbp = pb.data_ptr();
+    void *dwp = want_w ? dw.data_ptr() : xp, *dbp = want_b ? db.data_ptr() : xp;
+    int per_chunk = (int)p.per_chunk, has_mean = mean != nullptr, ww = want_w, wb = want_b;
+    void *params[] = {&gp, &xp, &mp, &rp, &pwp, &pbp, &dwp, &dbp, &rows, &cols, &per_chunk, &has_mean, &ww, &wb};
     launch(NORM_BWD_WEIGHT, dt, dev, p, params);
-    return col_sums(x, want_w ? &dw : nullptr, want_b ? &db : nullptr, cols, shape, dt, dev);
+    if (one) return {dw, db};
+    return col_sums(x, want_w ? &pw : nullptr, want_b ? &pb : nullptr, cols, shape, dt, dev);
 }
 
 }  // namespace

@@ -24,9 +24,9 @@ Plan fwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d) {
     return cl.strategy == S_CLUSTER ? cl : p;
 }
 
-// _norms._bwd_plan: the persistent register rows, else the clusters, else the long rows
-Plan bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d) {
-    const Plan p = norm_bwd_plan(rows, cols, itemsize, d);
+// _norms._bwd_plan: the persistent register rows (or "split"), else the clusters, else the long rows
+Plan bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d, int64_t arrays) {
+    const Plan p = norm_bwd_plan(rows, cols, itemsize, d, arrays);
     if (p.strategy != S_LONG) return p;
     const Plan cl = norm_cluster_plan(rows, cols, itemsize, d, true);
     return cl.strategy == S_CLUSTER ? cl : p;
@@ -89,7 +89,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     long long rows = r;
     int cols = cols32(c, op), has_w = given(weight), cache;
     function(LN_BWD, dt, dev);
-    const Plan p = bwd_plan(r, c, x.element_size(), props[dev]);
+    const Plan p = bwd_plan(r, c, x.element_size(), props[dev], 2);
     cache = p.cache;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *mp = m.data_ptr(), *rp = s.data_ptr();
     void *dp = dx.data_ptr();
@@ -97,6 +97,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     if (p.strategy == S_LONG) {
         void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
         launch(LN_BWD_LONG, dt, dev, p, params);
+        if (want_w || want_b) {
+            auto [sw, sb] = weight_grads(g, x, &m, s, rows, cols, want_w, want_b, shape, dt, dev);
+            if (want_w) dw = sw;
+            if (want_b) db = sb;
+        }
+        return {dx, dw, db};
+    }
+    if (p.strategy == S_SPLIT) {  // grad_x alone, then the weight and bias gradients from norm_bwd_weight
+        void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w};
+        launch(LN_BWD_DX, dt, dev, p, params);
         if (want_w || want_b) {
             auto [sw, sb] = weight_grads(g, x, &m, s, rows, cols, want_w, want_b, shape, dt, dev);
             if (want_w) dw = sw;
@@ -163,7 +173,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     long long rows = r;
     int cols = cols32(c, op), has_w = given(weight), cache;
     function(RMS_BWD, dt, dev);
-    const Plan p = bwd_plan(r, c, x.element_size(), props[dev]);
+    const Plan p = bwd_plan(r, c, x.element_size(), props[dev], 1);
     cache = p.cache;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *rp = s.data_ptr(), *dp = dx.data_ptr();
     at::Tensor dw = x.new_empty({0});
@@ -173,8 +183,16 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
         if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, true, false, shape, dt, dev).first;
         return {dx, dw};
     }
+    void *resp = xp;  // no gradient of a residual to add (add_rms_norm's, in Python)
+    if (p.strategy == S_SPLIT) {  // grad_x alone, then the weight gradient from norm_bwd_weight
+        int has_res = 0;
+        void *params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &resp, &has_res};
+        launch(RMS_BWD_DX, dt, dev, p, params);
+        if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, true, false, shape, dt, dev).first;
+        return {dx, dw};
+    }
     at::Tensor pw = want_w ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
-    void *pwp = pw.data_ptr(), *resp = xp;  // no gradient of a residual to add (add_rms_norm's, in Python)
+    void *pwp = pw.data_ptr();
     int ww = want_w, has_res = 0;  // the weight gradient's partial sums: one row a block (a cluster)
     void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww, &resp, &has_res};
     launch(p.strategy == S_CLUSTER ? cluster_kernel(RMS_BWD_CL2, p) : RMS_BWD, dt, dev, p, params);

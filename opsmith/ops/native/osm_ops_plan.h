@@ -11,7 +11,8 @@ namespace {
 // the launch plans' numbers, from opsmith/ops/_launch.py (osm_ops_init), in this order
 enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, C_LN_WIDE_TPR,
        C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
-       C_CLUSTER_FWD_BLOCKS, N_CONSTS };
+       C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS,
+       N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -20,7 +21,7 @@ struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its 
 
 // -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
 enum { S_NONE = -1, S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5, S_WIDE = 6,
-       S_CLUSTER = 7 };
+       S_CLUSTER = 7, S_SPLIT = 8 };
 struct Plan {
     int strategy;
     int64_t gx, gy;
@@ -87,7 +88,7 @@ Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
     return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
 
-Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
+Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
     const int64_t vec = 16 / itemsize;
     const int64_t tpr = pow2_at_least(cdiv(std::max<int64_t>(cols, 1), K[C_ROW_CHUNKS] * vec));
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
@@ -98,6 +99,8 @@ Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p)
     const int64_t resident = std::min<int64_t>(K[C_ROW_THREADS] * K[C_ROW_BWD_BLOCKS], p.max_threads_per_sm);
     const int64_t per_sm = std::max<int64_t>(1, resident / (tpr * per_block));
     const int64_t grid = std::max<int64_t>(1, std::min(per_sm * p.sm_count, cdiv(rows, 2 * per_block)));
+    if (one_row <= p.sm_count || 2 * rows * itemsize < K[C_NORM_SPLIT_BYTES] * arrays * grid)  // grad_x, then weights
+        return {S_SPLIT, std::max<int64_t>(1, one_row), 1, tpr, per_block, 0, 0, 0};
     return {S_PERSISTENT, grid, 1, tpr, per_block, 0, 0, 0};
 }
 Plan norm_cluster_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, bool backward) {
@@ -124,12 +127,14 @@ Plan col_sum_plan(int64_t cols, int64_t arrays) {
     return {S_COLUMNS, cdiv(cols, 32), arrays, 32, 32, 0, 0, 0};
 }
 
-Plan weight_grad_plan(int64_t rows, int64_t cols, const Props &p) {
-    const int64_t col_blocks = cdiv(cols, 32);
-    int64_t chunks = std::max<int64_t>(1, std::min({cdiv(rows, 8), cdiv(4 * p.sm_count, col_blocks), int64_t(65535)}));
+Plan weight_grad_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
+    const int64_t col_blocks = cdiv(cols, 32 * (16 / itemsize)), lanes = 8;
+    int64_t chunks = std::max(cdiv(rows, K[C_WEIGHT_LANE_ROWS] * lanes),
+                              std::min(cdiv(2 * p.sm_count, col_blocks), cdiv(rows, lanes)));
+    chunks = rows <= 2 * lanes ? 1 : std::max<int64_t>(1, std::min<int64_t>(chunks, 65535));
     const int64_t per_chunk = cdiv(rows, chunks);
     chunks = cdiv(rows, per_chunk);
-    return {S_COLUMNS, col_blocks, chunks, 32, 8, 0, 0, per_chunk};
+    return {S_COLUMNS, col_blocks, chunks, 32, lanes, 0, 0, per_chunk};
 }
 
 }  // namespace

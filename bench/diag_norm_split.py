@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The norm backwards, kernels alone (torch.profiler, us a call, per kernel): the plan that
+``_launch.norm_bwd_plan`` picks beside the persistent kernel (its partial sums, a row a block) and
+"split" (norm_split.cu's grad_x, then norm_bwd_weight) forced, and eager torch's backward
+(autograd.grad of F.layer_norm / F.rms_norm). Needs a GPU.
+
+    python3 bench/diag_norm_split.py [--out FILE.json]
+"""
+import argparse
+import functools
+import json
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, ".")
+from opsmith.ops import _launch, _norms  # noqa: E402
+
+SHAPES = [(torch.bfloat16, r, c) for r, c in (
+    (1, 4096), (16, 4096), (64, 4096), (256, 4096), (1024, 4096), (2048, 4096), (4096, 4096), (64, 8192), (128, 8192),
+    (256, 8192), (1024, 8192), (2048, 8192), (512, 1024), (1024, 1024), (1024, 2048), (2048, 2048), (4096, 2048))]
+SHAPES += [(torch.float32, r, c) for r, c in ((64, 4096), (256, 4096), (1024, 4096), (2048, 2048))]
+SHAPES += [(torch.float16, 1024, 4096)]
+
+
+def per_kernel(fn, n=20):
+    """{kernel name: us a call} over n calls."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    out: dict = {}
+    for e in p.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = e.name.split("<")[0].split("(")[0].replace("void ", "")[-40:]
+            out[k] = out.get(k, 0.0) + e.device_time / n
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    orig = _launch.norm_bwd_plan
+    props = _launch.device_props(0)
+    resident = min(_launch.ROW_THREADS * _launch.ROW_BWD_BLOCKS, props.max_threads_per_sm)
+    records = []
+    for dt, rows, cols in SHAPES:
+        x = torch.randn(rows, cols, device="cuda", dtype=dt, requires_grad=True)
+        w = torch.randn(cols, device="cuda", dtype=dt, requires_grad=True)
+        g = torch.randn(rows, cols, device="cuda", dtype=dt)
+        xd, wd = x.detach(), w.detach()
+        _, mean, rstd = _norms.layer_norm_fwd(xd, [cols], wd, wd, 1e-5)
+        _, rrstd = _norms.rms_norm_fwd(xd, [cols], wd, 1e-6)
+        rec = {"dtype": str(dt)[6:], "rows": rows, "cols": cols}
+        for op, arrays in (("layer_norm", 2), ("rms_norm", 1)):
+            plan = orig(rows, cols, x.element_size(), props, arrays)
+            tpr, pb = plan.block
+            pgrid = max(1, min(max(1, resident // (tpr * pb)) * props.sm_count, -(-rows // (2 * pb))))
+            forced = {"plan": plan, "persistent": _launch.Plan("persistent", (pgrid,), plan.block, 0, 0),
+                      "split": _launch.Plan("split", (-(-rows // pb),), plan.block, 0, 0)}
+            call = functools.partial(_norms.layer_norm_bwd, g, xd, [cols], mean, rstd, True, True, wd) \
+                if op == "layer_norm" else functools.partial(_norms.rms_norm_bwd, g, xd, [cols], rrstd, True, wd)
+            rec[op] = {"strategy": plan.strategy}
+            for label, p in forced.items():
+                _launch.norm_bwd_plan = lambda *a, p=p: p
+                rec[op][label] = per_kernel(call)
+            _launch.norm_bwd_plan = orig
+            y = torch.nn.functional.layer_norm(x, (cols,), w, w) if op == "layer_norm" \
+                else torch.nn.functional.rms_norm(x, (cols,), w)
+            rec[op]["eager"] = per_kernel(functools.partial(torch.autograd.grad, y, (x, w), g, retain_graph=True))
+            tot = {k: sum(v.values()) for k, v in rec[op].items() if k != "strategy"}
+            print(f"{rec['dtype']:8} {rows:5}x{cols:<5} {op:10} {plan.strategy:10} plan {tot['plan']:6.2f} | persist "
+                  f"{tot['persistent']:6.2f} | split {tot['split']:6.2f} | eager {tot['eager']:6.2f} | "
+                  f"eager/plan {tot['eager'] / tot['plan']:.2f}", flush=True)
+        records.append(rec)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "unit": "us a call, kernels alone", "rows": records},
+                      f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
