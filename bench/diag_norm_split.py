@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The norm backwards, kernels alone (torch.profiler, us a call, per kernel): the plan that
 ``_launch.norm_bwd_plan`` picks beside the persistent kernel (its partial sums, a row a block) and
-"split" (norm_split.cu's grad_x, then norm_bwd_weight) forced, and eager torch's backward
+"split" (norm_split.cu's grad_x, then norm_bwd_weight, its clusters where the plan takes them, and
+without: "split_columns") forced, and eager torch's backward
 (autograd.grad of F.layer_norm / F.rms_norm). Needs a GPU.
 
     python3 bench/diag_norm_split.py [--out FILE.json]
@@ -45,7 +46,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     args = ap.parse_args()
-    orig = _launch.norm_bwd_plan
+    orig, orig_w = _launch.norm_bwd_plan, _launch.weight_grad_plan
     props = _launch.device_props(0)
     resident = min(_launch.ROW_THREADS * _launch.ROW_BWD_BLOCKS, props.max_threads_per_sm)
     records = []
@@ -69,13 +70,17 @@ def main():
             for label, p in forced.items():
                 _launch.norm_bwd_plan = lambda *a, p=p: p
                 rec[op][label] = per_kernel(call)
-            _launch.norm_bwd_plan = orig
+            # split, norm_bwd_weight without clusters (its chunks' partial sums, then norm_col_sum)
+            _launch.weight_grad_plan = lambda r, c, i, pr: orig_w(r, c, i, pr._replace(clusters=False))
+            rec[op]["split_columns"] = per_kernel(call)
+            _launch.norm_bwd_plan, _launch.weight_grad_plan = orig, orig_w
             y = torch.nn.functional.layer_norm(x, (cols,), w, w) if op == "layer_norm" \
                 else torch.nn.functional.rms_norm(x, (cols,), w)
             rec[op]["eager"] = per_kernel(functools.partial(torch.autograd.grad, y, (x, w), g, retain_graph=True))
             tot = {k: sum(v.values()) for k, v in rec[op].items() if k != "strategy"}
             print(f"{rec['dtype']:8} {rows:5}x{cols:<5} {op:10} {plan.strategy:10} plan {tot['plan']:6.2f} | persist "
-                  f"{tot['persistent']:6.2f} | split {tot['split']:6.2f} | eager {tot['eager']:6.2f} | "
+                  f"{tot['persistent']:6.2f} | split {tot['split']:6.2f} (columns {tot['split_columns']:6.2f}) | "
+                  f"eager {tot['eager']:6.2f} | "
                   f"eager/plan {tot['eager'] / tot['plan']:.2f}", flush=True)
         records.append(rec)
     if args.out:

@@ -67,6 +67,8 @@ CLUSTER_THREADS = 256 # the most threads a block of norm_cluster_plan's clusters
 CLUSTER_FWD_BLOCKS = 2  # ROW_THREADS-blocks an SM holds in the 2-chunk cluster kernels (their __launch_bounds__)
 NORM_SPLIT_BYTES = 16  # norm_bwd_plan: "split" below this many bytes a column a block, x (arrays + 1) / 2
 WEIGHT_LANE_ROWS = 8   # weight_grad_plan: the most rows a row lane of norm_bwd_weight takes (more: more chunks)
+WEIGHT_CLUSTER = 8     # OPSMITH_WEIGHT_CLUSTER in norm_split.cu: chunks of rows (blocks) a cluster (norm_bwd_weight)
+WEIGHT_CLUSTER_BYTES = 8 << 20  # weight_grad_plan: clusters for inputs up to this size (larger: more chunks ran faster)
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32
 
@@ -301,9 +303,19 @@ def weight_grad_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) ->
     split into chunks: about two blocks an SM, each row lane taking 1 to ``WEIGHT_LANE_ROWS`` rows
     (8: the most that measured faster, fewer chunks to add up, four rows' loads in flight). Up to
     two rows a lane, one chunk: its sums go straight to the gradients, no norm_col_sum (bf16
-    16x4096 on an H200: 4.9 us against 6.0). Returns the plan and the rows per chunk."""
+    16x4096 on an H200: 4.9 us against 6.0). On sm_90+, inputs up to ``WEIGHT_CLUSTER_BYTES`` whose
+    column blocks give ``WEIGHT_CLUSTER`` blocks at least half the SMs take ``"cluster"``: a cluster
+    of that many chunks a column block (grid (chunks, column blocks)), whose sums meet in
+    distributed shared memory, no partial sums in global memory and no norm_col_sum (bf16
+    1024x4096 layer_norm backward 15.1 -> 13.3 us; 2048x4096: 26.7 against 33.3 with clusters,
+    more chunks run faster there; bench/results/ops-norm-split-h200-2026-11-26/). Returns the plan
+    and the rows per chunk."""
     col_blocks = _cdiv(cols, 32 * (16 // itemsize))
     lanes = 8
+    if (props.clusters and rows > 2 * lanes and 2 * WEIGHT_CLUSTER * col_blocks >= props.sm_count
+            and rows * cols * itemsize <= WEIGHT_CLUSTER_BYTES):
+        per_chunk = _cdiv(rows, WEIGHT_CLUSTER)
+        return Plan("cluster", (WEIGHT_CLUSTER, col_blocks), (32, lanes), 0, 0, WEIGHT_CLUSTER), per_chunk
     chunks = max(_cdiv(rows, WEIGHT_LANE_ROWS * lanes), min(_cdiv(2 * props.sm_count, col_blocks), _cdiv(rows, lanes)))
     chunks = 1 if rows <= 2 * lanes else max(1, min(chunks, 65535))
     per_chunk = _cdiv(rows, chunks)

@@ -53,15 +53,21 @@ def _col_sums(x, part_w, part_b, cols: int, shape):
 def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_w: bool, want_b: bool, shape):
     """(grad_w, grad_b) after a backward that left them out (long rows, ``"split"`` plans):
     norm_bwd_weight over grad_y and x again, in one chunk straight to the gradients, else partial
-    sums per chunk of rows and norm_col_sum; None where not wanted."""
+    sums per chunk of rows and norm_col_sum (sm_90+, ``"cluster"`` plans: norm_bwd_weight_cluster, a
+    cluster's chunks added up through distributed shared memory); None where not wanted."""
     import torch
     plan, per_chunk = _launch.weight_grad_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
-    chunks = plan.grid[1]
     dw = torch.empty(shape, dtype=x.dtype, device=x.device) if want_w else None
     db = torch.empty(shape, dtype=x.dtype, device=x.device) if want_b else None
+    if plan.strategy == "cluster":  # sm_90+: a cluster of chunks adds its sums up itself, straight to the gradients
+        _kernel("norm_split.cu", "norm_bwd_weight_cluster<{T}, {A}>", x).launch(
+            _launch.launch_config(plan), g, x, mean if mean is not None else rstd, rstd, _or(dw, x), _or(db, x), rows,
+            cols, per_chunk, int(mean is not None), int(want_w), int(want_b))
+        return dw, db
+    chunks = plan.grid[1]
     pw = torch.empty((chunks, cols), dtype=rstd.dtype, device=x.device) if want_w and chunks > 1 else None
     pb = torch.empty((chunks, cols), dtype=rstd.dtype, device=x.device) if want_b and chunks > 1 else None
-    _kernel("norm_long.cu", "norm_bwd_weight<{T}, {A}>", x).launch(
+    _kernel("norm_split.cu", "norm_bwd_weight<{T}, {A}>", x).launch(
         _launch.launch_config(plan), g, x, mean if mean is not None else rstd, rstd, _or(pw, rstd), _or(pb, rstd),
         _or(dw, x), _or(db, x), rows, cols, per_chunk, int(mean is not None), int(want_w), int(want_b))
     return (dw, db) if chunks == 1 else _col_sums(x, pw, pb, cols, shape)

@@ -179,6 +179,15 @@ def test_elementwise_and_weight_grad_plans():
                 ((1, 1), (7, 33), (16, 4096), (17, 4096), (1024, 4096), (65536, 4096), (3, 100_000), (10**7, 64)),
                 (2, 4, 8)):
             plan, per_chunk = _launch.weight_grad_plan(rows, cols, itemsize, props)
+            col_blocks = -(-cols // (32 * (16 // itemsize)))
+            if plan.strategy == "cluster":  # sm_90+: a cluster of chunks a column block, blocks enough for half the SMs
+                assert props.clusters and rows > 16 and 2 * plan.grid[0] * col_blocks >= props.sm_count
+                assert rows * cols * itemsize <= _launch.WEIGHT_CLUSTER_BYTES
+                assert plan.grid == (_launch.WEIGHT_CLUSTER, col_blocks) and plan.cluster == _launch.WEIGHT_CLUSTER
+                assert per_chunk == -(-rows // _launch.WEIGHT_CLUSTER)  # trailing chunks may be empty
+                continue
+            assert (not props.clusters or rows <= 16 or 2 * _launch.WEIGHT_CLUSTER * col_blocks < props.sm_count
+                    or rows * cols * itemsize > _launch.WEIGHT_CLUSTER_BYTES)
             assert plan.grid[0] * 32 * (16 // itemsize) >= cols > (plan.grid[0] - 1) * 32 * (16 // itemsize)
             assert plan.grid[1] * per_chunk >= rows and plan.grid[1] <= 65535
             assert (plan.grid[1] - 1) * per_chunk < rows  # no empty chunk
@@ -393,6 +402,13 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         for op in ("silu", "gelu", "gelu_tanh"):
             y2 = fn.gated_fwd(op, x2)
             assert y2.shape == (3, cols) and fn.gated_bwd(op, y2, x2).shape == x2.shape
+    for cols in (2048, 4096):  # more rows than one chunk: norm_bwd_weight's clusters (sm_90+)
+        x, w = torch.randn(40, cols, dtype=dt), torch.randn(cols, dtype=dt)
+        y, mean, rstd = nf.layer_norm_fwd(x, [cols], w, w, 1e-5)
+        grads = nf.layer_norm_bwd(x, x, [cols], mean, rstd, True, True, w)
+        assert [t.shape for t in grads] == [x.shape, w.shape, w.shape]
+        y, rstd = nf.rms_norm_fwd(x, [cols], w, None)
+        assert [t.shape for t in nf.rms_norm_bwd(x, x, [cols], rstd, True, w)] == [x.shape, w.shape]
     names = {n.split("<")[0] for n, _ in calls}
     want = {n.split("<")[0] for f in _sources.FILES for n in _sources.FILES[f]}
     if dtype not in ("float16", "bfloat16"):  # softmax_plan gives clusters to 16-bit rows only
@@ -545,6 +561,8 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
     import re
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     assert int(re.search(r"#define OPSMITH_BWD_BLOCK (\d+)", source).group(1)) == _launch.NORM_BWD_BLOCK
+    split = (_sources.KERNEL_DIR / "norm_split.cu").read_text()
+    assert int(re.search(r"#define OPSMITH_WEIGHT_CLUSTER (\d+)", split).group(1)) == _launch.WEIGHT_CLUSTER
     for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536, 10**6), (1, 33, 1000, 4096, 8192, 20000),
                                                   (2, 4, 8)):
         p = _launch.norm_bwd_plan(rows, cols, itemsize, props)

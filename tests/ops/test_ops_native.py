@@ -59,7 +59,7 @@ def _py(which, rows, cols, itemsize, arrays, props):
         p = _launch.norm_bwd_plan(rows, cols, itemsize, props, arrays)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0
     p, per_chunk = _launch.weight_grad_plan(rows, cols, itemsize, props)
-    return p.strategy, tuple(p.grid), tuple(p.block), 0, 0, per_chunk, 1, 0
+    return p.strategy, tuple(p.grid), tuple(p.block), 0, 0, per_chunk, p.cluster, 0
 
 
 ROWS = (1, 2, 7, 64, 131, 1000, 4096, 65536, 10**6)

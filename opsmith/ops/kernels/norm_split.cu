@@ -98,3 +98,164 @@ rms_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T* 
         store_vec(grad_x + base, OPSMITH_DX_J(c), n, vec, o);
     }
 }
+
+// -- grad_w and grad_b: column sums over the rows ---------------------------------------------------
+// Blocks (32, 8): 32 column lanes of a 16-byte vector each (Vec<T>::N columns, W a block), 8 row
+// lanes, over a chunk of `rows_per_chunk` rows. dw = sum over the chunk of grad_y * xhat, db = sum of
+// grad_y (has_mean = 0, rms_norm: xhat = x * rstd). After the long-row backwards (norm_long.cu) and
+// the split ones above.
+
+// this thread's column lanes' sums over rows r0 + threadIdx.y, +8, ... < r1, then the block's row
+// lanes' into sw / sb [lane][element k of each column lane's vector: k * 32 + lane]
+template <class T, class A, int W>
+__device__ __forceinline__ void weight_lane_sums(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                                 const A* __restrict__ mean, const A* __restrict__ rstd,
+                                                 long long r0, long long r1, long long c0, int cols, int has_mean,
+                                                 A (&sw)[8][W], A (&sb)[8][W]) {
+    constexpr int N = Vec<T>::N;
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x);
+    A dw[N], db[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) dw[k] = db[k] = A(0);
+    long long r = r0 + threadIdx.y;
+    if (vec && c0 < cols) {  // whole 16-byte vectors: four rows' loads issued before any is used
+        for (; r + 24 < r1; r += 32) {
+            Raw gr[4], xr[4];
+            A mu[4], rs[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                gr[u] = *reinterpret_cast<const Raw*>(grad_y + (r + 8 * u) * cols + c0);
+                xr[u] = *reinterpret_cast<const Raw*>(x + (r + 8 * u) * cols + c0);
+                mu[u] = has_mean ? mean[r + 8 * u] : A(0);
+                rs[u] = rstd[r + 8 * u];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A g = raw_get<T>(gr[u], k);
+                    dw[k] += g * ((raw_get<T>(xr[u], k) - mu[u]) * rs[u]);
+                    db[k] += g;
+                }
+        }
+    }
+    if (c0 < cols) {
+        for (; r < r1; r += 8) {  // the rest (and rows that allow no 16-byte access)
+            A g[N], v[N];
+            load_vec(grad_y + r * cols, c0, cols, vec, g, A(0));
+            load_vec(x + r * cols, c0, cols, vec, v, A(0));
+            const A mu = has_mean ? mean[r] : A(0), rs = rstd[r];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                dw[k] += g[k] * ((v[k] - mu) * rs);
+                db[k] += g[k];
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) {  // consecutive lanes, consecutive banks
+        sw[threadIdx.y][k * 32 + threadIdx.x] = dw[k];
+        sb[threadIdx.y][k * 32 + threadIdx.x] = db[k];
+    }
+    __syncthreads();
+}
+
+// the block's sums of its column i (lane i / N's element i % N) over the row lanes, in lane order
+template <class A, int N, int W>
+__device__ __forceinline__ void weight_block_sum(const A (&sw)[8][W], const A (&sb)[8][W], int i, A& a, A& b) {
+    const int s = (i % N) * 32 + i / N;
+    a = b = A(0);
+#pragma unroll
+    for (int l = 0; l < 8; ++l) {
+        a += sw[l][s];
+        b += sb[l][s];
+    }
+}
+
+// blockIdx.x a column block, blockIdx.y a chunk. One chunk: the sums rounded to T into dw_out /
+// db_out; else a row of partials a chunk, dw_part[chunk][col] in A, which norm_col_sum adds up.
+// (Adding them up here instead, in the last block of each column block to finish, as CUDA's
+// threadFenceReduction sample, measured 1-1.5 us slower than norm_col_sum's launch: one block read
+// all the chunks; norm_bwd_weight_cluster below adds up eight through distributed shared memory.)
+template <class T, class A>
+__global__ void __launch_bounds__(256)
+norm_bwd_weight(const T* __restrict__ grad_y, const T* __restrict__ x, const A* __restrict__ mean,
+                const A* __restrict__ rstd, A* __restrict__ dw_part, A* __restrict__ db_part, T* __restrict__ dw_out,
+                T* __restrict__ db_out, long long rows, int cols, int rows_per_chunk, int has_mean, int want_w,
+                int want_b) {
+    constexpr int N = Vec<T>::N, W = 32 * N;  // columns a block
+    __shared__ A sw[8][W], sb[8][W];
+    const long long r0 = (long long)blockIdx.y * rows_per_chunk, first = (long long)blockIdx.x * W;
+    const long long r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    weight_lane_sums<T, A, W>(grad_y, x, mean, rstd, r0, r1, first + threadIdx.x * N, cols, has_mean, sw, sb);
+    for (int i = threadIdx.y * 32 + threadIdx.x; i < W && first + i < cols; i += 256) {
+        const long long col = first + i;
+        A a, b;
+        weight_block_sum<A, N, W>(sw, sb, i, a, b);
+        if (gridDim.y == 1) {
+            if (want_w) dw_out[col] = Elem<T>::store(a);
+            if (want_b) db_out[col] = Elem<T>::store(b);
+        } else {
+            if (want_w) dw_part[(long long)blockIdx.y * cols + col] = a;
+            if (want_b) db_part[(long long)blockIdx.y * cols + col] = b;
+        }
+    }
+}
+
+__device__ __forceinline__ float ld_cluster(unsigned a, float) {
+    float v = 0.f;
+#if OPSMITH_HAS_CLUSTERS
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+#endif
+    return v;
+}
+__device__ __forceinline__ double ld_cluster(unsigned a, double) {
+    double v = 0.0;
+#if OPSMITH_HAS_CLUSTERS
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(a) : "memory");
+#endif
+    return v;
+}
+
+// sm_90+: a cluster of OPSMITH_WEIGHT_CLUSTER blocks (blockIdx.x, its rank: a chunk of the rows) a
+// column block (blockIdx.y). Each block's sums stay in its shared memory; after the cluster meets,
+// block `rank` adds the cluster's sums of its share of the columns in rank order (the same order
+// whichever block finishes first) and rounds them to T: no partials in global memory and no
+// norm_col_sum launch.
+#ifndef OPSMITH_WEIGHT_CLUSTER
+#define OPSMITH_WEIGHT_CLUSTER 8
+#endif
+template <class T, class A>
+__global__ void __launch_bounds__(256) OPSMITH_CLUSTER_DIMS(OPSMITH_WEIGHT_CLUSTER)
+norm_bwd_weight_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, const A* __restrict__ mean,
+                        const A* __restrict__ rstd, T* __restrict__ dw_out, T* __restrict__ db_out, long long rows,
+                        int cols, int rows_per_chunk, int has_mean, int want_w, int want_b) {
+    constexpr int N = Vec<T>::N, W = 32 * N, K = OPSMITH_WEIGHT_CLUSTER, S = W / K;  // S: columns a rank adds up
+    __shared__ A sw[8][W], sb[8][W];
+    __shared__ A pw[W], pb[W];  // this block's sums, which the cluster reads
+    const long long r0 = (long long)blockIdx.x * rows_per_chunk, first = (long long)blockIdx.y * W;
+    const long long r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    weight_lane_sums<T, A, W>(grad_y, x, mean, rstd, r0, r1, first + threadIdx.x * N, cols, has_mean, sw, sb);
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int i = tid; i < W; i += 256) weight_block_sum<A, N, W>(sw, sb, i, pw[i], pb[i]);
+    cluster_arrive();
+    cluster_wait();
+    const unsigned rank = cluster_rank();
+    if (tid < S) {
+        const int i = (int)rank * S + tid;
+        const long long col = first + i;
+        if (col < cols) {
+            const unsigned aw = smem_u32(&pw[i]), ab = smem_u32(&pb[i]);
+            A a = A(0), b = A(0);
+#pragma unroll
+            for (unsigned k = 0; k < K; ++k) {
+                a += ld_cluster(cluster_map(aw, k), A(0));
+                b += ld_cluster(cluster_map(ab, k), A(0));
+            }
+            if (want_w) dw_out[col] = Elem<T>::store(a);
+            if (want_b) db_out[col] = Elem<T>::store(b);
+        }
+    }
+    cluster_arrive_relaxed();  // no block leaves while the others read its sums
+    cluster_wait();
+}

@@ -42,7 +42,8 @@
     X(RMS_FWD_LONG, "norm_long.cu", "rms_norm_fwd_long<{T}, {A}>")            \
     X(RMS_BWD, "norm.cu", "rms_norm_bwd<{T}, {A}>")                           \
     X(RMS_BWD_LONG, "norm_long.cu", "rms_norm_bwd_long<{T}, {A}>")            \
-    X(NORM_BWD_WEIGHT, "norm_long.cu", "norm_bwd_weight<{T}, {A}>")          \
+    X(NORM_BWD_WEIGHT, "norm_split.cu", "norm_bwd_weight<{T}, {A}>")         \
+    X(NORM_BWD_WEIGHT_CL, "norm_split.cu", "norm_bwd_weight_cluster<{T}, {A}>") \
     X(NORM_COL_SUM, "norm.cu", "norm_col_sum<{T}, {A}>")                    \
     X(LN_FWD_CL2, "norm_cluster.cu", "layer_norm_fwd_cluster<2, 2, {T}, {A}>") \
     X(LN_FWD_CL2W, "norm_cluster.cu", "layer_norm_fwd_cluster<2, 4, {T}, {A}>") \
@@ -263,15 +264,20 @@ std::pair<at::Tensor, at::Tensor> weight_grads(const at::Tensor &g, const at::Te
                                                bool want_b, at::IntArrayRef shape, int dt, int dev) {
     function(NORM_BWD_WEIGHT, dt, dev);
     const Plan p = weight_grad_plan(rows, cols, x.element_size(), props[dev]);
-    const bool one = p.gy == 1;
     at::Tensor dw = want_w ? at::empty(shape, x.options()) : at::Tensor();
     at::Tensor db = want_b ? at::empty(shape, x.options()) : at::Tensor();
+    int per_chunk = (int)p.per_chunk, has_mean = mean != nullptr, ww = want_w, wb = want_b;
+    void *gp = g.data_ptr(), *xp = x.data_ptr(), *mp = (mean ? *mean : rstd).data_ptr(), *rp = rstd.data_ptr();
+    void *dwp = want_w ? dw.data_ptr() : xp, *dbp = want_b ? db.data_ptr() : xp;
+    if (p.strategy == S_CLUSTER) {  // sm_90+: a cluster of chunks adds its sums up itself
+        void *params[] = {&gp, &xp, &mp, &rp, &dwp, &dbp, &rows, &cols, &per_chunk, &has_mean, &ww, &wb};
+        launch(NORM_BWD_WEIGHT_CL, dt, dev, p, params);
+        return {dw, db};
+    }
+    const bool one = p.gy == 1;
     at::Tensor pw = want_w && !one ? at::empty({p.gy, (int64_t)cols}, rstd.options()) : rstd;
     at::Tensor pb = want_b && !one ? at::empty({p.gy, (int64_t)cols}, rstd.options()) : rstd;
-    void *gp = g.data_ptr(), *xp = x.data_ptr(), *mp = (mean ? *mean : rstd).data_ptr(), *rp = rstd.data_ptr();
     void *pwp = pw.data_ptr(), *pbp = pb.data_ptr();
-    void *dwp = want_w ? dw.data_ptr() : xp, *dbp = want_b ? db.data_ptr() : xp;
-    int per_chunk = (int)p.per_chunk, has_mean = mean != nullptr, ww = want_w, wb = want_b;
     void *params[] = {&gp, &xp, &mp, &rp, &pwp, &pbp, &dwp, &dbp, &rows, &cols, &per_chunk, &has_mean, &ww, &wb};
     launch(NORM_BWD_WEIGHT, dt, dev, p, params);
     if (one) return {dw, db};

@@ -11,7 +11,7 @@ namespace {
 // the launch plans' numbers, from opsmith/ops/_launch.py (osm_ops_init), in this order
 enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, C_LN_WIDE_TPR,
        C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
-       C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS,
+       C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
        N_CONSTS };
 int64_t K[N_CONSTS];
 
@@ -128,7 +128,10 @@ Plan col_sum_plan(int64_t cols, int64_t arrays) {
 }
 
 Plan weight_grad_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
-    const int64_t col_blocks = cdiv(cols, 32 * (16 / itemsize)), lanes = 8;
+    const int64_t col_blocks = cdiv(cols, 32 * (16 / itemsize)), lanes = 8, k = K[C_WEIGHT_CLUSTER];
+    if (p.clusters && rows > 2 * lanes && 2 * k * col_blocks >= p.sm_count &&
+        rows * cols * itemsize <= K[C_WEIGHT_CLUSTER_BYTES])
+        return {S_CLUSTER, k, col_blocks, 32, lanes, 0, 0, cdiv(rows, k), k, 0};
     int64_t chunks = std::max(cdiv(rows, K[C_WEIGHT_LANE_ROWS] * lanes),
                               std::min(cdiv(2 * p.sm_count, col_blocks), cdiv(rows, lanes)));
     chunks = rows <= 2 * lanes ? 1 : std::max<int64_t>(1, std::min<int64_t>(chunks, 65535));
