@@ -65,7 +65,7 @@ GATED_ROWS = 2        # OPSMITH_GATED_ROWS in gated.cu: rows a thread loads per 
 CLUSTER_MAX = 8       # the larger cluster of norm_cluster.cu's kernels (K = 2 or 8; 8 is the portable limit)
 CLUSTER_THREADS = 256 # the most threads a block of norm_cluster_plan's clusters of CLUSTER_MAX
 CLUSTER_FWD_BLOCKS = 2  # ROW_THREADS-blocks an SM holds in the 2-chunk cluster kernels (their __launch_bounds__)
-NORM_SPLIT_BYTES = 16  # norm_bwd_plan: "split" below this many bytes a column a block, x (arrays + 1) / 2
+NORM_SPLIT_BYTES = 12  # norm_bwd_plan: "split" below this many bytes a column a block and array of partial sums
 WEIGHT_LANE_ROWS = 8   # weight_grad_plan: the most rows a row lane of norm_bwd_weight takes (more: more chunks)
 WEIGHT_CLUSTER = 8     # OPSMITH_WEIGHT_CLUSTER in norm_split.cu: chunks of rows (blocks) a cluster (norm_bwd_weight)
 WEIGHT_CLUSTER_BYTES = 8 << 20  # weight_grad_plan: clusters for inputs up to this size (larger: more chunks ran faster)
@@ -263,15 +263,16 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, array
     takes one row (bf16 512x1024 on an H200: layer_norm's backward kernels 7.95 -> 6.84 us).
 
     ``"split"`` where a row a block fits the SMs (all rows at once, where the persistent kernel took
-    two trips), or a block's rows would hold fewer than ``NORM_SPLIT_BYTES * (arrays + 1) / 2``
-    bytes a column (24 for layer_norm, 16 for rms_norm): the partial sums (4 bytes a column and
+    two trips), or a block's rows would hold fewer than ``NORM_SPLIT_BYTES * arrays`` bytes a
+    column (24 for layer_norm, 12 for rms_norm): the partial sums (4 bytes a column and
     array a block, written and read again) then cost more than reading grad and x twice.
     norm_split.cu's kernels write grad_x alone, a row a row lane and every row at once (``grid``
     covers the rows), at up to 1024 threads an SM; then ``norm_bwd_weight`` (``weight_grad_plan``).
     On an H200, bf16 backward kernels, layer_norm 1024x4096: 29.5 -> 15.1 us (eager 14.3),
-    2048x4096: 38.2 -> 26.5 (eager 30.4); rms_norm 2048x4096 (15.5 bytes a column): 26.8 -> 24.9;
-    at 31 bytes (4096x4096) the persistent kernels stay ahead: layer_norm 51.5 against 53.4,
-    rms_norm 39.4 against 51.2 (bench/results/ops-norm-split-h200-2026-11-26/). Longer rows:
+    2048x4096: 38.2 -> 26.5 (eager 30.4); at 31 bytes (4096x4096) the persistent kernels stay
+    ahead: layer_norm 51.5 against 53.4, rms_norm 39.4 against 51.2; rms_norm at 15.5 bytes either
+    way by 5-8 % (2048x2048: 13.2 persistent against 13.9; 2048x4096: 26.5 against 25.0), where it
+    keeps the persistent kernel (bench/results/ops-norm-split-h200-2026-11-26/). Longer rows:
     ``row_plan``'s long plan (the weight gradient then comes from ``norm_bwd_weight``)."""
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
@@ -285,7 +286,7 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, array
     resident = min(ROW_THREADS * ROW_BWD_BLOCKS, props.max_threads_per_sm)
     per_sm = max(1, resident // (tpr * per_block))
     grid = max(1, min(per_sm * props.sm_count, _cdiv(rows, 2 * per_block)))
-    if one_row <= props.sm_count or 2 * rows * itemsize < NORM_SPLIT_BYTES * (arrays + 1) * grid:  # see above
+    if one_row <= props.sm_count or rows * itemsize < NORM_SPLIT_BYTES * arrays * grid:  # see above
         return Plan("split", (max(1, one_row),), (tpr, per_block), 0, 0)
     return Plan("persistent", (grid,), (tpr, per_block), 0, 0)
 

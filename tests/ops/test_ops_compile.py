@@ -66,7 +66,7 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
     assert names == ["activations.cuh", "common.cuh", "cross_entropy.cu", "elementwise.cu", "fused_norm.cu", "gated.cu",
-                     "norm.cu", "norm_cluster.cu", "norm_long.cu", "rotary.cu", "rows.cuh", "softmax.cu",
+                     "norm.cu", "norm_cluster.cu", "norm_long.cu", "norm_split.cu", "rotary.cu", "rows.cuh", "softmax.cu",
                      "softmax_cluster.cu"]
     # the only includes are our own headers (common.cuh first, or rows.cuh, which includes it) and
     # CUDA's fp16/bf16 headers, behind __has_include
@@ -573,15 +573,15 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
         tpr, per_block = p.block
         resident = min(_launch.ROW_THREADS * _launch.ROW_BWD_BLOCKS, props.max_threads_per_sm)
         full = max(1, resident // (tpr * per_block)) * props.sm_count  # the persistent grid with rows enough
-        split_bytes = _launch.NORM_SPLIT_BYTES * max(1, min(full, -(-rows // (2 * per_block))))  # x (arrays + 1) / 2
+        split_bytes = _launch.NORM_SPLIT_BYTES * max(1, min(full, -(-rows // (2 * per_block))))  # x arrays
         if p.strategy == "split":  # few rows a block: grad_x a row a row lane, every row at once
             assert p.grid[0] == -(-rows // per_block) > props.sm_count or per_block == 1
             few = -(-rows // per_block) <= props.sm_count  # a row a block fits the SMs
-            assert few or 2 * rows * itemsize < 3 * split_bytes
-            rms = _launch.norm_bwd_plan(rows, cols, itemsize, props, 1)  # one array of partials: 2/3 the bytes
+            assert few or rows * itemsize < 2 * split_bytes
+            rms = _launch.norm_bwd_plan(rows, cols, itemsize, props, 1)  # one array of partials: half the bytes
             assert rms.strategy == ("split" if few or rows * itemsize < split_bytes else "persistent")
             continue
-        assert 2 * rows * itemsize >= 3 * split_bytes and -(-rows // per_block) > props.sm_count or per_block > 1
+        assert rows * itemsize >= 2 * split_bytes and -(-rows // per_block) > props.sm_count or per_block > 1
         assert tpr * per_block <= min(_launch.ROW_THREADS, props.max_threads_per_block)
         assert per_block == 1 or tpr * per_block <= _launch.NORM_BWD_BLOCK  # write_partial's shared buffer
         assert tpr * _launch.ROW_CHUNKS * (16 // itemsize) >= cols  # a row fits a row lane's registers

@@ -99,7 +99,7 @@ Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p,
     const int64_t resident = std::min<int64_t>(K[C_ROW_THREADS] * K[C_ROW_BWD_BLOCKS], p.max_threads_per_sm);
     const int64_t per_sm = std::max<int64_t>(1, resident / (tpr * per_block));
     const int64_t grid = std::max<int64_t>(1, std::min(per_sm * p.sm_count, cdiv(rows, 2 * per_block)));
-    if (one_row <= p.sm_count || 2 * rows * itemsize < K[C_NORM_SPLIT_BYTES] * (arrays + 1) * grid)  // see _launch
+    if (one_row <= p.sm_count || rows * itemsize < K[C_NORM_SPLIT_BYTES] * arrays * grid)  // see _launch
         return {S_SPLIT, std::max<int64_t>(1, one_row), 1, tpr, per_block, 0, 0, 0};
     return {S_PERSISTENT, grid, 1, tpr, per_block, 0, 0, 0};
 }
