@@ -66,8 +66,8 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
     assert names == ["activations.cuh", "common.cuh", "cross_entropy.cu", "elementwise.cu", "fused_norm.cu", "gated.cu",
-                     "norm.cu", "norm_cluster.cu", "norm_long.cu", "norm_split.cu", "rotary.cu", "rows.cuh", "softmax.cu",
-                     "softmax_cluster.cu"]
+                     "norm.cu", "norm_cluster.cu", "norm_long.cu", "norm_split.cu", "rotary.cu", "rows.cuh",
+                     "softmax.cu", "softmax_cluster.cu"]
     # the only includes are our own headers (common.cuh first, or rows.cuh, which includes it) and
     # CUDA's fp16/bf16 headers, behind __has_include
     ours = {'#include "common.cuh"', '#include "rows.cuh"', '#include "activations.cuh"'}
