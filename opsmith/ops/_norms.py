@@ -44,7 +44,7 @@ def _col_sums(x, part_w, part_b, cols: int, shape):
     first, second = (part_w, dw) if part_w is not None else (part_b, db)
     both = part_w is not None and part_b is not None
     plan = _launch.col_sum_plan(cols, 2 if both else 1)
-    _kernel("norm.cu", "norm_col_sum<{T}, {A}>", x).launch(
+    _kernel("norm_split.cu", "norm_col_sum<{T}, {A}>", x).launch(
         _launch.launch_config(plan), first, part_b if both else first, second, db if both else second,
         first.shape[0], cols)
     return dw, db

@@ -29,7 +29,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "softmax.cu": tuple(f"softmax_{d}{s}<{{T}}>" for d in ("fwd", "bwd") for s in ("", "_long"))
     + ("softmax_fwd_wide<{T}>", "softmax_bwd_wide<{T}>"),
     "norm.cu": tuple(f"{op}_{d}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for d in ("fwd", "bwd"))
-    + ("norm_col_sum<{T}, {A}>", "layer_norm_fwd_wide<{T}, {A}>"),
+    + ("layer_norm_fwd_wide<{T}, {A}>",),
     "softmax_cluster.cu": tuple(f"softmax_{d}_cluster<2, {c}, {{T}}>" for d in ("fwd", "bwd") for c in (2, 4)),
     "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
                           for d in ("fwd", "bwd")),
@@ -37,7 +37,7 @@ FILES: dict[str, tuple[str, ...]] = {
                              for c in (2, 4))  # _launch.norm_cluster_plan's: K, then chunks a thread
     + tuple(f"{op}_bwd_cluster<{k}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in (2, 8)),
     "norm_split.cu": ("layer_norm_bwd_dx<{T}, {A}>", "rms_norm_bwd_dx<{T}, {A}>", "norm_bwd_weight<{T}, {A}>",
-                      "norm_bwd_weight_cluster<{T}, {A}>"),
+                      "norm_bwd_weight_cluster<{T}, {A}>", "norm_col_sum<{T}, {A}>"),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>",),
     "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),

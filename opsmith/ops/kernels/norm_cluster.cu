@@ -9,7 +9,7 @@
 // Every kernel is persistent: `groups` = gridDim.x / K clusters stride over the rows, loading a row's
 // slice one trip ahead. The backwards keep their slice of the weight (and bias) gradients in
 // registers and write one row of partial sums a cluster at the end (part[cluster][cols], added up by
-// norm.cu's norm_col_sum): grad and x are read once.
+// norm_split.cu's norm_col_sum): grad and x are read once.
 // Slices past a row's end (the last ones of a row shorter than K * C * N * tpr) hold zeros.
 #include "rows.cuh"
 

@@ -1,10 +1,14 @@
-// opsmith.ops LayerNorm and RMSNorm backwards for few rows (the "split" plans of
-// _launch.norm_bwd_plan): grad_x alone, one row a row lane and a block a few rows, every row at
-// once; the weight and bias gradients then come from norm_bwd_weight (norm_long.cu) over grad and
-// x again. norm.cu's persistent backwards add those inside the kernel, but each of their blocks writes a row of
-// partial sums: with few rows a block that costs more than reading the input
-// twice, and their 128 registers a thread (two rows in flight) hold an SM to 512 threads, where
-// these kernels' 64 hold it to 1024 (bench/diag_norm_split.py). The math is norm.cu's.
+// opsmith.ops LayerNorm and RMSNorm backwards: the weight (and bias) gradients, and grad_x alone for
+// few rows a block.
+//
+// The "split" plans (_launch.norm_bwd_plan): *_bwd_dx write grad_x alone, one row a row lane, every
+// row at once; the weight and bias gradients then come from norm_bwd_weight (or, sm_90+,
+// norm_bwd_weight_cluster) over grad and x again. norm.cu's persistent backwards add those inside
+// the kernel, but each of their blocks writes a row of partial sums: with few rows a block that
+// costs more than reading the input twice, and their 128 registers a thread (two rows in flight)
+// hold an SM to 512 threads, where these kernels' 64 hold it to 1024 (bench/diag_norm_split.py).
+// The math is norm.cu's. norm_bwd_weight also serves the long-row backwards (norm_long.cu), and
+// norm_col_sum adds up the partial sums of every norm backward that writes them.
 #include "rows.cuh"
 
 #ifndef OPSMITH_ROW_THREADS
@@ -258,4 +262,38 @@ norm_bwd_weight_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, c
     }
     cluster_arrive_relaxed();  // no block leaves while the others read its sums
     cluster_wait();
+}
+
+// The persistent backwards' partial sums added up: out[col] = sum of part[r][col] over prows rows,
+// rounded to T (blockIdx.y = 1: part2 into out2, layer_norm's bias). Blocks of 32 columns x 32 row
+// lanes, four independent sums a thread, then the lanes in shared memory: a fixed order
+// (deterministic), and one launch where torch's sum(0) and the cast took two and 12-33 us
+// (H200, 528 x 2048 floats, bench/diag_norm_bwd.py).
+template <class T, class A>
+__global__ void __launch_bounds__(1024)
+norm_col_sum(const A* __restrict__ part, const A* __restrict__ part2, T* __restrict__ out, T* __restrict__ out2,
+             int prows, int cols) {
+    const A* p = blockIdx.y ? part2 : part;
+    T* o = blockIdx.y ? out2 : out;
+    const int col = blockIdx.x * 32 + threadIdx.x;
+    A s0 = A(0), s1 = A(0), s2 = A(0), s3 = A(0);
+    if (col < cols) {
+        int r = threadIdx.y;
+        for (; r + 96 < prows; r += 128) {
+            s0 += p[(long long)r * cols + col];
+            s1 += p[(long long)(r + 32) * cols + col];
+            s2 += p[(long long)(r + 64) * cols + col];
+            s3 += p[(long long)(r + 96) * cols + col];
+        }
+        for (; r < prows; r += 32) s0 += p[(long long)r * cols + col];
+    }
+    __shared__ A red[32][33];
+    red[threadIdx.y][threadIdx.x] = (s0 + s1) + (s2 + s3);
+    __syncthreads();
+    if (threadIdx.y == 0 && col < cols) {
+        A v = A(0);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) v += red[i][threadIdx.x];
+        o[col] = Elem<T>::store(v);
+    }
 }

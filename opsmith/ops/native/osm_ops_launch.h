@@ -44,7 +44,7 @@
     X(RMS_BWD_LONG, "norm_long.cu", "rms_norm_bwd_long<{T}, {A}>")            \
     X(NORM_BWD_WEIGHT, "norm_split.cu", "norm_bwd_weight<{T}, {A}>")         \
     X(NORM_BWD_WEIGHT_CL, "norm_split.cu", "norm_bwd_weight_cluster<{T}, {A}>") \
-    X(NORM_COL_SUM, "norm.cu", "norm_col_sum<{T}, {A}>")                    \
+    X(NORM_COL_SUM, "norm_split.cu", "norm_col_sum<{T}, {A}>")              \
     X(LN_FWD_CL2, "norm_cluster.cu", "layer_norm_fwd_cluster<2, 2, {T}, {A}>") \
     X(LN_FWD_CL2W, "norm_cluster.cu", "layer_norm_fwd_cluster<2, 4, {T}, {A}>") \
     X(LN_BWD_CL2, "norm_cluster.cu", "layer_norm_bwd_cluster<2, {T}, {A}>") \
