@@ -171,6 +171,36 @@ def test_layer_norm_matches_float64_torch(shape, dtype, affine):
         _close(a, e, dtype, scale=math.sqrt(rows), what=f"layer_norm {name}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("cols", [1000, 4096, 8192])
+@pytest.mark.parametrize("rows", ["large mean", "outlier first", "constant", "inf", "nan"])
+def test_layer_norm_16bit_shifted_variance_holds_on_hard_rows(rows, cols, dtype):
+    """16-bit register rows on the rows that break one-reduction variances: a large mean (E[x^2] -
+    E[x]^2), the first element far out (the shifted form E[d^2] - E[d]^2, d = x - x[0], which
+    missed fp16's tolerance here and was not kept), constant rows; an inf or NaN makes the row NaN,
+    as torch."""
+    x = _rand((6, cols), torch.float32, 30)
+    if rows == "large mean":
+        x = x + 300.0
+    elif rows == "outlier first":
+        x[:, 0] = 250.0
+    elif rows == "constant":
+        x = torch.full_like(x, 3.0)
+    elif rows == "inf":
+        x[:, cols // 2] = float("inf")
+        x[3, 0] = float("-inf")
+    else:
+        x[:, 7] = float("nan")
+    x = x.to(dtype)
+    w, b = _rand(cols, dtype, 31), _rand(cols, dtype, 32)
+    y = ops.layer_norm(x, (cols,), w, b, 1e-5)
+    yr = F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)
+    if rows in ("inf", "nan"):
+        assert torch.isnan(y).all()
+    else:
+        _close(y, yr, dtype, what=f"layer_norm forward, {rows}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
 @pytest.mark.parametrize("affine", [True, False], ids=["w", "none"])

@@ -17,9 +17,9 @@
 // The variance is the mean of squared deviations from the mean (two passes over the row), not
 // E[x^2] - E[x]^2 (it cancels catastrophically for rows with a large mean); a pairwise merge of each
 // thread's (count, mean, squared deviations) ran 13-31 % slower on an H100 (the merges' divisions).
-// 16-bit register rows take the shifted-data form instead, E[d^2] - E[d]^2 with d = x - x[0] (one
-// reduction of both sums): its error is bounded by cols float epsilons of the variance, where a
-// large mean alone costs nothing (H200, bf16 forwards 0.5-6 % faster, 65536 x 1024 3,121 -> 3,309 GB/s).
+// The shifted-data form, E[d^2] - E[d]^2 with d = x - x[0] in one reduction, was 0.5-6 % faster on
+// 16-bit rows (H200) but lost fp16's tolerance on rows whose first element lies far out (its sums
+// of d^2 carry the outlier's size; tests/ops/test_ops_gpu.py's hard rows): not kept.
 // `has_w` / `has_b` = 0: no weight / bias (the pointer is then any tensor and is not read). An inf
 // or NaN in a row makes it NaN, as torch on CUDA: layer_norm by itself (inf - inf), rms_norm by
 // rms_inf_rows (mean(x^2) = inf alone would give rstd = 0 and outputs of 0).
@@ -57,49 +57,24 @@ __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, cons
     const unsigned on = (has_w ? 1u : 0u) | (has_b ? 2u : 0u);
     load_chunks<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
     if (!LATE) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
-    A mu, r;
-    if constexpr (sizeof(T) == 2) {
-        // 16-bit rows: one reduction of the sums of d = x - s and d^2, s the row's first element (the
-        // shifted-data variance: its error is about (mean - s)^2 / var <= cols float epsilons of var,
-        // under 1e-3 at 8,192 elements, where a 16-bit output holds 4e-3), not two in turn
-        const A s = active ? Elem<T>::load(x[base]) : A(0);
-        A p[4] = {A(0), A(0), A(0), A(0)};
+    A p[4] = {A(0), A(0), A(0), A(0)};
 #pragma unroll
-        for (int c = 0; c < C; ++c) {
-            const int j = (c * tpr + t) * N;
+    for (int c = 0; c < C; ++c)
 #pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A d = in_row<M>(j, k, n) ? OPSMITH_E(in[0], c, k) - s : A(0);
-                p[k & 1] += d;
-                p[2 + (k & 1)] += d * d;
-            }
+        for (int k = 0; k < N; ++k) p[k & 3] += OPSMITH_E(in[0], c, k);
+    const A mu = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = A(0);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const int j = (c * tpr + t) * N;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const A d = in_row<M>(j, k, n) ? OPSMITH_E(in[0], c, k) - mu : A(0);
+            p[k & 3] += d * d;
         }
-        A s1 = p[0] + p[1], s2 = p[2] + p[3];
-        row_allreduce_sum2(s1, s2, tpr);
-        const A m = s1 / A(cols), var = s2 / A(cols) - m * m;
-        mu = s + m;
-        r = m_rsqrt((var < A(0) ? A(0) : var) + eps);  // rounding below 0 clamped, a NaN (inf in the row) kept
-    } else {
-        // float and double: the mean, then the mean of squared deviations from it (two reductions)
-        A p[4] = {A(0), A(0), A(0), A(0)};
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-#pragma unroll
-            for (int k = 0; k < N; ++k) p[k & 3] += OPSMITH_E(in[0], c, k);
-        mu = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) p[i] = A(0);
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            const int j = (c * tpr + t) * N;
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A d = in_row<M>(j, k, n) ? OPSMITH_E(in[0], c, k) - mu : A(0);
-                p[k & 3] += d * d;
-            }
-        }
-        r = m_rsqrt(row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols) + eps);
     }
+    const A r = m_rsqrt(row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;  // no reduction follows
     if (LATE) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
     if (t == 0) {
