@@ -48,7 +48,6 @@
     X(LN_FWD_CL2, "norm_cluster.cu", "layer_norm_fwd_cluster<2, 2, {T}, {A}>") \
     X(LN_FWD_CL2W, "norm_cluster.cu", "layer_norm_fwd_cluster<2, 4, {T}, {A}>") \
     X(LN_BWD_CL2, "norm_cluster.cu", "layer_norm_bwd_cluster<2, {T}, {A}>") \
-    X(LN_BWD_CL8, "norm_cluster.cu", "layer_norm_bwd_cluster<8, {T}, {A}>") \
     X(RMS_FWD_CL2, "norm_cluster.cu", "rms_norm_fwd_cluster<2, 2, {T}, {A}>") \
     X(RMS_FWD_CL2W, "norm_cluster.cu", "rms_norm_fwd_cluster<2, 4, {T}, {A}>") \
     X(ADD_RMS_FWD_CL2, "norm_cluster.cu", "add_rms_norm_fwd_cluster<2, 2, {T}, {A}>") \

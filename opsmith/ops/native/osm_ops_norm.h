@@ -29,7 +29,8 @@ Plan bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d, int6
     const Plan p = norm_bwd_plan(rows, cols, itemsize, d, arrays);
     if (p.strategy != S_LONG) return p;
     const Plan cl = norm_cluster_plan(rows, cols, itemsize, d, true);
-    return cl.strategy == S_CLUSTER ? cl : p;
+    // layer_norm on clusters of CLUSTER_MAX blocks: the long rows and norm_bwd_weight ran faster
+    return cl.strategy == S_CLUSTER && !(arrays == 2 && cl.cluster == K[C_CLUSTER_MAX]) ? cl : p;
 }
 
 // -- layer_norm and rms_norm -----------------------------------------------------------------------------
@@ -119,7 +120,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     void *pwp = pw.data_ptr(), *pbp = pb.data_ptr();
     int ww = want_w, wb = want_b;
     void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &pwp, &pbp, &rows, &cols, &has_w, &ww, &wb};
-    launch(p.strategy == S_CLUSTER ? cluster_kernel(LN_BWD_CL2, p) : LN_BWD, dt, dev, p, params);
+    // bwd_plan gives layer_norm's rows for 8-block clusters to the long kernels
+    TORCH_CHECK(p.strategy != S_CLUSTER || p.cluster == 2, "opsmith.ops: layer_norm_backward: no kernel for ",
+                "clusters of ", p.cluster);
+    launch(p.strategy == S_CLUSTER ? LN_BWD_CL2 : LN_BWD, dt, dev, p, params);
     if (want_w || want_b) {
         auto [sw, sb] = col_sums(x, want_w ? &pw : nullptr, want_b ? &pb : nullptr, cols, shape, dt, dev);
         if (want_w) dw = sw;
