@@ -23,7 +23,10 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         b = bias.contiguous() if bias is not None else x
         plan, file = _fwd_plan(rows, cols, x)
         args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
-        if file == _CL:
+        four = _launch.layer_norm_fwd4_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
+        if four is not None:  # float rows of 4,097-8,192: one block, 4 chunks a thread
+            _kernel("norm.cu", "layer_norm_fwd4<{T}, {A}>", x).launch(_launch.launch_config(four), *args)
+        elif file == _CL:
             _kernel(_CL, f"layer_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x).launch(
                 _launch.launch_config(plan), *args)
         elif plan.strategy == "long":

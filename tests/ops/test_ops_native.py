@@ -44,6 +44,11 @@ def _py(which, rows, cols, itemsize, arrays, props):
     if which == "elementwise":
         p = _launch.elementwise_plan(rows, itemsize, props)
         return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1, 0
+    if which == "ln_fwd4":
+        p = _launch.layer_norm_fwd4_plan(rows, cols, itemsize, props)
+        if p is None:
+            return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
+        return p.strategy, (p.grid[0], 1), tuple(p.block), 0, 0, 0, 1, 0
     if which.startswith("cluster"):
         p = _launch.norm_cluster_plan(rows, cols, itemsize, props, which == "cluster_bwd")
         if p is None:
@@ -64,7 +69,7 @@ def _py(which, rows, cols, itemsize, arrays, props):
 
 ROWS = (1, 2, 7, 64, 131, 1000, 4096, 65536, 10**6)
 COLS = (1, 3, 8, 31, 64, 100, 255, 1024, 4096, 5000, 8192, 8200, 12000, 16384, 32768, 65536, 65537, 262144)
-WHICH = ("row", "weight", "norm_bwd", "softmax", "cluster_fwd", "cluster_bwd")
+WHICH = ("row", "weight", "norm_bwd", "softmax", "cluster_fwd", "cluster_bwd", "ln_fwd4")
 
 
 @pytest.mark.parametrize("device", sorted(DEVICES))

@@ -47,12 +47,12 @@ using namespace opsmith;
 // One row of layer_norm's register forward, bounds checks as mode M (rows.cuh's RowMode), sums in 4
 // partials a thread (chains of 4, not C * N). w and b are loaded with x (LATE = 0) or after the
 // reductions (1: only x lives through them, which lets layer_norm_fwd_wide hold 3 blocks an SM).
-template <int M, int LATE, class T, class A>
+template <int M, int LATE, class T, class A, int CC = OPSMITH_ROW_CHUNKS>
 __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w,
                                                    const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
                                                    A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                                                    int has_b) {
-    OPSMITH_ROW_SETUP
+    OPSMITH_ROW_SETUP_C(CC)
     Raw in[1][C], wb[2][C];  // x, w, b as loaded (zeros past the row's end)
     const unsigned on = (has_w ? 1u : 0u) | (has_b ? 2u : 0u);
     load_chunks<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
@@ -94,27 +94,29 @@ __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, cons
     }
 }
 
-template <class T, class A>
+template <class T, class A, int CC>
 __device__ __noinline__ void layer_norm_fwd_scalar(const T* __restrict__ x, const T* __restrict__ w,
                                                    const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
                                                    A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                                                    int has_b) {
-    layer_norm_fwd_row<ROW_SCALAR, 0>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    layer_norm_fwd_row<ROW_SCALAR, 0, T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
 // A row in the mode its launch allows; the element-wise rows (unaligned or odd widths) run out of
 // line (`__noinline__`), so that their registers do not weigh on the vector paths (softmax_fwd's
 // bf16 spilled with all three inline).
-template <int LATE, class T, class A>
+template <int LATE, class T, class A, int CC = OPSMITH_ROW_CHUNKS>
 __device__ __forceinline__ void layer_norm_fwd_any(const T* __restrict__ x, const T* __restrict__ w,
                                                    const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
                                                    A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                                                    int has_b) {
     const bool vec = cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    const int mode = row_mode<T>(vec, cols);
-    if (mode == ROW_FULL) layer_norm_fwd_row<ROW_FULL, LATE>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-    else if (mode == ROW_VEC) layer_norm_fwd_row<ROW_VEC, LATE>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-    else layer_norm_fwd_scalar(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    const int mode = row_mode<T, CC>(vec, cols);
+    if (mode == ROW_FULL)
+        layer_norm_fwd_row<ROW_FULL, LATE, T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    else if (mode == ROW_VEC)
+        layer_norm_fwd_row<ROW_VEC, LATE, T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    else layer_norm_fwd_scalar<T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
 template <class T, class A>
@@ -136,6 +138,17 @@ layer_norm_fwd_wide(const T* __restrict__ x, const T* __restrict__ w, const T* _
                     A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                     int has_b) {
     layer_norm_fwd_any<1>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+}
+
+// layer_norm_fwd with 4 chunks a thread (twice the row of one block): fp32 rows of 4,097-8,192
+// (_norms.layer_norm_fwd, osm_ops.cpp), which 2-block clusters served with two cluster reductions a
+// row. H200, fp32 8192 x 8192: 2,800 -> 3,903 GB/s (bench/results/ops-norm-split-h200-2026-11-26/
+// diag-ln4.txt); 16-bit rows ran slower this way (spills at 64 registers) and keep the clusters.
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
+layer_norm_fwd4(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
+    layer_norm_fwd_any<0, T, A, 4>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
 // The backwards' weight (and bias) gradients: each thread adds its columns' terms of every row it

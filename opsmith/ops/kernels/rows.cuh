@@ -268,9 +268,10 @@ __device__ __forceinline__ void cluster_sum(A (&v)[W], A (&slot)[2][K][W], unsig
 
 // The register-row kernels' setup (norm.cu, fused_norm.cu): a block of blockDim.y rows, tpr =
 // blockDim.x threads a row, C chunks of N elements per thread.
-#define OPSMITH_ROW_SETUP                                                          \
+#define OPSMITH_ROW_SETUP OPSMITH_ROW_SETUP_C(OPSMITH_ROW_CHUNKS)
+#define OPSMITH_ROW_SETUP_C(CC)                                                    \
     typedef typename Elem<T>::acc A_;                                              \
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;                           \
+    constexpr int N = Vec<T>::N, C = (CC);                                         \
     const int tpr = blockDim.x, t = threadIdx.x;                                   \
     const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;        \
     const bool active = row < rows; /* idle rows still take part in reductions */  \

@@ -36,6 +36,7 @@
     X(LN_FWD, "norm.cu", "layer_norm_fwd<{T}, {A}>")                          \
     X(LN_FWD_LONG, "norm_long.cu", "layer_norm_fwd_long<{T}, {A}>")           \
     X(LN_FWD_WIDE, "norm.cu", "layer_norm_fwd_wide<{T}, {A}>")                \
+    X(LN_FWD4, "norm.cu", "layer_norm_fwd4<{T}, {A}>")                        \
     X(LN_BWD, "norm.cu", "layer_norm_bwd<{T}, {A}>")                          \
     X(LN_BWD_LONG, "norm_long.cu", "layer_norm_bwd_long<{T}, {A}>")           \
     X(RMS_FWD, "norm.cu", "rms_norm_fwd<{T}, {A}>")                           \

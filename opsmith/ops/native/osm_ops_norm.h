@@ -61,7 +61,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         const Kernel k = p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? LN_FWD_CL2 : LN_FWD_CL2W)  // K = 2
                          : p.strategy == S_LONG ? LN_FWD_LONG
                          : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
-        launch(k, dt, dev, p, params);
+        const Plan four = layer_norm_fwd4_plan(r, c, x.element_size(), props[dev]);  // float rows of 4,097-8,192
+        if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);
+        else launch(k, dt, dev, p, params);
     }
     return {y, mean, rstd};
 }

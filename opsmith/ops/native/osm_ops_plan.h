@@ -12,6 +12,7 @@ namespace {
 enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, C_LN_WIDE_TPR,
        C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
        C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
+       C_LN_FWD4_CHUNKS,
        N_CONSTS };
 int64_t K[N_CONSTS];
 
@@ -121,6 +122,15 @@ Plan norm_cluster_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props
         return none;
     }
     return cluster(rows, cols, itemsize, p, k, chunks, blocks, backward ? cdiv(rows, 2) : rows);
+}
+
+// _launch.layer_norm_fwd4_plan: float rows past the register strategy that fit a block of 4 chunks a thread
+Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
+    const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
+    if (itemsize != 4) return none;
+    const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block), vec = 16 / itemsize;
+    if (cols <= K[C_ROW_CHUNKS] * vec * limit || cols > K[C_LN_FWD4_CHUNKS] * vec * limit) return none;
+    return {S_BLOCK, std::max<int64_t>(1, rows), 1, pow2_at_least(cdiv(cols, K[C_LN_FWD4_CHUNKS] * vec)), 1, 0, 0, 0};
 }
 
 Plan col_sum_plan(int64_t cols, int64_t arrays) {
