@@ -244,9 +244,11 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
 def layer_norm_fwd4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
     """norm.cu's ``layer_norm_fwd4`` (``LN_FWD4_CHUNKS`` 16-byte chunks a thread, one block a row)
     for float rows too long for the register strategy that fit a block that way (4,097-8,192
-    elements), else None: on an H200 it ran them 1.39x faster than the 2-block clusters (fp32
-    8192x8192: 2,800 -> 3,903 GB/s); 16-bit rows ran slower (they keep the clusters)."""
-    if itemsize != 4:
+    elements) in whole 16-byte vectors, else None. On an H200 (bench/diag_ln_fwd4.py) it ran them
+    faster than the 2-block clusters: fp32 8192x8192 2,800 -> 3,909 GB/s, 16384x6144 2,883 -> 3,323,
+    65536x5000 2,942 -> 2,991; a width of odd elements (2048x4097: element access) ran slower,
+    1,375 against 1,770, and so did 16-bit rows (they keep the clusters)."""
+    if itemsize != 4 or cols % (16 // itemsize):
         return None
     limit = min(ROW_THREADS, props.max_threads_per_block)
     vec = 16 // itemsize

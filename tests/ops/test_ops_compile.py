@@ -415,7 +415,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         want -= {"softmax_fwd_cluster", "softmax_bwd_cluster"}
     if dtype != "float32":  # layer_norm_fwd4_plan: float rows only
         want -= {"layer_norm_fwd4"}
-    else:  # ... which are all of layer_norm's float rows that a cluster forward would take
+    else:  # ... which take this test's float widths a cluster forward would (whole vectors; 4097: clusters)
         want -= {"layer_norm_fwd_cluster"}
     assert names == want, names
     assert {c.shared_mem > 0 for n, c in calls if "_long" in n} == {True, False}

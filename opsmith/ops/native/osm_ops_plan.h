@@ -127,7 +127,7 @@ Plan norm_cluster_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props
 // _launch.layer_norm_fwd4_plan: float rows past the register strategy that fit a block of 4 chunks a thread
 Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
-    if (itemsize != 4) return none;
+    if (itemsize != 4 || cols % (16 / itemsize)) return none;
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block), vec = 16 / itemsize;
     if (cols <= K[C_ROW_CHUNKS] * vec * limit || cols > K[C_LN_FWD4_CHUNKS] * vec * limit) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, pow2_at_least(cdiv(cols, K[C_LN_FWD4_CHUNKS] * vec)), 1, 0, 0, 0};
