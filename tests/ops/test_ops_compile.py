@@ -1,10 +1,9 @@
 """opsmith.ops without a GPU: every kernel source compiles through NVRTC for sm_80, sm_90 and
 sm_100 in every dtype (concurrently, through compile_many), each kernel's signature takes the
-right dtypes, the launch plans on synthetic devices, compile_many's contract, the CPU path
-and the CLI's `warm --ops`."""
+right dtypes (every CUDA path's launches checked against them), compile_many's contract, the CPU
+path and the CLI's `warm --ops`. The launch plans on synthetic devices: test_ops_plans.py."""
 from __future__ import annotations
 
-import itertools
 import os
 import subprocess
 import sys
@@ -15,19 +14,14 @@ from pathlib import Path
 import pytest
 
 import opsmith
-from launch_check import CheckedLaunch  # tests/ops/launch_check.py (pytest puts tests/ops on the path)
+from devices import A100, H100  # tests/ops/devices.py (pytest puts tests/ops on the path)
+from launch_check import CheckedLaunch  # tests/ops/launch_check.py
 from opsmith._errors import CompileError, SpecError
 from opsmith.ops import _launch, _sources
-from opsmith.ops._launch import DeviceProps, row_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHS = ("sm_80", "sm_90", "sm_100")
 
-# synthetic devices: H100-like, A100-like, and a small part with the classic 48 KiB of shared memory
-H100 = DeviceProps(sm_count=132, max_threads_per_block=1024, max_threads_per_sm=2048,
-                   smem_per_block_optin=232448, smem_per_sm=233472, clusters=True)
-A100 = DeviceProps(108, 1024, 2048, 166912, 167936)
-SMALL = DeviceProps(8, 1024, 1536, 49152, 65536)
 TORCH_DTYPE = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16"}
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="compiling needs cuda-bindings (pip install 'opsmith[cuda]')")
@@ -116,85 +110,6 @@ def test_one_key_compiles_once_when_threads_race():
         t.join()
     assert _nvrtc.nvrtc_stats["compiles"] - before == 1
     assert len({r.key for r in results}) == 1
-
-
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["h100", "a100", "small"])
-@pytest.mark.parametrize("itemsize", [2, 4, 8])
-def test_row_plans_cover_every_row_within_the_device_limits(props, itemsize):
-    vec = 16 // itemsize
-    for arrays in (1, 2):
-        for cols in (1, 2, 7, 31, 64, 100, 255, 256, 1000, 1024, 3000, 4096, 8192, 16384, 32768, 100_000):
-            for rows in (1, 3, 65536):
-                plan = row_plan(rows, cols, itemsize, arrays, props)
-                threads = plan.block[0] * plan.block[1]
-                assert 1 <= threads <= props.max_threads_per_block, plan
-                assert plan.grid[0] >= 1
-                if plan.strategy in ("warp", "block"):
-                    tpr, per_block = plan.block
-                    assert tpr & (tpr - 1) == 0  # a power of two: the shuffles' groups
-                    assert tpr * _launch.ROW_CHUNKS * vec >= cols  # the row fits in registers
-                    assert plan.grid[0] * per_block >= rows  # every row has its threads
-                    assert (tpr <= 32) == (plan.strategy == "warp")
-                    assert plan.strategy == "warp" or (per_block == 1 and tpr <= _launch.ROW_THREADS)
-                    assert plan.shared_mem == 0
-                else:
-                    assert plan.strategy == "long" and plan.block[1] == 1
-                    assert plan.block[0] % 32 == 0 and plan.block[0] <= _launch.LONG_THREADS
-                    assert cols > _launch.ROW_THREADS * _launch.ROW_CHUNKS * vec // 2
-                    assert plan.grid[0] <= rows
-                    if plan.cache:
-                        assert plan.shared_mem >= arrays * cols * itemsize
-                        assert plan.shared_mem + 1024 <= props.smem_per_block_optin
-                    else:
-                        assert plan.shared_mem == 0
-                        assert arrays * cols * itemsize + 1024 > props.smem_per_block_optin
-
-
-def test_row_plan_strategy_boundaries_follow_the_device():
-    # fp32: 8 floats a thread in registers; one warp holds 256, a 512-thread block 4096
-    assert row_plan(1024, 256, 4, 1, H100).strategy == "warp"
-    assert row_plan(1024, 257, 4, 1, H100).strategy == "block"
-    assert row_plan(1024, 4096, 4, 1, H100).strategy == "block"
-    assert row_plan(1024, 4097, 4, 1, H100).strategy == "long"
-    # a long row is cached in shared memory where the opt-in limit allows, else read again
-    assert row_plan(1024, 32768, 4, 1, H100).cache == 1
-    assert row_plan(1024, 32768, 4, 2, H100).cache == 0  # 256 KiB for grad and y: too much
-    assert row_plan(1024, 32768, 4, 1, A100).cache == 1
-    assert row_plan(1024, 32768, 4, 1, SMALL).cache == 0
-    # few rows: fewer rows a block so that more SMs get work
-    few, many = row_plan(64, 64, 4, 1, H100), row_plan(65536, 64, 4, 1, H100)
-    assert few.block[1] < many.block[1] and few.grid[0] * few.block[1] >= 64
-    # grids come from the device: more SMs, more resident blocks
-    assert row_plan(65536, 32768, 2, 1, H100).grid[0] > row_plan(65536, 32768, 2, 1, SMALL).grid[0]
-
-
-def test_elementwise_and_weight_grad_plans():
-    for props in (H100, A100, SMALL):
-        assert _launch.elementwise_plan(1, 4, props).grid == (1,)
-        # one trip per thread: 8 bf16 per vector, EW_UNROLL vectors, EW_THREADS threads a block
-        per_block = 8 * _launch.EW_UNROLL * _launch.EW_THREADS
-        assert _launch.elementwise_plan(1 << 28, 2, props).grid == ((1 << 28) // per_block,)
-        assert _launch.elementwise_plan(1000, 4, props).grid == (1,)  # 1000 floats: 250 vectors, one block
-        for (rows, cols), itemsize in itertools.product(
-                ((1, 1), (7, 33), (16, 4096), (17, 4096), (1024, 4096), (65536, 4096), (3, 100_000), (10**7, 64)),
-                (2, 4, 8)):
-            plan, per_chunk = _launch.weight_grad_plan(rows, cols, itemsize, props)
-            col_blocks = -(-cols // (32 * (16 // itemsize)))
-            if plan.strategy == "cluster":  # sm_90+: a cluster of chunks a column block, blocks enough for half the SMs
-                assert props.clusters and rows > 16 and 2 * plan.grid[0] * col_blocks >= props.sm_count
-                assert rows * cols * itemsize <= _launch.WEIGHT_CLUSTER_BYTES
-                assert plan.grid == (_launch.WEIGHT_CLUSTER, col_blocks) and plan.cluster == _launch.WEIGHT_CLUSTER
-                assert per_chunk == -(-rows // _launch.WEIGHT_CLUSTER)  # trailing chunks may be empty
-                continue
-            assert (not props.clusters or rows <= 16 or 2 * _launch.WEIGHT_CLUSTER * col_blocks < props.sm_count
-                    or rows * cols * itemsize > _launch.WEIGHT_CLUSTER_BYTES)
-            assert plan.grid[0] * 32 * (16 // itemsize) >= cols > (plan.grid[0] - 1) * 32 * (16 // itemsize)
-            assert plan.grid[1] * per_chunk >= rows and plan.grid[1] <= 65535
-            assert (plan.grid[1] - 1) * per_chunk < rows  # no empty chunk
-            assert plan.grid[1] == 1 or rows > 16  # up to two rows a row lane: one chunk, no norm_col_sum
-            assert per_chunk <= 8 * _launch.WEIGHT_LANE_ROWS or per_chunk == -(-rows // 65535)  # at most 8 rows a lane
-    assert _launch.launch_config(_launch.elementwise_plan(1 << 20, 4, H100)) is \
-        _launch.launch_config(_launch.elementwise_plan(1 << 20, 4, H100))  # one config per plan
 
 
 def test_ops_on_cpu_are_torchs():
@@ -447,154 +362,3 @@ def test_a_first_call_that_is_compiled_registers_the_ops_outside_the_trace(tmp_p
                          check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
-
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
-def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_long_rows(props):
-    """Rows beyond the register strategy: with clusters, 16-bit rows "cluster" where 2 blocks of
-    ROW_THREADS hold them (2 chunks a thread backward, else WIDE_CHUNKS), persistent; else "wide" where
-    WIDE_CHUNKS chunks fit LONG_THREADS threads, one block a row; everything else as row_plan."""
-    limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
-    for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 4096, 8192, 8193, 16384, 32768, 32769,
-                                                                     70000), (2, 4, 8)):
-        for arrays in (1, 2):
-            p, r = _launch.softmax_plan(rows, cols, itemsize, arrays, props), \
-                _launch.row_plan(rows, cols, itemsize, arrays, props)
-            vec = 16 // itemsize
-            fits2 = -(-cols // (_launch.ROW_CHUNKS * vec)) <= 2 * limit
-            fits4 = -(-cols // (_launch.WIDE_CHUNKS * vec)) <= 2 * limit
-            if props.clusters and itemsize == 2 and r.strategy == "long" and (fits2 and arrays == 2 or fits4 and not fits2):
-                assert p.strategy == "cluster", (rows, cols, arrays)
-            if p.strategy == "cluster":
-                assert props.clusters and itemsize == 2 and r.strategy == "long" and p.cluster == 2 and p.shared_mem == 0
-                tpr, chunks = p.block[0], p.chunks
-                # 2 chunks a thread (the backward only), else 4
-                assert chunks == (_launch.ROW_CHUNKS if fits2 and arrays == 2 else _launch.WIDE_CHUNKS)
-                need = -(-cols // (chunks * vec))
-                assert tpr % 32 == 0 and tpr <= limit and need <= 2 * tpr < need + 64
-                blocks = _launch.CLUSTER_FWD_BLOCKS if chunks == _launch.ROW_CHUNKS else 1
-                resident = min(_launch.ROW_THREADS * blocks, props.max_threads_per_sm) // tpr * props.sm_count // 2
-                assert p.grid == (2 * max(1, min(resident, rows)),)
-                continue
-            if p.strategy != "wide":
-                assert p == r
-                continue
-            assert r.strategy == "long" and p.grid == (rows,) and p.shared_mem == 0
-            tpr = p.block[0]
-            assert p.block == (tpr, 1) and tpr <= min(_launch.LONG_THREADS, props.max_threads_per_block)
-            assert tpr * _launch.WIDE_CHUNKS * vec >= cols > tpr * _launch.WIDE_CHUNKS * vec // 2  # the least that fits
-    wide = "cluster" if props.clusters else "wide"
-    assert _launch.softmax_plan(2048, 16384, 2, 1, props).strategy == "wide"  # bf16 16,384 forward: wide
-    assert _launch.softmax_plan(2048, 16384, 2, 2, props).strategy == wide  # its backward: clusters
-    assert _launch.softmax_plan(2048, 16384, 4, 2, props).strategy == "wide"  # fp32: wide
-    assert _launch.softmax_plan(2048, 32768, 2, 1, props).strategy == wide  # bf16 32,768: 2 x 512 or 1,024 threads x 4
-    assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == wide  # the backward's too
-    assert _launch.softmax_plan(2048, 32769, 2, 1, props) == _launch.row_plan(2048, 32769, 2, 1, props)  # long
-    assert _launch.softmax_plan(2048, 32769, 2, 2, props) == _launch.row_plan(2048, 32769, 2, 2, props)
-    assert _launch.softmax_plan(2048, 8192, 2, 1, props).strategy == "block"
-
-
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
-def test_layer_norm_forward_kernel_choice(props):
-    """layer_norm_fwd_wide for block rows of LN_WIDE_TPR threads or more with 16-byte access only;
-    layer_norm_fwd for warp rows, narrower block rows and element access; the long kernel for long rows."""
-    for rows, cols, itemsize in itertools.product((1, 300, 65536), (1, 100, 1024, 2048, 3000, 4096, 8192, 20000),
-                                                  (2, 4, 8)):
-        p = _launch.row_plan(rows, cols, itemsize, 1, props)
-        for vec in (True, False):
-            k = _launch.layer_norm_kernel(p, vec)
-            if p.strategy == "long":
-                assert k == "layer_norm_fwd_long"
-            elif vec and p.strategy == "block" and p.block[0] >= _launch.LN_WIDE_TPR:
-                assert k == "layer_norm_fwd_wide"
-            else:
-                assert k == "layer_norm_fwd", (rows, cols, itemsize, vec, p)
-    p = _launch.row_plan(4096, 4096, 2, 1, props)
-    assert _launch.layer_norm_kernel(p, True) == "layer_norm_fwd_wide"  # bf16 4096-wide rows: 256 threads
-    assert _launch.layer_norm_kernel(_launch.row_plan(65536, 1024, 2, 1, props), True) == "layer_norm_fwd"
-
-
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
-def test_norm_cluster_plan_covers_rows_between_one_block_and_eight(props):
-    """norm_cluster_plan: only on devices with clusters, only for rows row_plan sends to "long": 2
-    blocks of up to ROW_THREADS both ways, for rows twice as long 2 blocks of 4 chunks a thread
-    forward (16-bit types) and 8 of up to CLUSTER_THREADS backward, the row spread
-    evenly over whole warps; both directions run the clusters the SMs hold at once (fewer where the
-    rows are fewer: a row a cluster forward, two backward); longer rows stay long."""
-    limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
-    for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536), (1000, 4096, 8192, 8200, 12000, 16384,
-                                                                            16392, 32768, 32776, 65536, 262144),
-                                                  (2, 4, 8)):
-        vec = 16 // itemsize
-        units = -(-cols // (_launch.ROW_CHUNKS * vec))
-        for backward in (False, True):
-            plan = _launch.norm_cluster_plan(rows, cols, itemsize, props, backward)
-            longest = _launch.CLUSTER_MAX * _launch.CLUSTER_THREADS if backward else \
-                2 * limit * (_launch.WIDE_CHUNKS // _launch.ROW_CHUNKS if itemsize == 2 else 1)
-            if not props.clusters or units <= limit or units > longest:
-                assert plan is None, (rows, cols, itemsize, backward)
-                continue
-            assert _launch.row_plan(rows, cols, itemsize, 1, props).strategy == "long"
-            k, (tpr, one), chunks = plan.cluster, plan.block, plan.chunks
-            assert one == 1 and plan.shared_mem == 0
-            if units <= 2 * limit:  # 2 blocks of 2 chunks a thread
-                assert (k, chunks) == (2, _launch.ROW_CHUNKS)
-            else:  # longer: 2 blocks of 4 chunks forward, 8 of 2 backward
-                assert (k, chunks) == ((_launch.CLUSTER_MAX, 2) if backward else (2, _launch.WIDE_CHUNKS))
-            assert tpr % 32 == 0 and tpr <= (limit if k == 2 else _launch.CLUSTER_THREADS)
-            need = -(-cols // (chunks * vec))  # threads the row needs
-            assert need <= k * tpr < need + 32 * k  # the row fits, spread evenly (whole warps a block)
-            assert plan.grid[0] % k == 0
-            blocks = _launch.ROW_BWD_BLOCKS if backward else _launch.CLUSTER_FWD_BLOCKS if chunks == 2 else 1
-            most = -(-rows // 2) if backward else rows
-            groups = plan.grid[0] // k
-            resident = min(_launch.ROW_THREADS * blocks, props.max_threads_per_sm) // tpr * props.sm_count // k
-            assert 1 <= groups <= max(1, resident) and groups <= max(1, most)
-            if most >= resident:  # enough rows: every SM full
-                assert groups == max(1, resident)
-
-
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
-def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
-    """norm_bwd_plan on synthetic devices: few rows a block run "split" (grad_x a row a row lane,
-    where the partial sums' bytes would outweigh a second read of the input; half the bytes for
-    rms_norm's one array). Else register rows get a persistent grid of at most the blocks
-    an SM holds at once (ROW_THREADS * ROW_BWD_BLOCKS threads: the kernels take up to 128 registers
-    a thread), blocks within the kernel's limit, every row covered by the grid-stride loop, and
-    partial sums (a row a block) small beside the input once the input is large; blocks of several
-    rows within norm.cu's OPSMITH_BWD_BLOCK (write_partial's shared buffer; it traps beyond)."""
-    import re
-    source = (_sources.KERNEL_DIR / "norm.cu").read_text()
-    assert int(re.search(r"#define OPSMITH_BWD_BLOCK (\d+)", source).group(1)) == _launch.NORM_BWD_BLOCK
-    split = (_sources.KERNEL_DIR / "norm_split.cu").read_text()
-    assert int(re.search(r"#define OPSMITH_WEIGHT_CLUSTER (\d+)", split).group(1)) == _launch.WEIGHT_CLUSTER
-    for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536, 10**6), (1, 33, 1000, 4096, 8192, 20000),
-                                                  (2, 4, 8)):
-        p = _launch.norm_bwd_plan(rows, cols, itemsize, props)
-        if p.strategy == "long":  # too long for registers: row_plan's long plan, norm_bwd_weight after
-            assert p == _launch.row_plan(rows, cols, itemsize, 2, props)
-            continue
-        assert p.strategy in ("persistent", "split")
-        tpr, per_block = p.block
-        resident = min(_launch.ROW_THREADS * _launch.ROW_BWD_BLOCKS, props.max_threads_per_sm)
-        full = max(1, resident // (tpr * per_block)) * props.sm_count  # the persistent grid with rows enough
-        split_bytes = _launch.NORM_SPLIT_BYTES * max(1, min(full, -(-rows // (2 * per_block))))  # x arrays
-        if p.strategy == "split":  # few rows a block: grad_x a row a row lane, every row at once
-            assert p.grid[0] == -(-rows // per_block) > props.sm_count or per_block == 1
-            few = -(-rows // per_block) <= props.sm_count  # a row a block fits the SMs
-            assert few or rows * itemsize < 2 * split_bytes
-            rms = _launch.norm_bwd_plan(rows, cols, itemsize, props, 1)  # one array of partials: half the bytes
-            assert rms.strategy == ("split" if few or rows * itemsize < split_bytes else "persistent")
-            continue
-        assert rows * itemsize >= 2 * split_bytes and -(-rows // per_block) > props.sm_count or per_block > 1
-        assert tpr * per_block <= min(_launch.ROW_THREADS, props.max_threads_per_block)
-        assert per_block == 1 or tpr * per_block <= _launch.NORM_BWD_BLOCK  # write_partial's shared buffer
-        assert tpr * _launch.ROW_CHUNKS * (16 // itemsize) >= cols  # a row fits a row lane's registers
-        assert 1 <= p.grid[0] <= max(1, resident // (tpr * per_block)) * props.sm_count
-        if rows >= 2 * per_block * props.sm_count * (resident // (tpr * per_block)):  # enough rows: every SM full
-            assert p.grid[0] == max(1, resident // (tpr * per_block)) * props.sm_count
-        if per_block > 1 and -(-rows // per_block) <= props.sm_count:  # few narrow rows: a row a row lane
-            assert p.grid[0] == max(1, -(-rows // per_block))
-        else:
-            assert p.grid[0] * per_block * 2 <= rows + 2 * per_block  # at least about two rows a row lane
-        if rows * cols * itemsize >= 64 << 20:  # partial sums (float) at most 1/4 of one input
-            assert p.grid[0] * cols * 4 * 4 <= rows * cols * itemsize
