@@ -9,21 +9,14 @@ import functools
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, ".")
+from diag_norm_split import per_kernel  # noqa: E402  (bench/, this script's folder)
 from opsmith.ops import _launch, _norms  # noqa: E402
 
 
-def kernels_us(fn, n=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-    return sum(e.device_time for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA) / n
+def kernels_us(fn):
+    return sum(per_kernel(fn).values())
 
 
 def main():

@@ -132,17 +132,13 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
     w = weight.contiguous() if weight is not None else x
     plan, file = _bwd_plan(rows, cols, x, 2)
     dw, db = none, none.clone()
-    if plan.strategy == "long":
+    if plan.strategy in ("long", "split"):  # grad_x alone, then the weight and bias gradients (norm_bwd_weight)
         args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
-        _kernel("norm_long.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
-        if want_w or want_b:
-            sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_w, want_b, shape)
-            dw = sw if want_w else dw
-            db = sb if want_b else db
-        return dx, dw, db
-    if plan.strategy == "split":  # grad_x alone, then the weight and bias gradients from norm_bwd_weight
-        _kernel("norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>", x).launch(
-            _launch.launch_config(plan), g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
+        if plan.strategy == "long":
+            _kernel("norm_long.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args,
+                                                                               plan.cache)
+        else:
+            _kernel("norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
         if want_w or want_b:
             sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_w, want_b, shape)
             dw, db = (sw if want_w else dw), (sb if want_b else db)
@@ -198,17 +194,16 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
         return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else x.new_empty(0))
     w = weight.contiguous() if weight is not None else x
     plan, file = _bwd_plan(rows, cols, x, 1)
-    if plan.strategy == "long":
+    if plan.strategy in ("long", "split"):  # grad_x alone, then the weight gradient (norm_bwd_weight)
         args = (g, x, w, rstd, dx, rows, cols, int(weight is not None))
-        _kernel("norm_long.cu", "rms_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
-        dw = x.new_empty(0)
-        if want_w:
-            dw, _ = _weight_grads(g, x, None, rstd, rows, cols, True, False, shape)
-        return (dx if res is None else dx.add_(res)), dw
-    if plan.strategy == "split":  # grad_x alone, then the weight gradient from norm_bwd_weight
-        _kernel("norm_split.cu", "rms_norm_bwd_dx<{T}, {A}>", x).launch(
-            _launch.launch_config(plan), g, x, w, rstd, dx, rows, cols, int(weight is not None),
-            res if res is not None else x, int(res is not None))
+        if plan.strategy == "long":  # the residual's gradient added after
+            _kernel("norm_long.cu", "rms_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args,
+                                                                             plan.cache)
+            if res is not None:
+                dx.add_(res)
+        else:
+            _kernel("norm_split.cu", "rms_norm_bwd_dx<{T}, {A}>", x).launch(
+                _launch.launch_config(plan), *args, res if res is not None else x, int(res is not None))
         return dx, (_weight_grads(g, x, None, rstd, rows, cols, True, False, shape)[0] if want_w
                     else x.new_empty(0))
     pw = _partials(plan, cols, rstd, want_w)

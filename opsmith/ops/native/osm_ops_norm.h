@@ -97,19 +97,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *mp = m.data_ptr(), *rp = s.data_ptr();
     void *dp = dx.data_ptr();
     at::Tensor dw = none, db = none.clone();
-    if (p.strategy == S_LONG) {
-        void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
-        launch(LN_BWD_LONG, dt, dev, p, params);
-        if (want_w || want_b) {
-            auto [sw, sb] = weight_grads(g, x, &m, s, rows, cols, want_w, want_b, shape, dt, dev);
-            if (want_w) dw = sw;
-            if (want_b) db = sb;
-        }
-        return {dx, dw, db};
-    }
-    if (p.strategy == S_SPLIT) {  // grad_x alone, then the weight and bias gradients from norm_bwd_weight
-        void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w};
-        launch(LN_BWD_DX, dt, dev, p, params);
+    if (p.strategy == S_LONG || p.strategy == S_SPLIT) {  // grad_x alone, then the weights (norm_bwd_weight)
+        void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};  // the dx kernel: no cache
+        launch(p.strategy == S_LONG ? LN_BWD_LONG : LN_BWD_DX, dt, dev, p, params);
         if (want_w || want_b) {
             auto [sw, sb] = weight_grads(g, x, &m, s, rows, cols, want_w, want_b, shape, dt, dev);
             if (want_w) dw = sw;
@@ -183,17 +173,13 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     cache = p.cache;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *rp = s.data_ptr(), *dp = dx.data_ptr();
     at::Tensor dw = x.new_empty({0});
-    if (p.strategy == S_LONG) {
-        void *params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &cache};
-        launch(RMS_BWD_LONG, dt, dev, p, params);
-        if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, true, false, shape, dt, dev).first;
-        return {dx, dw};
-    }
     void *resp = xp;  // no gradient of a residual to add (add_rms_norm's, in Python)
-    if (p.strategy == S_SPLIT) {  // grad_x alone, then the weight gradient from norm_bwd_weight
+    if (p.strategy == S_LONG || p.strategy == S_SPLIT) {  // grad_x alone, then the weight (norm_bwd_weight)
         int has_res = 0;
-        void *params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &resp, &has_res};
-        launch(RMS_BWD_DX, dt, dev, p, params);
+        void *long_params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &cache};
+        void *dx_params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &resp, &has_res};
+        if (p.strategy == S_LONG) launch(RMS_BWD_LONG, dt, dev, p, long_params);
+        else launch(RMS_BWD_DX, dt, dev, p, dx_params);
         if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, true, false, shape, dt, dev).first;
         return {dx, dw};
     }
