@@ -303,8 +303,11 @@ class KernelSignature(Record):
 
     @classmethod
     def parse(cls, name: str, params_text: str, symbol: str | None = None) -> "KernelSignature":
-        """From a parameter list such as ``"const float* x, int n"``."""
-        return cls(name, symbol or name, tuple(parse_params(params_text)))
+        """From a parameter list such as ``"const float* x, int n"`` (in parentheses or not)."""
+        text = params_text.strip()
+        if text.startswith("(") and text.endswith(")"):
+            text = text[1:-1]
+        return cls(name, symbol or name, tuple(parse_params(text)))
 
     @classmethod
     def from_decl(cls, name: str, decl: KernelDecl, symbol: str) -> "KernelSignature":

@@ -167,6 +167,11 @@ class CudaModule:
                             f"{self.kernel_names}")
         if signature is not None:
             ksig = sig.KernelSignature.parse(name, signature, symbol)
+        elif decl is None:  # compiled (a name expression), but declared where opsmith does not read
+            raise SpecError(
+                f"kernel {name!r} is compiled in {self._name}, but its __global__ declaration is not in that "
+                f"source text (an #included file?), where opsmith reads a kernel's parameters: declare it in "
+                f"the source, or pass signature= with its parameter list, e.g. signature='const float* x, int n'")
         else:
             ksig = sig.KernelSignature.from_decl(name, decl, symbol)
         for p in ksig.unsupported():

@@ -125,6 +125,20 @@ def test_module_resolves_name_expression_and_plain_cpp_kernels():
         mod.get_kernel("nope")
 
 
+def test_a_kernel_declared_in_an_included_header_asks_for_its_signature():
+    """Its parameters are read from the source text given; one from a header says so (it raised
+    AttributeError from inside the signature parser)."""
+    header = TEMPLATED
+    mod = opsmith.CudaModule('#include "k.cuh"\n', arch="sm_90", headers={"k.cuh": header},
+                             name_expressions=["scale<float, 2>"])
+    with pytest.raises(opsmith.SpecError, match=r"declaration is not in that source text.*signature="):
+        mod.get_kernel("scale<float, 2>")
+    k = mod.get_kernel("scale<float, 2>", signature="float* x, float a, int n")
+    assert [p.kind for p in k.params] == ["tensor", "float", "int"]
+    k = mod.get_kernel("scale<float, 2>", signature=" (float* x, float a, int n) ")  # as a declaration writes it
+    assert [p.kind for p in k.params] == ["tensor", "float", "int"]
+
+
 def test_compile_error_points_at_the_users_line():
     src = "extern \"C\" __global__ void k(float* x) {\n    float v = x[0];\n    x[0] = v + undefined_name;\n}\n"
     with pytest.raises(CompileError) as info:
