@@ -287,8 +287,8 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, array
     array a block, written and read again) then cost more than reading grad and x twice.
     norm_split.cu's kernels write grad_x alone, a row a row lane and every row at once (``grid``
     covers the rows), at up to 1024 threads an SM; then ``norm_bwd_weight`` (``weight_grad_plan``).
-    On an H200, bf16 backward kernels, layer_norm 1024x4096: 29.5 -> 15.1 us (eager 14.3),
-    2048x4096: 38.2 -> 26.5 (eager 30.4); at 31 bytes (4096x4096) the persistent kernels stay
+    On an H200, bf16 backward kernels, layer_norm 1024x4096: 28.9 -> 13.3 us (eager 14.4),
+    2048x4096: 37.8 -> 26.5 (eager 30.8); at 31 bytes (4096x4096) the persistent kernels stay
     ahead: layer_norm 51.5 against 53.4, rms_norm 39.4 against 51.2; rms_norm at 15.5 bytes either
     way by 5-8 % (2048x2048: 13.2 persistent against 13.9; 2048x4096: 26.5 against 25.0), where it
     keeps the persistent kernel (bench/results/ops-norm-split-h200-2026-11-26/). Longer rows:
