@@ -38,11 +38,8 @@
 
 using namespace opsmith;
 
-// The register-row backwards keep a thread's chunks of grad, x and the weight as loaded, in T,
-// and convert each element where it is used (for 16-bit types half the registers of floats, room
-// for the weight-gradient sums). Chunk c of a thread starts at column (c * tpr + t) * N.
-#define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
-#define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
+// The register-row backwards keep a thread's chunks of grad, x and the weight as loaded, in T
+// (rows.cuh's OPSMITH_J / OPSMITH_E), room for the weight-gradient sums.
 
 // One row of layer_norm's register forward, bounds checks as mode M (rows.cuh's RowMode), sums in 4
 // partials a thread (chains of 4, not C * N). w and b are loaded with x (LATE = 0) or after the

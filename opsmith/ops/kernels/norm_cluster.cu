@@ -27,8 +27,6 @@
 
 using namespace opsmith;
 
-#define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
-#define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
 // element k of chunk c lies inside the slice (vec: chunks are wholly inside or wholly past it)
 #define OPSMITH_IN(c, k) (vec ? OPSMITH_J(c) < n : OPSMITH_J(c) + (k) < n)
 

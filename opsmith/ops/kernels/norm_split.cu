@@ -21,21 +21,12 @@
 
 using namespace opsmith;
 
-#define OPSMITH_DX_SETUP                                                                            \
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;                                            \
-    const int tpr = blockDim.x, t = threadIdx.x;                                                    \
-    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;                         \
-    const bool active = row < rows; /* idle rows still take part in the reductions */               \
-    const long long n = active ? cols : 0, base = (active ? row : 0) * (long long)cols;
-#define OPSMITH_DX_J(c) ((long long)((c) * tpr + t) * N)
-#define OPSMITH_DX_E(a, c, k) raw_get<T>((a)[c], k)
-
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_DX_BLOCKS)
 layer_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
                   const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x, long long rows,
                   int cols, int has_w) {
-    OPSMITH_DX_SETUP
+    OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
     Raw in[3][C];  // grad_y, x and w as loaded (zeros past the row's end)
     load_chunks<T, 3>({grad_y + base, x + base, w}, in, n, vec, tpr, t, has_w ? 7u : 3u);
@@ -45,8 +36,8 @@ layer_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T
     for (int c = 0; c < C; ++c)
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            const A g = OPSMITH_DX_E(in[0], c, k), xh = (OPSMITH_DX_E(in[1], c, k) - mu) * r;
-            const A gw = has_w ? g * OPSMITH_DX_E(in[2], c, k) : g;
+            const A g = OPSMITH_E(in[0], c, k), xh = (OPSMITH_E(in[1], c, k) - mu) * r;
+            const A gw = has_w ? g * OPSMITH_E(in[2], c, k) : g;
             s1 += gw;
             s2 += gw * xh;
         }
@@ -59,10 +50,10 @@ layer_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T
         A o[N];
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            const A g = OPSMITH_DX_E(in[0], c, k), xh = (OPSMITH_DX_E(in[1], c, k) - mu) * r;
-            o[k] = r * ((has_w ? g * OPSMITH_DX_E(in[2], c, k) : g) - s1 - xh * s2);
+            const A g = OPSMITH_E(in[0], c, k), xh = (OPSMITH_E(in[1], c, k) - mu) * r;
+            o[k] = r * ((has_w ? g * OPSMITH_E(in[2], c, k) : g) - s1 - xh * s2);
         }
-        store_vec(grad_x + base, OPSMITH_DX_J(c), n, vec, o);
+        store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
     }
 }
 
@@ -72,7 +63,7 @@ __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_DX_BLOCKS)
 rms_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
                 const A* __restrict__ rstd, T* __restrict__ grad_x, long long rows, int cols, int has_w,
                 const T* __restrict__ grad_res, int has_res) {
-    OPSMITH_DX_SETUP
+    OPSMITH_ROW_SETUP
     const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
                      (!has_res || aligned16(grad_res));
     Raw in[3][C];  // grad_y, x and w as loaded
@@ -83,8 +74,8 @@ rms_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T* 
     for (int c = 0; c < C; ++c)
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            const A g = OPSMITH_DX_E(in[0], c, k);
-            d += (has_w ? g * OPSMITH_DX_E(in[2], c, k) : g) * OPSMITH_DX_E(in[1], c, k);
+            const A g = OPSMITH_E(in[0], c, k);
+            d += (has_w ? g * OPSMITH_E(in[2], c, k) : g) * OPSMITH_E(in[1], c, k);
         }
     d = row_allreduce(d, SumOp(), A(0), tpr) / A(cols);
     if (!active) return;
@@ -95,11 +86,11 @@ rms_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T* 
         A o[N];
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            const A g = OPSMITH_DX_E(in[0], c, k), v = OPSMITH_DX_E(in[1], c, k);
-            o[k] = r * ((has_w ? g * OPSMITH_DX_E(in[2], c, k) : g) - v * r * r * d);
-            if (has_res) o[k] += OPSMITH_DX_E(res[0], c, k);
+            const A g = OPSMITH_E(in[0], c, k), v = OPSMITH_E(in[1], c, k);
+            o[k] = r * ((has_w ? g * OPSMITH_E(in[2], c, k) : g) - v * r * r * d);
+            if (has_res) o[k] += OPSMITH_E(res[0], c, k);
         }
-        store_vec(grad_x + base, OPSMITH_DX_J(c), n, vec, o);
+        store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
     }
 }
 

@@ -278,6 +278,12 @@ __device__ __forceinline__ void cluster_sum(A (&v)[W], A (&slot)[2][K][W], unsig
     const int n = active ? cols : 0;                                               \
     const long long base = (active ? row : 0) * (long long)cols;
 
+// The register-row kernels keep a thread's chunks as loaded (Raw, in T) and convert each element
+// where it is used (for 16-bit types half the registers of floats). Chunk c of a thread starts at
+// column (c * tpr + t) * N: OPSMITH_J(c); element k of chunk c of array a: OPSMITH_E(a, c, k).
+#define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
+#define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
+
 // element i of a thread's register row (chunk i / N, lane i % N) is column col(i)
 #define OPSMITH_COL(i) ((long long)(((i) / N) * tpr + t) * N + (i) % N)
 

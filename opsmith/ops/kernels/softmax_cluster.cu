@@ -14,8 +14,6 @@
 
 using namespace opsmith;
 
-#define OPSMITH_J(c) ((long long)((c) * tpr + t) * N)
-#define OPSMITH_E(a, c, k) raw_get<T>((a)[c], k)
 // 2 chunks a thread: 2 blocks of 512 threads an SM (64 registers); 4: one (128)
 template <int K, int CH, class T>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (CH > 2 ? 1 : 2)) OPSMITH_CLUSTER_DIMS(K)
