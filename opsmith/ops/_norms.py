@@ -1,5 +1,5 @@
 """layer_norm and rms_norm on CUDA: the torch operators' implementations over norm.cu, norm_long.cu,
-norm_cluster.cu and norm_split.cu (the strategy from :mod:`opsmith.ops._launch`'s plans)."""
+norm_cluster.cu, norm_l2.cu and norm_split.cu (the strategy from :mod:`opsmith.ops._launch`'s plans)."""
 from __future__ import annotations
 
 from opsmith.ops import _launch
@@ -8,6 +8,7 @@ from opsmith.ops._functional import _kernel, _rows_cols, _stats_dtype
 __all__ = ["layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd"]
 
 _CL = "norm_cluster.cu"
+_L2 = "norm_l2.cu"
 
 
 def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
@@ -23,8 +24,12 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         b = bias.contiguous() if bias is not None else x
         plan, file = _fwd_plan(rows, cols, x)
         args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
-        four = _launch.layer_norm_fwd4_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
-        if four is not None:  # float rows of 4,097-8,192: one block, 4 chunks a thread
+        props = _launch.device_props(x.get_device())
+        l2 = _l2_plan(rows, cols, props, x, w, b, y)
+        four = _launch.layer_norm_fwd4_plan(rows, cols, x.element_size(), props)
+        if l2 is not None:  # rows of 16 KiB or more: two passes, the second from L2
+            _kernel(_L2, "layer_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
+        elif four is not None:  # float rows of 4,097-8,192: one block, 4 chunks a thread
             _kernel("norm.cu", "layer_norm_fwd4<{T}, {A}>", x).launch(_launch.launch_config(four), *args)
         elif file == _CL:
             _kernel(_CL, f"layer_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x).launch(
@@ -87,6 +92,12 @@ def _partials(plan, cols: int, rstd, wanted: bool):
     import torch
     prows = plan.grid[0] // plan.cluster
     return torch.empty((prows, cols), dtype=rstd.dtype, device=rstd.device) if wanted else rstd
+
+
+def _l2_plan(rows: int, cols: int, props, *tensors):
+    """``_launch.norm_l2_plan``'s plan where every one of ``tensors`` is 16-byte aligned, else None."""
+    plan = _launch.norm_l2_plan(rows, cols, tensors[0].element_size(), props)
+    return plan if plan is not None and all(t.data_ptr() % 16 == 0 for t in tensors) else None
 
 
 def _fwd_plan(rows: int, cols: int, x):
@@ -169,7 +180,10 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
         w = weight.contiguous() if weight is not None else x
         plan, file = _fwd_plan(rows, cols, x)
         args = (x, w, y, rstd, rows, cols, float(eps), int(weight is not None))
-        if file == _CL:
+        l2 = _l2_plan(rows, cols, _launch.device_props(x.get_device()), x, w, y)
+        if l2 is not None:  # rows of 16 KiB or more: two passes, the second from L2
+            _kernel(_L2, "rms_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
+        elif file == _CL:
             _kernel(_CL, f"rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x).launch(
                 _launch.launch_config(plan), *args)
         elif plan.strategy == "long":

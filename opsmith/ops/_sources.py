@@ -1,7 +1,7 @@
 """The CUDA sources of opsmith.ops and their compiled modules.
 
 One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu``,
-``softmax_cluster.cu``, ``norm.cu``, ``norm_long.cu``, ``norm_cluster.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
+``softmax_cluster.cu``, ``norm.cu``, ``norm_long.cu``, ``norm_cluster.cu``, ``norm_l2.cu``, ``norm_split.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
 float16 and bfloat16, each with the name expressions of its kernels. The first use of any op on a dtype
 compiles that dtype's programs at once (:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all
 of them ahead of time.
@@ -37,6 +37,7 @@ FILES: dict[str, tuple[str, ...]] = {
                              for c in (2, 4))  # _launch.norm_cluster_plan's: K, then chunks a thread
     + ("layer_norm_bwd_cluster<2, {T}, {A}>",)  # layer_norm's rows for K = 8 run the long kernels (_norms._bwd_plan)
     + tuple(f"rms_norm_bwd_cluster<{k}, {{T}}, {{A}}>" for k in (2, 8)),
+    "norm_l2.cu": ("layer_norm_fwd_l2<{T}, {A}>", "rms_norm_fwd_l2<{T}, {A}>"),
     "norm_split.cu": ("layer_norm_bwd_dx<{T}, {A}>", "rms_norm_bwd_dx<{T}, {A}>", "norm_bwd_weight<{T}, {A}>",
                       "norm_bwd_weight_cluster<{T}, {A}>", "norm_col_sum<{T}, {A}>"),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
@@ -48,7 +49,7 @@ FILES: dict[str, tuple[str, ...]] = {
 # the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep
 # their Python CUDA implementations (opsmith/ops/_functional.py) on every machine
 NATIVE_FILES = ("elementwise.cu", "softmax.cu", "softmax_cluster.cu", "norm.cu", "norm_long.cu", "norm_cluster.cu",
-                "norm_split.cu")
+                "norm_l2.cu", "norm_split.cu")
 
 
 def kernel_names(file: str, dtype: str) -> list[str]:

@@ -60,7 +60,7 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
     assert names == ["activations.cuh", "common.cuh", "cross_entropy.cu", "elementwise.cu", "fused_norm.cu", "gated.cu",
-                     "norm.cu", "norm_cluster.cu", "norm_long.cu", "norm_split.cu", "rotary.cu", "rows.cuh",
+                     "norm.cu", "norm_cluster.cu", "norm_l2.cu", "norm_long.cu", "norm_split.cu", "rotary.cu", "rows.cuh",
                      "softmax.cu", "softmax_cluster.cu"]
     # the only includes are our own headers (common.cuh first, or rows.cuh, which includes it) and
     # CUDA's fp16/bf16 headers, behind __has_include
@@ -261,8 +261,9 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     monkeypatch.setattr(_sources, "kernel", kernel)
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)
     dt = getattr(torch, dtype)
-    # warp, block, wide (layer_norm), cluster, long cached (its forward), long uncached
-    for cols in (1, 100, 1024, 3000, 6000, 12000, 20000, 40000, 70000):
+    # warp, block, wide (layer_norm), l2 (whole vectors from 16 KiB), cluster, long cached (its forward), long
+    # uncached: the odd widths of the l2 rows take the others
+    for cols in (1, 100, 1024, 3000, 6000, 6001, 12000, 12001, 20000, 40000, 40001, 70000, 70001):
         x = torch.randn(3, cols, dtype=dt)
         w, b = torch.randn(cols, dtype=dt), torch.randn(cols, dtype=dt)
         for op in ("relu", "gelu_erf", "gelu_tanh", "silu"):
@@ -282,6 +283,10 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             assert dx.shape == x.shape and dw.shape == ((cols,) if weight is not None else (0,))
             y, rstd = nf.rms_norm_fwd(x, [cols], weight, None)
             dx, dw = nf.rms_norm_bwd(x, x, [cols], rstd, weight is not None, weight)
+        if cols == 6000:  # a misaligned row of whole vectors: layer_norm_fwd4 (float), not l2
+            xm = torch.randn(3 * cols + 1, dtype=dt)[1:].view(3, cols)
+            nf.layer_norm_fwd(xm, [cols], w, b, 1e-5)
+            nf.rms_norm_fwd(xm, [cols], w, None)
         for weight in (w, None):
             from opsmith.ops import _fused
             y, s, rstd = _fused.add_rms_norm_cuda(x, x, [cols], weight, None)
@@ -330,8 +335,8 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         want -= {"softmax_fwd_cluster", "softmax_bwd_cluster"}
     if dtype != "float32":  # layer_norm_fwd4_plan: float rows only
         want -= {"layer_norm_fwd4"}
-    else:  # ... which take this test's float widths a cluster forward would (whole vectors; 4097: clusters)
-        want -= {"layer_norm_fwd_cluster"}
+    if dtype == "float64":  # norm_l2_plan: 2- and 4-byte types only
+        want -= {"layer_norm_fwd_l2", "rms_norm_fwd_l2"}
     assert names == want, names
     assert {c.shared_mem > 0 for n, c in calls if "_long" in n} == {True, False}
     # empty tensors launch nothing

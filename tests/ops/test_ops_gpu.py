@@ -40,7 +40,8 @@ ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000),
               (2, 4096), (2, 4097), (3, 8193), (2, 20000), (1, 32768), (2, 70001), (0, 64), (300, 33),
               (4099, 256), (2500, 3000),  # the persistent norm backwards: many trips a block
               (300, 2048),  # the "split" norm backwards, their weight gradients in several chunks
-              (700, 12000), (300, 16385)]  # sm_90+: the cluster kernels' many trips (K = 2 and 8)
+              (700, 12000), (300, 16385),  # sm_90+: the cluster kernels' many trips (K = 2 and 8)
+              (2, 131072)]  # the norms' l2 forwards at 1,024 threads of many chunks
 
 
 def _close(actual, expected, dtype, scale=1.0, what=""):
@@ -172,7 +173,7 @@ def test_layer_norm_matches_float64_torch(shape, dtype, affine):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
-@pytest.mark.parametrize("cols", [1000, 4096, 8192])
+@pytest.mark.parametrize("cols", [1000, 4096, 8192, 16384, 32768])  # from 8192: the l2 forward's merged chunks
 @pytest.mark.parametrize("rows", ["large mean", "outlier first", "constant", "inf", "nan"])
 def test_layer_norm_16bit_shifted_variance_holds_on_hard_rows(rows, cols, dtype):
     """16-bit register rows on the rows that break one-reduction variances: a large mean (E[x^2] -
@@ -258,6 +259,35 @@ def test_layer_norm_wide_kernel_and_misaligned_rows(dtype):
         k = _sources.kernel("norm.cu", "layer_norm_fwd_wide<{T}, {A}>", str(dtype).split(".")[1], 0)
         k.launch(_launch.launch_config(plan), x, w, b, y, mean, rstd, rows, cols, 1e-5, 1, 1)
         _close(y, want, dtype, what="layer_norm_fwd_wide launched directly")
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:3], ids=DT_IDS[:3])
+@pytest.mark.parametrize("cols", [4096, 20000, 65536])
+def test_norm_l2_forwards_and_their_fallbacks_match_float64(cols, dtype):
+    """Rows of 16 KiB or more in whole 16-byte vectors take norm_l2.cu's forwards; a misaligned view of the
+    same rows takes the other kernels; both match float64 torch, mean and rstd too, with and without
+    weight and bias."""
+    from opsmith.ops import _norms
+    rows = 5
+    base = _rand((rows * cols + 8,), dtype, 40) * 2 + 3
+    w, b = _rand(cols, dtype, 41), _rand(cols, dtype, 42)
+    for x in (base[: rows * cols].view(rows, cols), base[1: 1 + rows * cols].view(rows, cols)):  # aligned, not
+        plan = _launch.norm_l2_plan(rows, cols, x.element_size(), _launch.device_props(0))
+        assert (plan is not None) == (cols * x.element_size() >= _launch.L2_MIN_ROW_BYTES)
+        xd = x.double()
+        for weight, bias in ((w, b), (None, None)):
+            y, mean, rstd = _norms.layer_norm_fwd(x, [cols], weight, bias, 1e-5)
+            want = F.layer_norm(xd, (cols,), _or_none(weight), _or_none(bias), 1e-5)
+            _close(y, want, dtype, what=f"layer_norm (aligned: {x.data_ptr() % 16 == 0})")
+            _close(mean, xd.mean(-1), torch.float32, what="layer_norm mean")
+            _close(rstd, (xd.var(-1, unbiased=False) + 1e-5).rsqrt(), torch.float32, what="layer_norm rstd")
+            y, rstd = _norms.rms_norm_fwd(x, [cols], weight, 1e-6)
+            _close(y, F.rms_norm(xd, (cols,), _or_none(weight), 1e-6), dtype, what="rms_norm")
+            _close(rstd, (xd.square().mean(-1) + 1e-6).rsqrt(), torch.float32, what="rms_norm rstd")
+
+
+def _or_none(t):
+    return t.double() if t is not None else None
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)

@@ -44,8 +44,8 @@ def _py(which, rows, cols, itemsize, arrays, props):
     if which == "elementwise":
         p = _launch.elementwise_plan(rows, itemsize, props)
         return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1, 0
-    if which == "ln_fwd4":
-        p = _launch.layer_norm_fwd4_plan(rows, cols, itemsize, props)
+    if which in ("ln_fwd4", "l2"):
+        p = (_launch.layer_norm_fwd4_plan if which == "ln_fwd4" else _launch.norm_l2_plan)(rows, cols, itemsize, props)
         if p is None:
             return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
         return p.strategy, (p.grid[0], 1), tuple(p.block), 0, 0, 0, 1, 0
@@ -69,7 +69,7 @@ def _py(which, rows, cols, itemsize, arrays, props):
 
 ROWS = (1, 2, 7, 64, 131, 1000, 4096, 65536, 10**6)
 COLS = (1, 3, 8, 31, 64, 100, 255, 1024, 4096, 5000, 8192, 8200, 12000, 16384, 32768, 65536, 65537, 262144)
-WHICH = ("row", "weight", "norm_bwd", "softmax", "cluster_fwd", "cluster_bwd", "ln_fwd4")
+WHICH = ("row", "weight", "norm_bwd", "softmax", "cluster_fwd", "cluster_bwd", "ln_fwd4", "l2")
 
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
@@ -84,7 +84,7 @@ def test_plans_match_python_on_synthetic_devices(lib, device):
     for n, itemsize in itertools.product((1, 5, 1000, 2**20 + 3, 3 * 10**9, 2**40), (2, 4, 8)):
         assert _native.plan("elementwise", n, 0, itemsize, 1, props, lib=lib) == \
             _py("elementwise", n, 0, itemsize, 1, props)
-    assert {"warp", "block", "long", "columns", "persistent", "split", "wide"} <= strategies
+    assert {"warp", "block", "long", "columns", "persistent", "split", "wide", "l2"} <= strategies
     assert ("cluster" in strategies) == props.clusters
 
 

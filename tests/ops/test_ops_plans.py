@@ -260,3 +260,26 @@ def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whol
         assert tpr <= limit and tpr & (tpr - 1) == 0 and (tpr // 2) * _launch.LN_FWD4_CHUNKS * 4 < cols <= tpr * 16
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     assert "layer_norm_fwd_any<0, T, A, 4>" in source and _launch.LN_FWD4_CHUNKS == 4
+
+
+@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks_a_thread(props):
+    """norm_l2.cu's forwards: 2- and 4-byte rows of L2_MIN_ROW_BYTES or more in whole 16-byte vectors, a
+    block a row of a power of two threads holding at most L2_CHUNKS chunks each (more only where the
+    block is at its largest); everything else keeps its plan (None)."""
+    largest = min(_launch.L2_THREADS, props.max_threads_per_block)
+    for rows, cols, itemsize in itertools.product((1, 300, 65536, 2**31 + 5),
+                                                  (100, 4096, 4100, 8191, 8192, 12000, 16384, 20000, 32768, 262144),
+                                                  (2, 4, 8)):
+        p = _launch.norm_l2_plan(rows, cols, itemsize, props)
+        vec = 16 // itemsize
+        if itemsize == 8 or cols % vec or cols * itemsize < _launch.L2_MIN_ROW_BYTES:
+            assert p is None, (rows, cols, itemsize)
+            continue
+        threads, chunks = p.block[0], cols // vec
+        assert p.strategy == "l2" and p.grid == (min(rows, 2**31 - 1),) and p.block == (threads, 1)
+        assert threads & (threads - 1) == 0 and threads <= largest
+        assert threads * _launch.L2_CHUNKS >= chunks or threads == largest
+        assert (threads // 2) * _launch.L2_CHUNKS < chunks  # not a power of two too many
+    source = (_sources.KERNEL_DIR / "norm_l2.cu").read_text()
+    assert f"#define OPSMITH_L2_THREADS {_launch.L2_THREADS}" in source

@@ -1,5 +1,6 @@
 /* layer_norm and rms_norm in C++ (opsmith/ops/_norms.py ported): the register rows (norm.cu), the
-   thread-block clusters (norm_cluster.cu, sm_90+) and the long rows (norm_long.cu). Part of osm_ops.cpp's
+   thread-block clusters (norm_cluster.cu, sm_90+), the long rows (norm_long.cu) and the forwards' two
+   passes over a row held in L2 (norm_l2.cu). Part of osm_ops.cpp's
    one translation unit. */
 #pragma once
 
@@ -61,8 +62,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         const Kernel k = p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? LN_FWD_CL2 : LN_FWD_CL2W)  // K = 2
                          : p.strategy == S_LONG ? LN_FWD_LONG
                          : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
+        const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev]);  // rows of 16 KiB or more
         const Plan four = layer_norm_fwd4_plan(r, c, x.element_size(), props[dev]);  // float rows of 4,097-8,192
-        if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);
+        if (l2.strategy != S_NONE && vec) launch(LN_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
+        else if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);
         else launch(k, dt, dev, p, params);
     }
     return {y, mean, rstd};
@@ -142,6 +145,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
         Eps e = eps_for(dt, eps.has_value() ? *eps : machine_eps(dt));
         void *xp = x.data_ptr(), *wp = w.data_ptr(), *yp = y.data_ptr(), *rp = rstd.data_ptr();
         void *params[] = {&xp, &wp, &yp, &rp, &rows, &cols, &e, &has_w, &cache};
+        const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev]);  // _norms._l2_plan
+        if (l2.strategy != S_NONE && aligned16(xp) && aligned16(wp) && aligned16(yp)) {
+            launch(RMS_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
+            return {y, rstd};
+        }
         launch(p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? RMS_FWD_CL2 : RMS_FWD_CL2W)  // K = 2
                : p.strategy == S_LONG  ? RMS_FWD_LONG
                                        : RMS_FWD,

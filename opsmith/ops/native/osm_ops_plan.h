@@ -12,7 +12,7 @@ namespace {
 enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, C_LN_WIDE_TPR,
        C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
        C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
-       C_LN_FWD4_CHUNKS,
+       C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES,
        N_CONSTS };
 int64_t K[N_CONSTS];
 
@@ -22,7 +22,7 @@ struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its 
 
 // -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
 enum { S_NONE = -1, S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5, S_WIDE = 6,
-       S_CLUSTER = 7, S_SPLIT = 8 };
+       S_CLUSTER = 7, S_SPLIT = 8, S_L2 = 9 };
 struct Plan {
     int strategy;
     int64_t gx, gy;
@@ -131,6 +131,16 @@ Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Pr
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block), vec = 16 / itemsize;
     if (cols <= K[C_ROW_CHUNKS] * vec * limit || cols > K[C_LN_FWD4_CHUNKS] * vec * limit) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, pow2_at_least(cdiv(cols, K[C_LN_FWD4_CHUNKS] * vec)), 1, 0, 0, 0};
+}
+
+// _launch.norm_l2_plan: the norm forwards' two passes over a row held in L2, rows of L2_MIN_ROW_BYTES or more
+Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
+    const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t vec = 16 / itemsize;
+    if ((itemsize != 2 && itemsize != 4) || cols % vec || cols * itemsize < K[C_L2_MIN_ROW_BYTES]) return none;
+    const int64_t threads = std::min({K[C_L2_THREADS], pow2_at_least(p.max_threads_per_block + 1) / 2,
+                                      pow2_at_least(cdiv(cols / vec, K[C_L2_CHUNKS]))});
+    return {S_L2, std::max<int64_t>(1, std::min<int64_t>(rows, 0x7fffffff)), 1, threads, 1, 0, 0, 0};
 }
 
 Plan col_sum_plan(int64_t cols, int64_t arrays) {

@@ -1,0 +1,174 @@
+// opsmith.ops LayerNorm and RMSNorm forwards in two passes over a row held in L2 (the "l2" strategy of
+// opsmith/ops/_launch.py's norm_l2_plan): one block a row, one 16-byte chunk a thread a trip (U chunks
+// with their loads issued together), few registers, so that an SM holds 2,048 threads. The first pass
+// reads the row asking L2 to keep it (evict_last) and sums it; the second reads it again, from L2 (the
+// row was read a moment before: the rows in flight are a few MiB), asking L2 to let it go first
+// (evict_first), and writes y. HBM sees one read and one write of the row, as in the register rows,
+// at a fraction of their registers: the register rows of 16,384 bf16 elements held one 512-thread
+// block an SM (or a 2-block cluster a row), too few bytes in flight. Widths a multiple of 16 bytes,
+// 16-byte-aligned pointers (the plan's condition).
+//
+// layer_norm's variance: each thread keeps the exact mean and squared deviations of its chunks merged
+// one chunk at a time (Chan et al.), the block then adds the threads' sums for the mean and their
+// squared deviations about it (each thread's plus its count times its mean's distance from the row's):
+// as exact as the register rows' two passes, with no data-dependent shift (a shifted one-pass sum
+// failed the hard-rows GPU test).
+#include "common.cuh"
+
+#ifndef OPSMITH_L2_THREADS
+#define OPSMITH_L2_THREADS 1024  // the most threads a block (_launch.L2_THREADS)
+#endif
+// 16-byte chunks a thread a trip, their loads issued together. H200 (bench/diag_norm_l2.py,
+// bench/results/ops-norm-l2-h200-2026-11-26/l2.txt): 2 ran 1.05-1.45x as fast as 1 and 1.1-1.5x as 4;
+// 32 registers a thread (2,048 threads an SM) beat 64 by 5-30 % but for fp32 at 8192x8192 (even).
+#define OPSMITH_L2_UNROLL 2
+
+namespace opsmith {
+
+// The L2 eviction policies of the two passes (sm_80+; older devices load plainly)
+__device__ __forceinline__ unsigned long long l2_keep() {
+    unsigned long long p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+__device__ __forceinline__ unsigned long long l2_first() {
+    unsigned long long p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+// 16 bytes at p under L2 policy `pol` (without the hints: 1-6 % slower on 12 of 15 bf16 and fp32
+// shapes, up to 3 % faster on the others; same run)
+__device__ __forceinline__ Raw ld_l2(const void* p, unsigned long long pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    Raw r;
+    asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p), "l"(pol));
+    return r;
+#else
+    return *reinterpret_cast<const Raw*>(p);
+#endif
+}
+
+}  // namespace opsmith
+
+using namespace opsmith;
+
+// A block's rows (one a block: the grid is capped only past 2^31 - 1 rows), the row's setup, and the
+// trips of a thread over the row's nv chunks: chunk c0 + u * tpr for u < U
+#define OPSMITH_L2_ROWS                                                      \
+    constexpr int N = Vec<T>::N, U = OPSMITH_L2_UNROLL;                       \
+    const int tpr = blockDim.x, t = threadIdx.x, nv = cols / N;               \
+    const unsigned long long keep = l2_keep(), first = l2_first();            \
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
+#define OPSMITH_L2_TRIPS for (int c0 = t; c0 < nv; c0 += U * tpr)
+#define OPSMITH_L2_IN(u) (c0 + (u) * tpr < nv)
+#define OPSMITH_L2_LOAD(r, pol)                                                                         \
+    Raw r[U];                                                                                           \
+    _Pragma("unroll") for (int u = 0; u < U; ++u)                                                       \
+        if (OPSMITH_L2_IN(u)) r[u] = ld_l2(xr + (long long)(c0 + u * tpr) * N, pol);
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, 2048 / OPSMITH_L2_THREADS)
+layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                  A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
+    OPSMITH_L2_ROWS {
+        const T* xr = x + row * cols;
+        T* yr = y + row * cols;
+        A mu = A(0), m2 = A(0);
+        int cnt = 0;  // chunks merged into (mu, m2)
+        OPSMITH_L2_TRIPS {
+            OPSMITH_L2_LOAD(r, keep)
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (!OPSMITH_L2_IN(u)) break;
+                A s = A(0);
+#pragma unroll
+                for (int k = 0; k < N; ++k) s += raw_get<T>(r[u], k);
+                const A cm = s * (A(1) / A(N));
+                A q = A(0);
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A d = raw_get<T>(r[u], k) - cm;
+                    q += d * d;
+                }
+                ++cnt;
+                const A f = A(1) / A(cnt), delta = cm - mu;
+                mu += delta * f;
+                m2 += q + delta * delta * (A(N) * A(cnt - 1) * f);
+            }
+        }
+        const A n_t = A(N) * A(cnt);
+        const A mu_row = row_allreduce(mu * n_t, SumOp(), A(0), tpr) / A(cols);
+        const A dm = mu - mu_row;
+        const A var = row_allreduce(m2 + n_t * dm * dm, SumOp(), A(0), tpr) / A(cols);
+        const A rs = m_rsqrt(var + eps);
+        if (t == 0) {
+            mean[row] = mu_row;
+            rstd[row] = rs;
+        }
+        OPSMITH_L2_TRIPS {
+            OPSMITH_L2_LOAD(r, first)
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (!OPSMITH_L2_IN(u)) break;
+                const int j = (c0 + u * tpr) * N;
+                const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
+                const Raw br = has_b ? *reinterpret_cast<const Raw*>(b + j) : Raw{};
+                A o[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    A v = (raw_get<T>(r[u], k) - mu_row) * rs;
+                    if (has_w) v *= raw_get<T>(wr, k);
+                    if (has_b) v += raw_get<T>(br, k);
+                    o[k] = v;
+                }
+                *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
+            }
+        }
+    }
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, 2048 / OPSMITH_L2_THREADS)
+rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
+                long long rows, int cols, A eps, int has_w) {
+    OPSMITH_L2_ROWS {
+        const T* xr = x + row * cols;
+        T* yr = y + row * cols;
+        A q = A(0);
+        OPSMITH_L2_TRIPS {
+            OPSMITH_L2_LOAD(r, keep)
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (!OPSMITH_L2_IN(u)) break;
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A v = raw_get<T>(r[u], k);
+                    q += v * v + nonfinite(v);  // an inf makes the row NaN, as torch's
+                }
+            }
+        }
+        const A rs = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
+        if (t == 0) rstd[row] = rs;
+        OPSMITH_L2_TRIPS {
+            OPSMITH_L2_LOAD(r, first)
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (!OPSMITH_L2_IN(u)) break;
+                const int j = (c0 + u * tpr) * N;
+                const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
+                A o[N];
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A v = raw_get<T>(r[u], k) * rs;
+                    o[k] = has_w ? v * raw_get<T>(wr, k) : v;
+                }
+                *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
+            }
+        }
+    }
+}
