@@ -270,11 +270,11 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Pla
     3,514, 2048x32768 2,859 -> 3,279, 8192x8192 3,063 -> 3,549; rms_norm 4096x16384 3,441 -> 3,935;
     fp32 rms_norm 8192x8192 3,221 -> 4,055. At 8 KiB rows (bf16 4,096) the register rows ran as fast."""
     vec = 16 // itemsize
-    if itemsize not in (2, 4) or cols % vec or cols * itemsize < L2_MIN_ROW_BYTES:
-        return None
+    if itemsize not in (2, 4) or cols % vec or cols * itemsize < L2_MIN_ROW_BYTES or not 1 <= rows < 2**31:
+        return None  # (a block a row: the kernels have no loop over rows, which cost them registers)
     threads = min(L2_THREADS, _pow2_at_least(props.max_threads_per_block + 1) // 2,
                   _pow2_at_least(_cdiv(cols // vec, L2_CHUNKS)))
-    return Plan("l2", (max(1, min(rows, 2**31 - 1)),), (threads, 1), 0, 0)
+    return Plan("l2", (rows,), (threads, 1), 0, 0)
 
 
 def layer_norm_kernel(plan: Plan, vec: bool) -> str:

@@ -264,8 +264,8 @@ def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whol
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
 def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks_a_thread(props):
-    """norm_l2.cu's forwards: 2- and 4-byte rows of L2_MIN_ROW_BYTES or more in whole 16-byte vectors, a
-    block a row of a power of two threads holding at most L2_CHUNKS chunks each (more only where the
+    """norm_l2.cu's forwards: 2- and 4-byte rows of L2_MIN_ROW_BYTES or more in whole 16-byte vectors, up to
+    2^31 - 1 rows, a block a row of a power of two threads holding at most L2_CHUNKS chunks each (more only where the
     block is at its largest); everything else keeps its plan (None)."""
     largest = min(_launch.L2_THREADS, props.max_threads_per_block)
     for rows, cols, itemsize in itertools.product((1, 300, 65536, 2**31 + 5),
@@ -273,11 +273,11 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
                                                   (2, 4, 8)):
         p = _launch.norm_l2_plan(rows, cols, itemsize, props)
         vec = 16 // itemsize
-        if itemsize == 8 or cols % vec or cols * itemsize < _launch.L2_MIN_ROW_BYTES:
-            assert p is None, (rows, cols, itemsize)
+        if itemsize == 8 or cols % vec or cols * itemsize < _launch.L2_MIN_ROW_BYTES or rows >= 2**31:
+            assert p is None, (rows, cols, itemsize)  # (a block a row: at most 2^31 - 1 of them)
             continue
         threads, chunks = p.block[0], cols // vec
-        assert p.strategy == "l2" and p.grid == (min(rows, 2**31 - 1),) and p.block == (threads, 1)
+        assert p.strategy == "l2" and p.grid == (rows,) and p.block == (threads, 1)
         assert threads & (threads - 1) == 0 and threads <= largest
         assert threads * _launch.L2_CHUNKS >= chunks or threads == largest
         assert (threads // 2) * _launch.L2_CHUNKS < chunks  # not a power of two too many

@@ -57,13 +57,14 @@ __device__ __forceinline__ Raw ld_l2(const void* p, unsigned long long pol) {
 
 using namespace opsmith;
 
-// A block's rows (one a block: the grid is capped only past 2^31 - 1 rows), the row's setup, and the
-// trips of a thread over the row's nv chunks: chunk c0 + u * tpr for u < U
-#define OPSMITH_L2_ROWS                                                      \
+// A block's row (one a block: norm_l2_plan takes up to 2^31 - 1 rows; a grid-stride loop over rows took
+// registers past the 32 and ran 10-30 % slower), its setup, and the trips of a thread over the row's nv
+// chunks: chunk c0 + u * tpr for u < U
+#define OPSMITH_L2_ROW                                                       \
     constexpr int N = Vec<T>::N, U = OPSMITH_L2_UNROLL;                       \
     const int tpr = blockDim.x, t = threadIdx.x, nv = cols / N;               \
     const unsigned long long keep = l2_keep(), first = l2_first();            \
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
+    const long long row = blockIdx.x;
 #define OPSMITH_L2_TRIPS for (int c0 = t; c0 < nv; c0 += U * tpr)
 #define OPSMITH_L2_IN(u) (c0 + (u) * tpr < nv)
 #define OPSMITH_L2_LOAD(r, pol)                                                                         \
@@ -75,59 +76,58 @@ template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_L2_THREADS, 2048 / OPSMITH_L2_THREADS)
 layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                   A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
-    OPSMITH_L2_ROWS {
-        const T* xr = x + row * cols;
-        T* yr = y + row * cols;
-        A mu = A(0), m2 = A(0);
-        int cnt = 0;  // chunks merged into (mu, m2)
-        OPSMITH_L2_TRIPS {
-            OPSMITH_L2_LOAD(r, keep)
+    OPSMITH_L2_ROW
+    const T* xr = x + row * cols;
+    T* yr = y + row * cols;
+    A mu = A(0), m2 = A(0);
+    int cnt = 0;  // chunks merged into (mu, m2)
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(r, keep)
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (!OPSMITH_L2_IN(u)) break;
-                A s = A(0);
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            A s = A(0);
 #pragma unroll
-                for (int k = 0; k < N; ++k) s += raw_get<T>(r[u], k);
-                const A cm = s * (A(1) / A(N));
-                A q = A(0);
+            for (int k = 0; k < N; ++k) s += raw_get<T>(r[u], k);
+            const A cm = s * (A(1) / A(N));
+            A q = A(0);
 #pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A d = raw_get<T>(r[u], k) - cm;
-                    q += d * d;
-                }
-                ++cnt;
-                const A f = A(1) / A(cnt), delta = cm - mu;
-                mu += delta * f;
-                m2 += q + delta * delta * (A(N) * A(cnt - 1) * f);
+            for (int k = 0; k < N; ++k) {
+                const A d = raw_get<T>(r[u], k) - cm;
+                q += d * d;
             }
+            ++cnt;
+            const A f = A(1) / A(cnt), delta = cm - mu;
+            mu += delta * f;
+            m2 += q + delta * delta * (A(N) * A(cnt - 1) * f);
         }
-        const A n_t = A(N) * A(cnt);
-        const A mu_row = row_allreduce(mu * n_t, SumOp(), A(0), tpr) / A(cols);
-        const A dm = mu - mu_row;
-        const A var = row_allreduce(m2 + n_t * dm * dm, SumOp(), A(0), tpr) / A(cols);
-        const A rs = m_rsqrt(var + eps);
-        if (t == 0) {
-            mean[row] = mu_row;
-            rstd[row] = rs;
-        }
-        OPSMITH_L2_TRIPS {
-            OPSMITH_L2_LOAD(r, first)
+    }
+    const A n_t = A(N) * A(cnt);
+    const A mu_row = row_allreduce(mu * n_t, SumOp(), A(0), tpr) / A(cols);
+    const A dm = mu - mu_row;
+    const A var = row_allreduce(m2 + n_t * dm * dm, SumOp(), A(0), tpr) / A(cols);
+    const A rs = m_rsqrt(var + eps);
+    if (t == 0) {
+        mean[row] = mu_row;
+        rstd[row] = rs;
+    }
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(r, first)
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (!OPSMITH_L2_IN(u)) break;
-                const int j = (c0 + u * tpr) * N;
-                const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
-                const Raw br = has_b ? *reinterpret_cast<const Raw*>(b + j) : Raw{};
-                A o[N];
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            const int j = (c0 + u * tpr) * N;
+            const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
+            const Raw br = has_b ? *reinterpret_cast<const Raw*>(b + j) : Raw{};
+            A o[N];
 #pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    A v = (raw_get<T>(r[u], k) - mu_row) * rs;
-                    if (has_w) v *= raw_get<T>(wr, k);
-                    if (has_b) v += raw_get<T>(br, k);
-                    o[k] = v;
-                }
-                *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
+            for (int k = 0; k < N; ++k) {
+                A v = (raw_get<T>(r[u], k) - mu_row) * rs;
+                if (has_w) v *= raw_get<T>(wr, k);
+                if (has_b) v += raw_get<T>(br, k);
+                o[k] = v;
             }
+            *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
         }
     }
 }
@@ -136,39 +136,38 @@ template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_L2_THREADS, 2048 / OPSMITH_L2_THREADS)
 rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
                 long long rows, int cols, A eps, int has_w) {
-    OPSMITH_L2_ROWS {
-        const T* xr = x + row * cols;
-        T* yr = y + row * cols;
-        A q = A(0);
-        OPSMITH_L2_TRIPS {
-            OPSMITH_L2_LOAD(r, keep)
+    OPSMITH_L2_ROW
+    const T* xr = x + row * cols;
+    T* yr = y + row * cols;
+    A q = A(0);
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(r, keep)
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (!OPSMITH_L2_IN(u)) break;
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
 #pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A v = raw_get<T>(r[u], k);
-                    q += v * v + nonfinite(v);  // an inf makes the row NaN, as torch's
-                }
+            for (int k = 0; k < N; ++k) {
+                const A v = raw_get<T>(r[u], k);
+                q += v * v + nonfinite(v);  // an inf makes the row NaN, as torch's
             }
         }
-        const A rs = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
-        if (t == 0) rstd[row] = rs;
-        OPSMITH_L2_TRIPS {
-            OPSMITH_L2_LOAD(r, first)
+    }
+    const A rs = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
+    if (t == 0) rstd[row] = rs;
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(r, first)
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (!OPSMITH_L2_IN(u)) break;
-                const int j = (c0 + u * tpr) * N;
-                const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
-                A o[N];
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            const int j = (c0 + u * tpr) * N;
+            const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
+            A o[N];
 #pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A v = raw_get<T>(r[u], k) * rs;
-                    o[k] = has_w ? v * raw_get<T>(wr, k) : v;
-                }
-                *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
+            for (int k = 0; k < N; ++k) {
+                const A v = raw_get<T>(r[u], k) * rs;
+                o[k] = has_w ? v * raw_get<T>(wr, k) : v;
             }
+            *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
         }
     }
 }

@@ -137,10 +137,12 @@ Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Pr
 Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
     const int64_t vec = 16 / itemsize;
-    if ((itemsize != 2 && itemsize != 4) || cols % vec || cols * itemsize < K[C_L2_MIN_ROW_BYTES]) return none;
+    if ((itemsize != 2 && itemsize != 4) || cols % vec || cols * itemsize < K[C_L2_MIN_ROW_BYTES] || rows < 1 ||
+        rows > 0x7fffffff)
+        return none;
     const int64_t threads = std::min({K[C_L2_THREADS], pow2_at_least(p.max_threads_per_block + 1) / 2,
                                       pow2_at_least(cdiv(cols / vec, K[C_L2_CHUNKS]))});
-    return {S_L2, std::max<int64_t>(1, std::min<int64_t>(rows, 0x7fffffff)), 1, threads, 1, 0, 0, 0};
+    return {S_L2, rows, 1, threads, 1, 0, 0, 0};
 }
 
 Plan col_sum_plan(int64_t cols, int64_t arrays) {
