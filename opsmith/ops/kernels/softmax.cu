@@ -131,8 +131,10 @@ softmax_fwd_wide(const T* __restrict__ x, T* __restrict__ y, long long rows, int
     softmax_fwd_any<OPSMITH_WIDE_CHUNKS>(x, y, rows, cols);
 }
 
-// The register backward's row, C chunks a thread.
-template <int C, class T>
+// The register backward's row, C chunks a thread, bounds checks as mode M (rows.cuh's RowMode, as the
+// forward's: compiled once per mode, the element path out of line; with one runtime `vec` path the wide
+// kernel spilled at 64 registers).
+template <int M, int C, class T>
 __device__ __forceinline__ void softmax_bwd_row(const T* __restrict__ grad_y, const T* __restrict__ y,
                                                 T* __restrict__ grad_x, long long rows, int cols) {
     typedef typename Elem<T>::acc A;
@@ -140,31 +142,56 @@ __device__ __forceinline__ void softmax_bwd_row(const T* __restrict__ grad_y, co
     const int tpr = blockDim.x, t = threadIdx.x;
     const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
     const bool active = row < rows;
-    const long long n = active ? cols : 0;
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x);
+    const int n = active ? cols : 0;
     const long long base = (active ? row : 0) * (long long)cols;
     Raw in[2][C];  // grad_y and y as loaded (zeros past the row's end)
-    load_chunks<T, 2>({grad_y + base, y + base}, in, n, vec, tpr, t);
+    load_chunks<T, 2>({grad_y + base, y + base}, in, n, M != ROW_SCALAR, tpr, t);
     A p[4] = {A(0), A(0), A(0), A(0)};  // 4 chains instead of C * N
 #pragma unroll
     for (int i = 0; i < C * N; ++i) p[i & 3] += raw_get<T>(in[0][i / N], i % N) * raw_get<T>(in[1][i / N], i % N);
     const A dot = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
+    // The chunks as loaded are all that stays live across the reduction: without this (an empty asm that
+    // may change them) the compiler kept the C * N * 2 converted elements instead, and the bf16 kernel
+    // of 4 chunks spilled at 64 registers.
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+            asm volatile("" : "+r"(in[a][c].u[0]), "+r"(in[a][c].u[1]), "+r"(in[a][c].u[2]), "+r"(in[a][c].u[3]));
     if (active) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {
             A g[N];
 #pragma unroll
             for (int k = 0; k < N; ++k) g[k] = raw_get<T>(in[1][c], k) * (raw_get<T>(in[0][c], k) - dot);
-            store_vec(grad_x + base, (long long)(c * tpr + t) * N, n, vec, g);
+            store_vals<M>(grad_x + base, (c * tpr + t) * N, n, g);
         }
     }
+}
+
+// the checked rows (odd widths, element access) out of line: inlined beside the unchecked one, the bf16 wide
+// kernel spilled (84-164 bytes at 64 registers; ptxas), the unchecked row alone does not
+template <int M, int C, class T>
+__device__ __noinline__ void softmax_bwd_checked(const T* __restrict__ grad_y, const T* __restrict__ y,
+                                                 T* __restrict__ grad_x, long long rows, int cols) {
+    softmax_bwd_row<M, C>(grad_y, y, grad_x, rows, cols);
+}
+
+template <int C, class T>
+__device__ __forceinline__ void softmax_bwd_any(const T* __restrict__ grad_y, const T* __restrict__ y,
+                                                T* __restrict__ grad_x, long long rows, int cols) {
+    const int mode = row_mode<T, C>(cols % Vec<T>::N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x),
+                                    cols);
+    if (mode == ROW_FULL) softmax_bwd_row<ROW_FULL, C>(grad_y, y, grad_x, rows, cols);
+    else if (mode == ROW_VEC) softmax_bwd_checked<ROW_VEC, C>(grad_y, y, grad_x, rows, cols);
+    else softmax_bwd_checked<ROW_SCALAR, C>(grad_y, y, grad_x, rows, cols);
 }
 
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, 1)
 softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
             int cols) {
-    softmax_bwd_row<OPSMITH_ROW_CHUNKS>(grad_y, y, grad_x, rows, cols);
+    softmax_bwd_any<OPSMITH_ROW_CHUNKS>(grad_y, y, grad_x, rows, cols);
 }
 
 // softmax_bwd for softmax_fwd_wide's rows (_launch.softmax_plan's "wide"): grad_y and y read once.
@@ -172,7 +199,7 @@ template <class T>
 __global__ void __launch_bounds__(OPSMITH_LONG_THREADS, 1)
 softmax_bwd_wide(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
                  int cols) {
-    softmax_bwd_row<OPSMITH_WIDE_CHUNKS>(grad_y, y, grad_x, rows, cols);
+    softmax_bwd_any<OPSMITH_WIDE_CHUNKS>(grad_y, y, grad_x, rows, cols);
 }
 
 template <class T>
