@@ -226,11 +226,18 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     hold them (bf16 up to 16,384), else 4; the forward only where 4 are needed (16,385-32,768). H200
     against wide (bench/results/ops-cluster-h200-2026-11-26/diag-softmax*.json): forward + backward
     1.19-1.41x as shipped; clusters' forwards 1.01-1.08x at 4 chunks but 0.79-0.92x at 2; fp32
-    0.62-0.80x, so fp32 keeps wide."""
+    0.62-0.80x, so fp32 keeps wide. The backward of rows that fill the wide kernel's chunks (no bounds
+    checks: the power-of-two widths) takes "wide" on every device: once it stopped spilling, H200
+    (bench/diag_softmax_bwd.py), bf16 4096x16384 3,745 -> 4,259 GB/s, 2048x32768 3,700 -> 4,145
+    (Liger 4,287, 4,206); 8192x12288 (checked chunks) ran 2,927 wide against the clusters' 4,067."""
     p = row_plan(rows, cols, itemsize, arrays, props)
     if p.strategy != "long":
         return p
     limit = min(ROW_THREADS, props.max_threads_per_block)
+    tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * (16 // itemsize)))
+    wide = tpr <= min(LONG_THREADS, props.max_threads_per_block)
+    if arrays > 1 and wide and cols == tpr * WIDE_CHUNKS * (16 // itemsize):
+        return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
     if props.clusters and itemsize == 2:  # softmax_cluster.cu: 2 blocks a row, of 2 chunks a thread or 4
         vec = 16 // itemsize
         fits2 = _cdiv(cols, ROW_CHUNKS * vec) <= 2 * limit
@@ -238,8 +245,7 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
             return _cluster(rows, cols, itemsize, props, 2, ROW_CHUNKS, CLUSTER_FWD_BLOCKS, rows)
         if not fits2 and _cdiv(cols, WIDE_CHUNKS * vec) <= 2 * limit:
             return _cluster(rows, cols, itemsize, props, 2, WIDE_CHUNKS, 1, rows)
-    tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * (16 // itemsize)))
-    if tpr > min(LONG_THREADS, props.max_threads_per_block):
+    if not wide:
         return p
     return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
 

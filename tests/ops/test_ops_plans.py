@@ -94,9 +94,10 @@ def test_elementwise_and_weight_grad_plans():
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
 def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_long_rows(props):
-    """Rows beyond the register strategy: with clusters, 16-bit rows "cluster" where 2 blocks of
-    ROW_THREADS hold them (2 chunks a thread backward, else WIDE_CHUNKS), persistent; else "wide" where
-    WIDE_CHUNKS chunks fit LONG_THREADS threads, one block a row; everything else as row_plan."""
+    """Rows beyond the register strategy: a backward's rows that fill the chunks of a "wide" block exactly
+    (no bounds checks) "wide"; with clusters, 16-bit rows "cluster" where 2 blocks of ROW_THREADS hold
+    them (2 chunks a thread backward, else WIDE_CHUNKS), persistent; else "wide" where WIDE_CHUNKS chunks
+    fit LONG_THREADS threads, one block a row; everything else as row_plan."""
     limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
     for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 4096, 8192, 8193, 16384, 32768, 32769,
                                                                      70000), (2, 4, 8)):
@@ -106,6 +107,11 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
             vec = 16 // itemsize
             fits2 = -(-cols // (_launch.ROW_CHUNKS * vec)) <= 2 * limit
             fits4 = -(-cols // (_launch.WIDE_CHUNKS * vec)) <= 2 * limit
+            tw = _launch._pow2_at_least(-(-cols // (_launch.WIDE_CHUNKS * vec)))
+            full = tw * _launch.WIDE_CHUNKS * vec == cols and tw <= min(_launch.LONG_THREADS, props.max_threads_per_block)
+            if r.strategy == "long" and arrays == 2 and full:
+                assert p == _launch.Plan("wide", (rows,), (tw, 1), 0, 0), (rows, cols, itemsize)
+                continue
             if props.clusters and itemsize == 2 and r.strategy == "long" and (fits2 and arrays == 2 or fits4 and not fits2):
                 assert p.strategy == "cluster", (rows, cols, arrays)
             if p.strategy == "cluster":
@@ -128,10 +134,11 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
             assert tpr * _launch.WIDE_CHUNKS * vec >= cols > tpr * _launch.WIDE_CHUNKS * vec // 2  # the least that fits
     wide = "cluster" if props.clusters else "wide"
     assert _launch.softmax_plan(2048, 16384, 2, 1, props).strategy == "wide"  # bf16 16,384 forward: wide
-    assert _launch.softmax_plan(2048, 16384, 2, 2, props).strategy == wide  # its backward: clusters
+    assert _launch.softmax_plan(2048, 16384, 2, 2, props).strategy == "wide"  # its backward: wide, every chunk full
+    assert _launch.softmax_plan(2048, 12288, 2, 2, props).strategy == wide  # checked chunks: clusters
     assert _launch.softmax_plan(2048, 16384, 4, 2, props).strategy == "wide"  # fp32: wide
     assert _launch.softmax_plan(2048, 32768, 2, 1, props).strategy == wide  # bf16 32,768: 2 x 512 or 1,024 threads x 4
-    assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == wide  # the backward's too
+    assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == "wide"  # the backward: wide (1,024 x 4, full)
     assert _launch.softmax_plan(2048, 32769, 2, 1, props) == _launch.row_plan(2048, 32769, 2, 1, props)  # long
     assert _launch.softmax_plan(2048, 32769, 2, 2, props) == _launch.row_plan(2048, 32769, 2, 2, props)
     assert _launch.softmax_plan(2048, 8192, 2, 1, props).strategy == "block"

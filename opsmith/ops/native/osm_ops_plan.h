@@ -77,6 +77,11 @@ Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
     const Plan q = row_plan(rows, cols, itemsize, arrays, p);
     if (q.strategy != S_LONG) return q;
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
+    const int64_t tpr = pow2_at_least(cdiv(cols, K[C_WIDE_CHUNKS] * (16 / itemsize)));
+    const bool wide = tpr <= std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block);
+    // the backward of rows that fill the wide kernel's chunks: one block, no bounds checks (_launch.softmax_plan)
+    if (arrays > 1 && wide && cols == tpr * K[C_WIDE_CHUNKS] * (16 / itemsize))
+        return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
     if (p.clusters && itemsize == 2) {  // softmax_cluster.cu: 2 blocks a row, of 2 chunks a thread or 4
         const int64_t vec = 16 / itemsize;
         const bool fits2 = cdiv(cols, K[C_ROW_CHUNKS] * vec) <= 2 * limit;
@@ -84,8 +89,7 @@ Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
         if (!fits2 && cdiv(cols, K[C_WIDE_CHUNKS] * vec) <= 2 * limit)
             return cluster(rows, cols, itemsize, p, 2, K[C_WIDE_CHUNKS], 1, rows);
     }
-    const int64_t tpr = pow2_at_least(cdiv(cols, K[C_WIDE_CHUNKS] * (16 / itemsize)));
-    if (tpr > std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block)) return q;
+    if (!wide) return q;
     return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
 
