@@ -1,0 +1,322 @@
+// opsmith.ops softmax over the last dimension: y = exp(x - max) / sum(exp(x - max)), and its
+// backward grad_x = y * (grad_y - sum(grad_y * y)). Rows of `cols` elements, `rows` of them.
+//
+// Three strategies (opsmith/ops/_launch.py's softmax_plan picks one from the row length and the device):
+//  * softmax_fwd / softmax_bwd: the row lives in registers. A block is (tpr, rows per block):
+//    tpr threads share a row, each holding OPSMITH_ROW_CHUNKS vectors of 16 bytes. tpr <= 32
+//    is the one-warp-per-row path (several rows per block, shuffles only); tpr > 32 holds one
+//    row per block and meets in shared memory. One read and one write of the row: the floor.
+//  * softmax_fwd_wide / softmax_bwd_wide: the same with OPSMITH_WIDE_CHUNKS vectors a thread and
+//    up to OPSMITH_LONG_THREADS threads, for rows the first cannot hold (bf16 up to 32,768).
+//  * softmax_fwd_long / softmax_bwd_long: longer rows. One block per row (grid-stride over rows).
+//    The forward is the online softmax: one pass keeps a running (max, sum), rescaling the sum
+//    when the max grows, a second pass writes. The first pass copies the row into shared memory
+//    when the launch gave enough (`cache` = 1), so that the second reads it from there.
+// Numerics: the max is subtracted before exp (no overflow); sums in float (double for double);
+// exp as exp2 (m_expe; the register forwards flush subnormal results: m_exp2_ftz). The register
+// forward keeps two reductions: one reduction of each thread's (max, sum of exp) merged online ran
+// 35-41 % slower on an H100 (exp twice an element, and in merges).
+// A NaN anywhere in a row, +inf, or a row of only -inf give a row of NaN, as in torch.
+#include "rows.cuh"
+
+#ifndef OPSMITH_ROW_THREADS
+#define OPSMITH_ROW_THREADS 512
+#endif
+#ifndef OPSMITH_LONG_THREADS
+#define OPSMITH_LONG_THREADS 1024
+#endif
+#ifndef OPSMITH_WIDE_CHUNKS
+#define OPSMITH_WIDE_CHUNKS 4  // 16-byte chunks a thread in softmax_fwd_wide (_launch.WIDE_CHUNKS)
+#endif
+
+
+#ifndef VAR_CS
+#define VAR_CS 0
+#endif
+#ifndef VAR_LD
+#define VAR_LD 0
+#endif
+namespace opsmith {
+template <int M, class T, class A> __device__ __forceinline__ void store_var(T* row, int j, int n, const A* in) {
+    if (M != ROW_SCALAR) {
+        if (M == ROW_FULL || j < n) {
+            Raw r = raw_pack<T>(in);
+#if VAR_CS
+            asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(row + j), "r"(r.u[0]), "r"(r.u[1]), "r"(r.u[2]), "r"(r.u[3]) : "memory");
+#else
+            *reinterpret_cast<Raw*>(row + j) = r;
+#endif
+        }
+    } else {
+        store_vals<M>(row, j, n, in);
+    }
+}
+template <class T, int K, int C>
+__device__ __forceinline__ void load_var(const T* const (&src)[K], Raw (&dst)[K][C], long long n, bool vec, int tpr, int t) {
+#if VAR_LD
+    if (vec) {
+        unsigned long long pol;
+        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+        constexpr int N = Vec<T>::N;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const long long j = (long long)(c * tpr + t) * N;
+#pragma unroll
+            for (int s = 0; s < K; ++s) {
+                Raw z = {{0u, 0u, 0u, 0u}};
+                if (j < n) asm("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                               : "=r"(z.u[0]), "=r"(z.u[1]), "=r"(z.u[2]), "=r"(z.u[3]) : "l"(src[s] + j), "l"(pol));
+                dst[s][c] = z;
+            }
+        }
+        return;
+    }
+#endif
+    load_chunks<T, K>(src, dst, n, vec, tpr, t);
+}
+}  // namespace opsmith
+
+namespace opsmith {
+
+// (max, sum of exp(x - max)) of two parts of a row, as one.
+template <class A> __device__ __forceinline__ void online_merge(A& m, A& s, A m2, A s2) {
+    const A mm = m_max(m, m2);
+    const A a = m == neg_inf<A>() ? A(0) : s * m_expe(m - mm);  // exp(-inf - -inf) would be NaN
+    const A b = m2 == neg_inf<A>() ? A(0) : s2 * m_expe(m2 - mm);
+    m = mm;
+    s = a + b;
+}
+
+template <class A> __device__ __forceinline__ void online_allreduce(A& m, A& s, int tpr) {
+    __shared__ A pm[32], ps[32];
+    const int width = tpr < 32 ? tpr : 32;
+    for (int o = width >> 1; o > 0; o >>= 1)
+        online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if (tpr <= 32) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) { pm[warp] = m; ps[warp] = s; }
+    __syncthreads();
+    m = lane < (tpr >> 5) ? pm[lane] : neg_inf<A>();
+    s = lane < (tpr >> 5) ? ps[lane] : A(0);
+    for (int o = 16; o > 0; o >>= 1)
+        online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
+
+}  // namespace opsmith
+
+using namespace opsmith;
+
+// One row of the register forward, C chunks a thread, bounds checks as mode M (rows.cuh's RowMode).
+// The max and the sum of a thread's elements go into 4 partials each (chains of 4, not C * N).
+template <int M, int C, class T>
+__device__ __forceinline__ void softmax_fwd_row(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
+    const bool active = row < rows;  // idle rows still take part in the reductions
+    const int n = active ? cols : 0;
+    const long long base = (active ? row : 0) * (long long)cols;
+    Raw in[1][C];
+    load_var<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
+    A v[C * N], p[4] = {neg_inf<A>(), neg_inf<A>(), neg_inf<A>(), neg_inf<A>()};
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const int j = (c * tpr + t) * N;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            v[c * N + k] = in_row<M>(j, k, n) ? raw_get<T>(in[0][c], k) : neg_inf<A>();
+            p[k & 3] = m_max(p[k & 3], v[c * N + k]);
+        }
+    }
+    const A m = row_allreduce(m_max(m_max(p[0], p[1]), m_max(p[2], p[3])), MaxOp(), neg_inf<A>(), tpr);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = A(0);
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) {
+        v[i] = m_exp2_ftz((v[i] - m) * log2e<A>());  // padding is -inf: adds 0
+        p[i & 3] += v[i];
+    }
+    const A r = A(1) / row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) v[i] *= r;
+    if (active) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) store_var<M>(y + base, (c * tpr + t) * N, n, v + c * N);
+    }
+}
+
+// the element-wise row (unaligned or odd widths) out of line, so that its registers do not
+// weigh on the vector paths (inlined, it made the bf16 kernel spill)
+template <int C, class T>
+__device__ __noinline__ void softmax_fwd_scalar(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    softmax_fwd_row<ROW_SCALAR, C>(x, y, rows, cols);
+}
+
+template <int C, class T>
+__device__ __forceinline__ void softmax_fwd_any(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    const int mode = row_mode<T, C>(cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y), cols);
+    if (mode == ROW_FULL) softmax_fwd_row<ROW_FULL, C>(x, y, rows, cols);
+    else if (mode == ROW_VEC) softmax_fwd_row<ROW_VEC, C>(x, y, rows, cols);
+    else softmax_fwd_scalar<C>(x, y, rows, cols);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 4, 4>::value))
+softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    softmax_fwd_any<OPSMITH_ROW_CHUNKS>(x, y, rows, cols);
+}
+
+// The register forward for rows too long for OPSMITH_ROW_THREADS threads of OPSMITH_ROW_CHUNKS
+// chunks and short enough for OPSMITH_LONG_THREADS of OPSMITH_WIDE_CHUNKS (bf16 up to 32,768: the
+// row read once, into registers, one block a row, as Liger's), where softmax_fwd_long takes two
+// passes and an online rescale (_launch.softmax_plan's "wide" strategy).
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS, 1)
+softmax_fwd_wide(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    softmax_fwd_any<OPSMITH_WIDE_CHUNKS>(x, y, rows, cols);
+}
+
+// The register backward's row, C chunks a thread, bounds checks as mode M (rows.cuh's RowMode, as the
+// forward's: compiled once per mode, the element path out of line; with one runtime `vec` path the wide
+// kernel spilled at 64 registers).
+template <int M, int C, class T>
+__device__ __forceinline__ void softmax_bwd_row(const T* __restrict__ grad_y, const T* __restrict__ y,
+                                                T* __restrict__ grad_x, long long rows, int cols) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
+    const bool active = row < rows;
+    const int n = active ? cols : 0;
+    const long long base = (active ? row : 0) * (long long)cols;
+    Raw in[2][C];  // grad_y and y as loaded (zeros past the row's end)
+    load_chunks<T, 2>({grad_y + base, y + base}, in, n, M != ROW_SCALAR, tpr, t);
+    A p[4] = {A(0), A(0), A(0), A(0)};  // 4 chains instead of C * N
+#pragma unroll
+    for (int i = 0; i < C * N; ++i) p[i & 3] += raw_get<T>(in[0][i / N], i % N) * raw_get<T>(in[1][i / N], i % N);
+    const A dot = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
+    // The chunks as loaded are all that stays live across the reduction: without this (an empty asm that
+    // may change them) the compiler kept the C * N * 2 converted elements instead, and the bf16 kernel
+    // of 4 chunks spilled at 64 registers.
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+            asm volatile("" : "+r"(in[a][c].u[0]), "+r"(in[a][c].u[1]), "+r"(in[a][c].u[2]), "+r"(in[a][c].u[3]));
+    if (active) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            A g[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) g[k] = raw_get<T>(in[1][c], k) * (raw_get<T>(in[0][c], k) - dot);
+            store_vals<M>(grad_x + base, (c * tpr + t) * N, n, g);
+        }
+    }
+}
+
+// the checked rows (odd widths, element access) out of line: inlined beside the unchecked one, the bf16 wide
+// kernel spilled (84-164 bytes at 64 registers; ptxas), the unchecked row alone does not
+template <int M, int C, class T>
+__device__ __noinline__ void softmax_bwd_checked(const T* __restrict__ grad_y, const T* __restrict__ y,
+                                                 T* __restrict__ grad_x, long long rows, int cols) {
+    softmax_bwd_row<M, C>(grad_y, y, grad_x, rows, cols);
+}
+
+template <int C, class T>
+__device__ __forceinline__ void softmax_bwd_any(const T* __restrict__ grad_y, const T* __restrict__ y,
+                                                T* __restrict__ grad_x, long long rows, int cols) {
+    const int mode = row_mode<T, C>(cols % Vec<T>::N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x),
+                                    cols);
+    if (mode == ROW_FULL) softmax_bwd_row<ROW_FULL, C>(grad_y, y, grad_x, rows, cols);
+    else if (mode == ROW_VEC) softmax_bwd_checked<ROW_VEC, C>(grad_y, y, grad_x, rows, cols);
+    else softmax_bwd_checked<ROW_SCALAR, C>(grad_y, y, grad_x, rows, cols);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, 1)
+softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
+            int cols) {
+    softmax_bwd_any<OPSMITH_ROW_CHUNKS>(grad_y, y, grad_x, rows, cols);
+}
+
+// softmax_bwd for softmax_fwd_wide's rows (_launch.softmax_plan's "wide"): grad_y and y read once.
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS, 1)
+softmax_bwd_wide(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
+                 int cols) {
+    softmax_bwd_any<OPSMITH_WIDE_CHUNKS>(grad_y, y, grad_x, rows, cols);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
+softmax_fwd_long(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols, int cache) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    T* sm = reinterpret_cast<T*>(opsmith_dyn_smem);
+    const bool vec = cols % N == 0 && aligned16(x) && aligned16(y);
+    // a thread reads back from shared memory only what it wrote there itself: no barrier needed
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        A m = neg_inf<A>(), s = A(0);
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A v[N];
+            load_row(xr, sm, cache ? 1 : 0, j, cols, vec, v, neg_inf<A>());
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A e = v[k];
+                if (e > m) {  // a new max: rescale what was summed so far
+                    s = s * m_expe(m - e) + A(1);
+                    m = e;
+                } else if (e != neg_inf<A>()) {  // -inf adds 0 (also when m is -inf); NaN adds NaN
+                    s += m_expe(e - m);
+                }
+            }
+        }
+        online_allreduce(m, s, tpr);
+        if (m == pos_inf<A>()) s = m - m;  // torch: exp(inf - inf) is NaN, so is the whole row
+        const A r = A(1) / s;
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A v[N];
+            load_row(xr, sm, cache ? 2 : 0, j, cols, vec, v, neg_inf<A>());
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = m_expe(v[k] - m) * r;
+            store_vec(y + row * cols, j, cols, vec, v);
+        }
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
+softmax_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
+                 int cols, int cache) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    // the cache holds grad_y, then y (each padded to 16 bytes)
+    T* smg = reinterpret_cast<T*>(opsmith_dyn_smem);
+    T* smy = smg + ((cols * sizeof(T) + 15) / 16) * 16 / sizeof(T);
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x);
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const long long base = row * cols;
+        A dot = A(0);
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A g[N], p[N];
+            load_row(grad_y + base, smg, cache ? 1 : 0, j, cols, vec, g, A(0));
+            load_row(y + base, smy, cache ? 1 : 0, j, cols, vec, p, A(0));
+#pragma unroll
+            for (int k = 0; k < N; ++k) dot += g[k] * p[k];
+        }
+        dot = row_allreduce(dot, SumOp(), A(0), tpr);
+        for (long long j = (long long)t * N; j < cols; j += (long long)tpr * N) {
+            A g[N], p[N];
+            load_row(grad_y + base, smg, cache ? 2 : 0, j, cols, vec, g, A(0));
+            load_row(y + base, smy, cache ? 2 : 0, j, cols, vec, p, A(0));
+#pragma unroll
+            for (int k = 0; k < N; ++k) g[k] = p[k] * (g[k] - dot);
+            store_vec(grad_x + base, j, cols, vec, g);
+        }
+    }
+}
