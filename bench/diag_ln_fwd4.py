@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, ".")
 from diag_norm_split import per_kernel  # noqa: E402  (bench/, this script's folder)
-from opsmith.ops import _launch, _norms  # noqa: E402
+from opsmith.ops import _launch_norm, _norms  # noqa: E402
 
 
 def kernels_us(fn):
@@ -20,17 +20,17 @@ def kernels_us(fn):
 
 
 def main():
-    orig = _launch.layer_norm_fwd4_plan
+    orig = _launch_norm.layer_norm_fwd4_plan
     for rows, cols in ((4096, 8192), (8192, 8192), (16384, 6144), (2048, 4097), (65536, 5000)):
         x = torch.randn(rows, cols, device="cuda")
         w, b = torch.randn(cols, device="cuda"), torch.randn(cols, device="cuda")
         fwd = functools.partial(_norms.layer_norm_fwd, x, [cols], w, b, 1e-5)
         four = kernels_us(fwd)
         y4 = fwd()[0]
-        _launch.layer_norm_fwd4_plan = lambda *a: None  # the clusters
+        _launch_norm.layer_norm_fwd4_plan = lambda *a: None  # the clusters
         cl = kernels_us(fwd)
         ycl = fwd()[0]
-        _launch.layer_norm_fwd4_plan = orig
+        _launch_norm.layer_norm_fwd4_plan = orig
         eager = kernels_us(functools.partial(torch.nn.functional.layer_norm, x, (cols,), w, b, 1e-5))
         gb = 2 * rows * cols * 4 / 1e3
         diff = (y4 - ycl).abs().max().item()

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The norm forwards on rows of 16 KiB or more: norm_l2.cu's two passes over a row held in L2
-(``_launch.norm_l2_plan``, the plan now) against the plan before it (the register rows, the clusters,
+(``_launch_norm.norm_l2_plan``, the plan now) against the plan before it (the register rows, the clusters,
 layer_norm_fwd4 or the long rows: norm_l2_plan forced to None) and torch.compile(dynamic=False), kernels
 alone (torch.profiler, us a call), as GB/s of the bytes-moved floor; and the largest error of each
 against float64. Through opsmith.ops._norms (the Python implementations; the C++ ones run the same
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, ".")
 from diag_norm_split import per_kernel  # noqa: E402  (bench/, this script's folder)
-from opsmith.ops import _launch, _norms  # noqa: E402
+from opsmith.ops import _launch, _launch_norm, _norms  # noqa: E402
 
 SHAPES = [(torch.bfloat16, r, c) for r, c in ((4096, 4096), (16384, 4096), (8192, 8192), (2048, 8192), (4096, 16384),
                                                (8192, 12288), (2048, 32768), (1024, 65536), (512, 131072),
@@ -33,7 +33,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     args = ap.parse_args()
-    orig = _launch.norm_l2_plan
+    orig = _launch_norm.norm_l2_plan
     records = []
     for dt, rows, cols in SHAPES:
         x = torch.randn(rows, cols, device="cuda", dtype=dt) * 3 + 1
@@ -53,11 +53,11 @@ def main():
                      lambda: F.rms_norm(x.double(), (cols,), w.double(), 1e-6))):
                 want = ref()
                 now, now_err = sum(per_kernel(ours).values()), (ours().double() - want).abs().max().item()
-                _launch.norm_l2_plan = lambda *a: None  # the plan before
+                _launch_norm.norm_l2_plan = lambda *a: None  # the plan before
                 try:
                     before, before_err = sum(per_kernel(ours).values()), (ours().double() - want).abs().max().item()
                 finally:
-                    _launch.norm_l2_plan = orig
+                    _launch_norm.norm_l2_plan = orig
                 del want
                 comp_us = sum(per_kernel(comp).values())
                 rec[op] = {"now_us": now, "before_us": before, "compile_us": comp_us, "now_err": now_err,

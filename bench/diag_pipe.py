@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from opsmith._runtime import _driver  # noqa: E402
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
 from _kernel_timing import median_us  # noqa: E402  (bench/ is the script's folder)
-from opsmith.ops import _launch, _sources  # noqa: E402
+from opsmith.ops import _launch, _launch_norm, _sources  # noqa: E402
 
 SHAPES = [(4096, 2048), (4096, 4096), (16384, 4096), (65536, 1024), (8192, 8192), (32768, 8192), (262144, 256),
           (16384, 5120), (8192, 3001)]
@@ -97,7 +97,7 @@ def main() -> int:
             nbytes = 2 * x.numel() * x.element_size()
             # the launchers' choice of layer_norm's kernel where the build has it (a pipe build: its own)
             vec = cols % (16 // x.element_size()) == 0  # the tensors here are aligned
-            wide = _launch.layer_norm_kernel(p, vec) if hasattr(_launch, "layer_norm_kernel") else "layer_norm_fwd"
+            wide = _launch_norm.layer_norm_kernel(p, vec) if hasattr(_launch_norm, "layer_norm_kernel") else "layer_norm_fwd"
             refs = {}
             for bname, k in builds.items():
                 if bname == "shipped" or bname.startswith("baseline"):

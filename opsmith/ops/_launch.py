@@ -43,11 +43,8 @@ __all__ = [
     "elementwise_plan",
     "gated_plan",
     "launch_config",
-    "layer_norm_fwd4_plan",
-    "layer_norm_kernel",
     "norm_bwd_plan",
     "norm_cluster_plan",
-    "norm_l2_plan",
     "row_plan",
     "softmax_plan",
     "weight_grad_plan",
@@ -248,50 +245,6 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     if not wide:
         return p
     return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
-
-
-@functools.lru_cache(maxsize=4096)
-def layer_norm_fwd4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
-    """norm.cu's ``layer_norm_fwd4`` (``LN_FWD4_CHUNKS`` 16-byte chunks a thread, one block a row)
-    for float rows too long for the register strategy that fit a block that way (4,097-8,192
-    elements) in whole 16-byte vectors, else None. On an H200 (bench/diag_ln_fwd4.py) it ran them
-    faster than the 2-block clusters: fp32 8192x8192 2,800 -> 3,909 GB/s, 16384x6144 2,883 -> 3,323,
-    65536x5000 2,942 -> 2,991; a width of odd elements (2048x4097: element access) ran slower,
-    1,375 against 1,770, and so did 16-bit rows (they keep the clusters)."""
-    if itemsize != 4 or cols % (16 // itemsize):
-        return None
-    limit = min(ROW_THREADS, props.max_threads_per_block)
-    vec = 16 // itemsize
-    if cols <= ROW_CHUNKS * vec * limit or cols > LN_FWD4_CHUNKS * vec * limit:
-        return None
-    return Plan("block", (max(1, rows),), (_pow2_at_least(_cdiv(cols, LN_FWD4_CHUNKS * vec)), 1), 0, 0)
-
-
-@functools.lru_cache(maxsize=4096)
-def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
-    """norm_l2.cu's forwards (``"l2"``: a block a row of about ``L2_CHUNKS`` chunks a thread, 32
-    registers, the row read twice, the second time from L2) for rows of ``L2_MIN_ROW_BYTES`` or more in
-    whole 16-byte vectors of 2- and 4-byte types (the caller checks the pointers' alignment), else
-    None. H200 (bench/diag_norm_l2.py), GB/s before -> after: bf16 layer_norm 4096x16384 2,574 ->
-    3,514, 2048x32768 2,859 -> 3,279, 8192x8192 3,063 -> 3,549; rms_norm 4096x16384 3,441 -> 3,935;
-    fp32 rms_norm 8192x8192 3,221 -> 4,055. At 8 KiB rows (bf16 4,096) the register rows ran as fast."""
-    vec = 16 // itemsize
-    if itemsize not in (2, 4) or cols % vec or cols * itemsize < L2_MIN_ROW_BYTES or not 1 <= rows < 2**31:
-        return None  # (a block a row: the kernels have no loop over rows, which cost them registers)
-    threads = min(L2_THREADS, _pow2_at_least(props.max_threads_per_block + 1) // 2,
-                  _pow2_at_least(_cdiv(cols // vec, L2_CHUNKS)))
-    return Plan("l2", (rows,), (threads, 1), 0, 0)
-
-
-def layer_norm_kernel(plan: Plan, vec: bool) -> str:
-    """The forward kernel of layer_norm for ``plan`` (``row_plan``'s): ``layer_norm_fwd_wide`` (w and b
-    read after the reductions, 3 blocks of ROW_THREADS an SM) where a row has ``LN_WIDE_TPR`` threads
-    or more and ``vec`` (16-byte access: the width a multiple of 16 bytes, every pointer aligned), where
-    it measured faster; ``layer_norm_fwd`` elsewhere (norm.cu says by how much)."""
-    if plan.strategy == "long":
-        return "layer_norm_fwd_long"
-    return "layer_norm_fwd_wide" if vec and plan.strategy == "block" and plan.block[0] >= LN_WIDE_TPR \
-        else "layer_norm_fwd"
 
 
 @functools.lru_cache(maxsize=4096)

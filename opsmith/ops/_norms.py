@@ -2,7 +2,7 @@
 norm_cluster.cu, norm_l2.cu and norm_split.cu (the strategy from :mod:`opsmith.ops._launch`'s plans)."""
 from __future__ import annotations
 
-from opsmith.ops import _launch
+from opsmith.ops import _launch, _launch_norm
 from opsmith.ops._functional import _kernel, _rows_cols, _stats_dtype
 
 __all__ = ["layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd"]
@@ -26,7 +26,7 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
         props = _launch.device_props(x.get_device())
         l2 = _l2_plan(rows, cols, props, x, w, b, y)
-        four = _launch.layer_norm_fwd4_plan(rows, cols, x.element_size(), props)
+        four = _launch_norm.layer_norm_fwd4_plan(rows, cols, x.element_size(), props)
         if l2 is not None:  # rows of 16 KiB or more: two passes, the second from L2
             _kernel(_L2, "layer_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
         elif four is not None:  # float rows of 4,097-8,192: one block, 4 chunks a thread
@@ -38,7 +38,7 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
             _kernel("norm_long.cu", "layer_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         else:
             vec = cols % (16 // x.element_size()) == 0 and all(t.data_ptr() % 16 == 0 for t in (x, w, b, y))
-            name = _launch.layer_norm_kernel(plan, vec)
+            name = _launch_norm.layer_norm_kernel(plan, vec)
             _kernel("norm.cu", name + "<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
     return y, mean, rstd
 
@@ -95,8 +95,8 @@ def _partials(plan, cols: int, rstd, wanted: bool):
 
 
 def _l2_plan(rows: int, cols: int, props, *tensors):
-    """``_launch.norm_l2_plan``'s plan where every one of ``tensors`` is 16-byte aligned, else None."""
-    plan = _launch.norm_l2_plan(rows, cols, tensors[0].element_size(), props)
+    """``_launch_norm.norm_l2_plan``'s plan where every one of ``tensors`` is 16-byte aligned, else None."""
+    plan = _launch_norm.norm_l2_plan(rows, cols, tensors[0].element_size(), props)
     return plan if plan is not None and all(t.data_ptr() % 16 == 0 for t in tensors) else None
 
 

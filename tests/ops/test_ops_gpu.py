@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from opsmith import ops
-from opsmith.ops import _launch
+from opsmith.ops import _launch, _launch_norm
 
 pytestmark = pytest.mark.gpu
 
@@ -272,7 +272,7 @@ def test_norm_l2_forwards_and_their_fallbacks_match_float64(cols, dtype):
     base = _rand((rows * cols + 8,), dtype, 40) * 2 + 3
     w, b = _rand(cols, dtype, 41), _rand(cols, dtype, 42)
     for x in (base[: rows * cols].view(rows, cols), base[1: 1 + rows * cols].view(rows, cols)):  # aligned, not
-        plan = _launch.norm_l2_plan(rows, cols, x.element_size(), _launch.device_props(0))
+        plan = _launch_norm.norm_l2_plan(rows, cols, x.element_size(), _launch.device_props(0))
         assert (plan is not None) == (cols * x.element_size() >= _launch.L2_MIN_ROW_BYTES)
         xd = x.double()
         for weight, bias in ((w, b), (None, None)):

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import cache_dir  # noqa: E402
-from opsmith.ops import _launch, _native, _sources  # noqa: E402
+from opsmith.ops import _launch, _launch_norm, _native, _sources  # noqa: E402
 from opsmith.ops._launch import DeviceProps  # noqa: E402
 
 # sm_count, max threads a block, max threads an SM, shared memory a block (opt-in), an SM; clusters
@@ -45,7 +45,7 @@ def _py(which, rows, cols, itemsize, arrays, props):
         p = _launch.elementwise_plan(rows, itemsize, props)
         return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1, 0
     if which in ("ln_fwd4", "l2"):
-        p = (_launch.layer_norm_fwd4_plan if which == "ln_fwd4" else _launch.norm_l2_plan)(rows, cols, itemsize, props)
+        p = (_launch_norm.layer_norm_fwd4_plan if which == "ln_fwd4" else _launch_norm.norm_l2_plan)(rows, cols, itemsize, props)
         if p is None:
             return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
         return p.strategy, (p.grid[0], 1), tuple(p.block), 0, 0, 0, 1, 0

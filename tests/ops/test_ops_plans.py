@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from devices import A100, H100, SMALL  # tests/ops/devices.py (pytest puts tests/ops on the path)
-from opsmith.ops import _launch, _sources
+from opsmith.ops import _launch, _launch_norm, _sources
 from opsmith.ops._launch import row_plan
 
 
@@ -152,7 +152,7 @@ def test_layer_norm_forward_kernel_choice(props):
                                                   (2, 4, 8)):
         p = _launch.row_plan(rows, cols, itemsize, 1, props)
         for vec in (True, False):
-            k = _launch.layer_norm_kernel(p, vec)
+            k = _launch_norm.layer_norm_kernel(p, vec)
             if p.strategy == "long":
                 assert k == "layer_norm_fwd_long"
             elif vec and p.strategy == "block" and p.block[0] >= _launch.LN_WIDE_TPR:
@@ -160,8 +160,8 @@ def test_layer_norm_forward_kernel_choice(props):
             else:
                 assert k == "layer_norm_fwd", (rows, cols, itemsize, vec, p)
     p = _launch.row_plan(4096, 4096, 2, 1, props)
-    assert _launch.layer_norm_kernel(p, True) == "layer_norm_fwd_wide"  # bf16 4096-wide rows: 256 threads
-    assert _launch.layer_norm_kernel(_launch.row_plan(65536, 1024, 2, 1, props), True) == "layer_norm_fwd"
+    assert _launch_norm.layer_norm_kernel(p, True) == "layer_norm_fwd_wide"  # bf16 4096-wide rows: 256 threads
+    assert _launch_norm.layer_norm_kernel(_launch.row_plan(65536, 1024, 2, 1, props), True) == "layer_norm_fwd"
 
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
@@ -258,7 +258,7 @@ def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whol
     limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
     for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 4096, 4097, 4100, 6000, 8192, 8196, 16384),
                                                   (2, 4, 8)):
-        p = _launch.layer_norm_fwd4_plan(rows, cols, itemsize, props)
+        p = _launch_norm.layer_norm_fwd4_plan(rows, cols, itemsize, props)
         if itemsize != 4 or cols % 4 or not 4 * 2 * limit < cols <= 4 * _launch.LN_FWD4_CHUNKS * limit:
             assert p is None, (rows, cols, itemsize)
             continue
@@ -278,7 +278,7 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
     for rows, cols, itemsize in itertools.product((1, 300, 65536, 2**31 + 5),
                                                   (100, 4096, 4100, 8191, 8192, 12000, 16384, 20000, 32768, 262144),
                                                   (2, 4, 8)):
-        p = _launch.norm_l2_plan(rows, cols, itemsize, props)
+        p = _launch_norm.norm_l2_plan(rows, cols, itemsize, props)
         vec = 16 // itemsize
         if itemsize == 8 or cols % vec or cols * itemsize < _launch.L2_MIN_ROW_BYTES or rows >= 2**31:
             assert p is None, (rows, cols, itemsize)  # (a block a row: at most 2^31 - 1 of them)

@@ -124,7 +124,7 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
     layer_norm_fwd_any<0>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
-// layer_norm_fwd for rows of 256+ threads with 16-byte access (picked by _launch.layer_norm_kernel
+// layer_norm_fwd for rows of 256+ threads with 16-byte access (picked by _launch_norm.layer_norm_kernel
 // and osm_ops.cpp): w and b read after the reductions, 3 blocks of 512 threads an SM. H200
 // (bench/results/ops-fwd-h200-2026-11-26/fwd-layer-norm-variants.json): bf16 8192 x 8192 2,531 ->
 // 2,967 GB/s, fp32 16384 x 4096 2,846 -> 3,614; slower on narrower rows and on the element path (it
@@ -138,7 +138,7 @@ layer_norm_fwd_wide(const T* __restrict__ x, const T* __restrict__ w, const T* _
 }
 
 // layer_norm_fwd with 4 chunks a thread (twice the row of one block): fp32 rows of 4,097-8,192 in
-// whole vectors (_launch.layer_norm_fwd4_plan), which 2-block clusters served with two cluster
+// whole vectors (_launch_norm.layer_norm_fwd4_plan), which 2-block clusters served with two cluster
 // reductions a row. H200, fp32 8192 x 8192: 2,800 -> 3,909 GB/s (bench/diag_ln_fwd4.py); 16-bit rows
 // ran slower this way (bf16 4096 x 16384: 1,948 GB/s against 2,573) and keep the clusters.
 template <class T, class A>

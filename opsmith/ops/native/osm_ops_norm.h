@@ -56,7 +56,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         void *xp = x.data_ptr(), *wp = w.data_ptr(), *bp = b.data_ptr(), *yp = y.data_ptr();
         void *mp = mean.data_ptr(), *rp = rstd.data_ptr();
         void *params[] = {&xp, &wp, &bp, &yp, &mp, &rp, &rows, &cols, &e, &has_w, &has_b, &cache};
-        // _launch.layer_norm_kernel: the wide kernel for rows of LN_WIDE_TPR threads or more, 16-byte access
+        // _launch_norm.layer_norm_kernel: the wide kernel for rows of LN_WIDE_TPR threads or more, 16-byte access
         const bool vec = cols % (16 / x.element_size()) == 0 && aligned16(xp) && aligned16(wp) && aligned16(bp) &&
                          aligned16(yp);
         const Kernel k = p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? LN_FWD_CL2 : LN_FWD_CL2W)  // K = 2

@@ -1,4 +1,4 @@
-/* opsmith.ops' launch plans in C++: the functions of opsmith/ops/_launch.py, ported line for line
+/* opsmith.ops' launch plans in C++: the functions of opsmith/ops/_launch.py and _launch_norm.py, ported line for line
    (tests/ops/test_ops_native.py compares both on synthetic A100/H100/B200/T4 devices and random
    shapes). Part of osm_ops.cpp's one translation unit. */
 #pragma once
@@ -128,7 +128,7 @@ Plan norm_cluster_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props
     return cluster(rows, cols, itemsize, p, k, chunks, blocks, backward ? cdiv(rows, 2) : rows);
 }
 
-// _launch.layer_norm_fwd4_plan: float rows past the register strategy that fit a block of 4 chunks a thread
+// _launch_norm.layer_norm_fwd4_plan: float rows past the register strategy that fit a block of 4 chunks a thread
 Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
     if (itemsize != 4 || cols % (16 / itemsize)) return none;
@@ -137,7 +137,7 @@ Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Pr
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, pow2_at_least(cdiv(cols, K[C_LN_FWD4_CHUNKS] * vec)), 1, 0, 0, 0};
 }
 
-// _launch.norm_l2_plan: the norm forwards' two passes over a row held in L2, rows of L2_MIN_ROW_BYTES or more
+// _launch_norm.norm_l2_plan: the norm forwards' two passes over a row held in L2, rows of L2_MIN_ROW_BYTES or more
 Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
     const int64_t vec = 16 / itemsize;
