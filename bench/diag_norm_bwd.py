@@ -115,10 +115,11 @@ def sweep(runs: int, dtype: str) -> list[dict]:
                 for op in ("rms_norm", "layer_norm"):
                     if op == "rms_norm":
                         def fn():
-                            k["rms_norm_bwd"].launch(cfg, g, x, w, rstd, dx, pw, rows, cols, 1, want, x, 0)
+                            k["rms_norm_bwd"].launch(cfg, g, x, w, rstd, dx, pw, rows, cols, 1, want, x, 0, x, 0)
                     else:
                         def fn():
-                            k["layer_norm_bwd"].launch(cfg, g, x, w, mean, rstd, dx, pw, pb, rows, cols, 1, want, want)
+                            k["layer_norm_bwd"].launch(cfg, g, x, w, mean, rstd, dx, pw, pb, rows, cols, 1, want, want,
+                                                       x, x, 0)
                     kern = median_us(fn, runs)
                     rec = {"config": cname, "op": op, "shape": [rows, cols], "dtype": dtype, "plan": pname,
                            "grid": grid, "block": [tpr, per_block], "kernel_us": kern,

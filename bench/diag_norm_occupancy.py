@@ -65,9 +65,10 @@ def main() -> int:
             cases = {
                 "rms_norm_fwd": (lambda: k["rms_norm_fwd"].launch(fc, x, w, y, rstd, rows, cols, 1e-6, 1), 2),
                 "layer_norm_fwd": (lambda: k["layer_norm_fwd"].launch(fc, x, w, b, y, mean, rstd, rows, cols, 1e-5, 1, 1), 2),
-                "rms_norm_bwd": (lambda: k["rms_norm_bwd"].launch(bc, g, x, w, rstd, dx, pw, rows, cols, 1, 1, x, 0), 3),
+                "rms_norm_bwd": (lambda: k["rms_norm_bwd"].launch(bc, g, x, w, rstd, dx, pw, rows, cols, 1, 1, x, 0, x, 0),
+                                 3),
                 "layer_norm_bwd": (lambda: k["layer_norm_bwd"].launch(bc, g, x, w, mean, rstd, dx, pw, pb, rows, cols,
-                                                                      1, 1, 1), 3),
+                                                                      1, 1, 1, x, x, 0), 3),
             }
             k["layer_norm_fwd"].launch(fc, x, w, b, y, mean, rstd, rows, cols, 1e-5, 1, 1)  # mean/rstd for the bwd
             for name, (fn, arrays) in cases.items():

@@ -148,18 +148,35 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
         if plan.strategy == "long":
             _kernel("norm_long.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args,
                                                                                plan.cache)
+        elif rows == 1:  # one row: its weight and bias gradients are elementwise, written by the same kernel
+            dw = torch.empty(shape, dtype=x.dtype, device=x.device) if want_w else dw
+            db = torch.empty(shape, dtype=x.dtype, device=x.device) if want_b else db
+            _kernel("norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>", x).launch(
+                _launch.launch_config(plan), *args, _or(dw if want_w else None, x), _or(db if want_b else None, x),
+                int(want_w), int(want_b))
+            return dx, dw, db
         else:
-            _kernel("norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>", x).launch(_launch.launch_config(plan), *args)
+            _kernel("norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, x, x,
+                                                                              0, 0)
         if want_w or want_b:
             sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_w, want_b, shape)
             dw, db = (sw if want_w else dw), (sb if want_b else db)
         return dx, dw, db
-    # the weight and bias gradients come out of the same kernel: one row of partial sums a block
-    pw, pb = _partials(plan, cols, rstd, want_w), _partials(plan, cols, rstd, want_b)
+    # the weight and bias gradients come out of the same kernel: one row of partial sums a block, or with
+    # one block (norm.cu's), the gradients themselves
+    direct = file != _CL and plan.grid[0] == 1
+    pw, pb = _partials(plan, cols, rstd, want_w and not direct), _partials(plan, cols, rstd, want_b and not direct)
     name = f"layer_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "layer_norm_bwd<{T}, {A}>"
+    if direct:
+        dw = torch.empty(shape, dtype=x.dtype, device=x.device) if want_w else dw
+        db = torch.empty(shape, dtype=x.dtype, device=x.device) if want_b else db
+    extra = () if file == _CL else (_or(dw if want_w and direct else None, x), _or(db if want_b and direct else None, x),
+                                    int(direct))
     _kernel(file, name, x).launch(
         _launch.launch_config(plan), g, x, w, mean, rstd, dx, pw, pb, rows, cols, int(weight is not None),
-        int(want_w), int(want_b))
+        int(want_w), int(want_b), *extra)
+    if direct:
+        return dx, dw, db
     if want_w or want_b:
         sw, sb = _col_sums(x, pw if want_w else None, pb if want_b else None, cols, shape)
         dw = sw if want_w else dw
@@ -216,15 +233,22 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
             if res is not None:
                 dx.add_(res)
         else:
+            one = rows == 1 and want_w  # one row: its weight gradient is elementwise, written by the same kernel
+            dw = torch.empty(shape, dtype=x.dtype, device=x.device) if one else None
             _kernel("norm_split.cu", "rms_norm_bwd_dx<{T}, {A}>", x).launch(
-                _launch.launch_config(plan), *args, res if res is not None else x, int(res is not None))
+                _launch.launch_config(plan), *args, res if res is not None else x, int(res is not None), _or(dw, x),
+                int(one))
+            if one:
+                return dx, dw
         return dx, (_weight_grads(g, x, None, rstd, rows, cols, True, False, shape)[0] if want_w
                     else x.new_empty(0))
-    pw = _partials(plan, cols, rstd, want_w)
+    direct = file != _CL and plan.grid[0] == 1 and want_w  # one block (norm.cu's): the gradient itself
+    pw = _partials(plan, cols, rstd, want_w and not direct)
+    dw = torch.empty(shape, dtype=x.dtype, device=x.device) if direct else None
     name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "rms_norm_bwd<{T}, {A}>"
     _kernel(file, name, x).launch(
         _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w),
-        res if res is not None else x, int(res is not None))
+        res if res is not None else x, int(res is not None), *(() if file == _CL else (_or(dw, x), int(direct))))
     if not want_w:
         return dx, x.new_empty(0)
-    return dx, _col_sums(x, pw, None, cols, shape)[0]
+    return dx, dw if direct else _col_sums(x, pw, None, cols, shape)[0]

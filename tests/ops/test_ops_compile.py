@@ -301,6 +301,16 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             assert dx.shape == x.shape and dw.shape == ((cols,) if weight is not None else (0,))
             y, rstd = nf.rms_norm_fwd(x, [cols], weight, None)
             dx, dw = nf.rms_norm_bwd(x, x, [cols], rstd, weight is not None, weight)
+        if cols in (100, 3000):  # one row: the split backwards write the weight gradients themselves
+            x1 = x[:1]
+            for weight, bias in ((w, b), (None, None), (w, None)):
+                y, mean, rstd = nf.layer_norm_fwd(x1, [cols], weight, bias, 1e-5)
+                got = nf.layer_norm_bwd(x1, x1, [cols], mean, rstd, weight is not None, bias is not None, weight)
+                assert [t.shape for t in got] == [x1.shape, w.shape if weight is not None else (0,),
+                                                  b.shape if bias is not None else (0,)]
+                y, rstd = nf.rms_norm_fwd(x1, [cols], weight, None)
+                got = nf.rms_norm_bwd(x1, x1, [cols], rstd, weight is not None, weight)
+                assert [t.shape for t in got] == [x1.shape, w.shape if weight is not None else (0,)]
         if cols == 6000:  # a misaligned row of whole vectors: layer_norm_fwd4 (float), not l2
             xm = torch.randn(3 * cols + 1, dtype=dt)[1:].view(3, cols)
             nf.layer_norm_fwd(xm, [cols], w, b, 1e-5)

@@ -41,7 +41,8 @@ ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000),
               (4099, 256), (2500, 3000),  # the persistent norm backwards: many trips a block
               (300, 2048),  # the "split" norm backwards, their weight gradients in several chunks
               (700, 12000), (300, 16385),  # sm_90+: the cluster kernels' many trips (K = 2 and 8)
-              (2, 131072)]  # the norms' l2 forwards at 1,024 threads of many chunks
+              (2, 131072),  # the norms' l2 forwards at 1,024 threads of many chunks
+              (1, 1000), (1, 8192)]  # one row: the split backwards write the weight gradients themselves
 
 
 def _close(actual, expected, dtype, scale=1.0, what=""):

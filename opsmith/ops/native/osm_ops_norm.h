@@ -101,8 +101,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     void *dp = dx.data_ptr();
     at::Tensor dw = none, db = none.clone();
     if (p.strategy == S_LONG || p.strategy == S_SPLIT) {  // grad_x alone, then the weights (norm_bwd_weight)
-        void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};  // the dx kernel: no cache
-        launch(p.strategy == S_LONG ? LN_BWD_LONG : LN_BWD_DX, dt, dev, p, params);
+        if (p.strategy == S_LONG) {
+            void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
+            launch(LN_BWD_LONG, dt, dev, p, params);
+        } else {  // one row: its weight and bias gradients are elementwise, written by the same kernel
+            const bool one = rows == 1;
+            if (one && want_w) dw = at::empty(shape, x.options());
+            if (one && want_b) db = at::empty(shape, x.options());
+            int one_w = one && want_w, one_b = one && want_b;
+            void *dwp = one_w ? dw.data_ptr() : xp, *dbp = one_b ? db.data_ptr() : xp;
+            void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &dwp, &dbp, &one_w, &one_b};
+            launch(LN_BWD_DX, dt, dev, p, params);
+            if (one) return {dx, dw, db};
+        }
         if (want_w || want_b) {
             auto [sw, sb] = weight_grads(g, x, &m, s, rows, cols, want_w, want_b, shape, dt, dev);
             if (want_w) dw = sw;
@@ -110,15 +121,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
         }
         return {dx, dw, db};
     }
-    at::Tensor pw = want_w ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
-    at::Tensor pb = want_b ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;  // a row a block (cluster)
+    // one row of partial sums a block (a cluster), or with one block (norm.cu's), the gradients themselves
+    int direct = p.strategy != S_CLUSTER && p.gx == 1;
+    at::Tensor pw = want_w && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
+    at::Tensor pb = want_b && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
+    if (direct && want_w) dw = at::empty(shape, x.options());
+    if (direct && want_b) db = at::empty(shape, x.options());
     void *pwp = pw.data_ptr(), *pbp = pb.data_ptr();
+    void *dwp = direct && want_w ? dw.data_ptr() : xp, *dbp = direct && want_b ? db.data_ptr() : xp;
     int ww = want_w, wb = want_b;
-    void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &pwp, &pbp, &rows, &cols, &has_w, &ww, &wb};
+    void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &pwp, &pbp, &rows, &cols, &has_w, &ww, &wb, &dwp, &dbp, &direct};
     // bwd_plan gives layer_norm's rows for 8-block clusters to the long kernels
     TORCH_CHECK(p.strategy != S_CLUSTER || p.cluster == 2, "opsmith.ops: layer_norm_backward: no kernel for ",
                 "clusters of ", p.cluster);
-    launch(p.strategy == S_CLUSTER ? LN_BWD_CL2 : LN_BWD, dt, dev, p, params);
+    launch(p.strategy == S_CLUSTER ? LN_BWD_CL2 : LN_BWD, dt, dev, p, params);  // (the cluster kernel: 13 of them)
+    if (direct) return {dx, dw, db};
     if (want_w || want_b) {
         auto [sw, sb] = col_sums(x, want_w ? &pw : nullptr, want_b ? &pb : nullptr, cols, shape, dt, dev);
         if (want_w) dw = sw;
@@ -183,20 +200,25 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     at::Tensor dw = x.new_empty({0});
     void *resp = xp;  // no gradient of a residual to add (add_rms_norm's, in Python)
     if (p.strategy == S_LONG || p.strategy == S_SPLIT) {  // grad_x alone, then the weight (norm_bwd_weight)
-        int has_res = 0;
+        int has_res = 0, one_w = p.strategy == S_SPLIT && rows == 1 && want_w;  // one row: dw by the same kernel
+        if (one_w) dw = at::empty(shape, x.options());
+        void *dwp = one_w ? dw.data_ptr() : xp;
         void *long_params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &cache};
-        void *dx_params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &resp, &has_res};
+        void *dx_params[] = {&gp, &xp, &wp, &rp, &dp, &rows, &cols, &has_w, &resp, &has_res, &dwp, &one_w};
         if (p.strategy == S_LONG) launch(RMS_BWD_LONG, dt, dev, p, long_params);
         else launch(RMS_BWD_DX, dt, dev, p, dx_params);
-        if (want_w) dw = weight_grads(g, x, nullptr, s, rows, cols, true, false, shape, dt, dev).first;
+        if (want_w && !one_w) dw = weight_grads(g, x, nullptr, s, rows, cols, true, false, shape, dt, dev).first;
         return {dx, dw};
     }
-    at::Tensor pw = want_w ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
-    void *pwp = pw.data_ptr();
-    int ww = want_w, has_res = 0;  // the weight gradient's partial sums: one row a block (a cluster)
-    void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww, &resp, &has_res};
+    // the weight gradient's partial sums: one row a block (a cluster), or with one block (norm.cu's), the gradient
+    int direct = p.strategy != S_CLUSTER && p.gx == 1 && want_w;
+    at::Tensor pw = want_w && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
+    if (direct) dw = at::empty(shape, x.options());
+    void *pwp = pw.data_ptr(), *dwp = direct ? dw.data_ptr() : xp;
+    int ww = want_w, has_res = 0;
+    void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww, &resp, &has_res, &dwp, &direct};
     launch(p.strategy == S_CLUSTER ? cluster_kernel(RMS_BWD_CL2, p) : RMS_BWD, dt, dev, p, params);
-    if (want_w) dw = col_sums(x, &pw, nullptr, cols, shape, dt, dev).first;
+    if (want_w && !direct) dw = col_sums(x, &pw, nullptr, cols, shape, dt, dev).first;
     return {dx, dw};
 }
 
