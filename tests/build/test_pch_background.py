@@ -55,3 +55,48 @@ def test_first_build_does_not_wait_for_the_pch(fresh_cache, monkeypatch, caplog)
     assert compile_lines and all(_uses_pch(line) for line in compile_lines), compile_lines
     assert _entries(fresh_cache).count("pch") == 1
     assert len(list((fresh_cache / "logs").glob("pch-*.log"))) == 1
+
+
+def test_a_tests_leftover_background_pch_build_is_stopped_with_its_group(tmp_path):
+    """conftest's teardown stops the detached PCH builds (and their compiler) started into the test's own
+    cache, and no other process: a stand-in job (its command line as the real one's) with a child in its
+    process group, beside one for another cache."""
+    import os
+    from pathlib import Path
+
+    from conftest import stop_background_pch
+    if not Path("/proc").is_dir():
+        pytest.skip("the teardown finds the builds through /proc (Linux)")
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    script = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)"
+    jobs = {root: subprocess.Popen([sys.executable, "-c", script, "opsmith._build._pch", json.dumps({"root": str(root)})],
+                                   process_group=0) for root in (mine, other)}
+    try:
+        time.sleep(0.5)  # the stand-in started its child
+        assert stop_background_pch(mine) == [jobs[mine].pid]
+        assert jobs[mine].wait(timeout=30) != 0
+        deadline = time.time() + 30
+        while _live_in_group(jobs[mine].pid):  # the whole group goes, the child too
+            assert time.time() < deadline, _live_in_group(jobs[mine].pid)
+            time.sleep(0.1)
+        assert jobs[other].poll() is None and _live_in_group(jobs[other].pid)
+    finally:
+        for p in jobs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+
+
+def _live_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that are not zombies (a killed child waits there for its reaper)."""
+    from pathlib import Path
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(d.name))
+    return out
