@@ -72,6 +72,7 @@ WEIGHT_CLUSTER_BYTES = 8 << 20  # weight_grad_plan: clusters for inputs up to th
 L2_THREADS = 1024     # OPSMITH_L2_THREADS in norm_l2.cu: the most threads a block of norm_l2_plan's
 L2_CHUNKS = 4         # norm_l2_plan: 16-byte chunks a thread a row, about
 L2_MIN_ROW_BYTES = 16384  # norm_l2_plan: rows of at least this many bytes
+L2_RMS_THREADS = 512  # norm_l2_plan: rms_norm's blocks take at least this many threads (up to 2 chunks each)
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32
 

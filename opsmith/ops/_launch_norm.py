@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (L2_CHUNKS, L2_MIN_ROW_BYTES, L2_THREADS, LN_FWD4_CHUNKS, LN_WIDE_TPR, ROW_CHUNKS,
+from opsmith.ops._launch import (L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FWD4_CHUNKS, LN_WIDE_TPR, ROW_CHUNKS,
                                  ROW_THREADS, DeviceProps, Plan, _cdiv, _pow2_at_least)
 
 __all__ = ["layer_norm_fwd4_plan", "layer_norm_kernel", "norm_l2_plan"]
@@ -31,19 +31,26 @@ def layer_norm_fwd4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps
 
 
 @functools.lru_cache(maxsize=4096)
-def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
+def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays: int = 2) -> Plan | None:
     """norm_l2.cu's forwards (``"l2"``: a block a row of about ``L2_CHUNKS`` chunks a thread, 32
     registers, the row read twice, the second time from L2) for rows of ``L2_MIN_ROW_BYTES`` or more in
     whole 16-byte vectors of 2- and 4-byte types (the caller checks the pointers' alignment), else
-    None. H200 (bench/diag_norm_l2.py), GB/s before -> after: bf16 layer_norm 4096x16384 2,574 ->
-    3,514, 2048x32768 2,859 -> 3,279, 8192x8192 3,063 -> 3,549; rms_norm 4096x16384 3,441 -> 3,935;
-    fp32 rms_norm 8192x8192 3,221 -> 4,055. At 8 KiB rows (bf16 4,096) the register rows ran as fast."""
+    None. ``arrays``: 2 layer_norm (weight and bias), 1 rms_norm, whose blocks take at least
+    ``L2_RMS_THREADS`` threads (fewer chunks a thread on its shortest rows). H200
+    (bench/diag_norm_l2.py), GB/s before -> after: bf16 layer_norm 4096x16384 2,574 -> 3,514,
+    2048x32768 2,859 -> 3,279, 8192x8192 3,063 -> 3,549; rms_norm 4096x16384 3,441 -> 3,935; fp32
+    rms_norm 8192x8192 3,221 -> 4,055. At 8 KiB rows (bf16 4,096) the register rows ran as fast. The
+    launch-variant sweep (bench/results/ops-norm-l2-h200-2026-11-26/variants.txt) at 16 KiB rows: 256
+    threads for layer_norm (bf16 8192x8192 3,549 against 3,165 at 512), 512 for rms_norm (fp32
+    16384x4096 4,160 against 3,887 at 256)."""
     vec = 16 // itemsize
     if itemsize not in (2, 4) or cols % vec or cols * itemsize < L2_MIN_ROW_BYTES or not 1 <= rows < 2**31:
         return None  # (a block a row: the kernels have no loop over rows, which cost them registers)
-    threads = min(L2_THREADS, _pow2_at_least(props.max_threads_per_block + 1) // 2,
-                  _pow2_at_least(_cdiv(cols // vec, L2_CHUNKS)))
-    return Plan("l2", (rows,), (threads, 1), 0, 0)
+    largest = min(L2_THREADS, _pow2_at_least(props.max_threads_per_block + 1) // 2)
+    threads = _pow2_at_least(_cdiv(cols // vec, L2_CHUNKS))
+    if arrays == 1:
+        threads = max(threads, min(L2_RMS_THREADS, _pow2_at_least(_cdiv(cols // vec, 2))))
+    return Plan("l2", (rows,), (min(largest, threads), 1), 0, 0)
 
 
 def layer_norm_kernel(plan: Plan, vec: bool) -> str:

@@ -95,8 +95,9 @@ def _partials(plan, cols: int, rstd, wanted: bool):
 
 
 def _l2_plan(rows: int, cols: int, props, *tensors):
-    """``_launch_norm.norm_l2_plan``'s plan where every one of ``tensors`` is 16-byte aligned, else None."""
-    plan = _launch_norm.norm_l2_plan(rows, cols, tensors[0].element_size(), props)
+    """``_launch_norm.norm_l2_plan``'s plan where every one of ``tensors`` is 16-byte aligned, else None;
+    layer_norm's tensors are x, w, b, y, rms_norm's x, w, y."""
+    plan = _launch_norm.norm_l2_plan(rows, cols, tensors[0].element_size(), props, 2 if len(tensors) == 4 else 1)
     return plan if plan is not None and all(t.data_ptr() % 16 == 0 for t in tensors) else None
 
 

@@ -45,7 +45,8 @@ def _py(which, rows, cols, itemsize, arrays, props):
         p = _launch.elementwise_plan(rows, itemsize, props)
         return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1, 0
     if which in ("ln_fwd4", "l2"):
-        p = (_launch_norm.layer_norm_fwd4_plan if which == "ln_fwd4" else _launch_norm.norm_l2_plan)(rows, cols, itemsize, props)
+        p = _launch_norm.layer_norm_fwd4_plan(rows, cols, itemsize, props) if which == "ln_fwd4" else \
+            _launch_norm.norm_l2_plan(rows, cols, itemsize, props, arrays)
         if p is None:
             return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
         return p.strategy, (p.grid[0], 1), tuple(p.block), 0, 0, 0, 1, 0

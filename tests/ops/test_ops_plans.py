@@ -272,13 +272,14 @@ def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whol
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
 def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks_a_thread(props):
     """norm_l2.cu's forwards: 2- and 4-byte rows of L2_MIN_ROW_BYTES or more in whole 16-byte vectors, up to
-    2^31 - 1 rows, a block a row of a power of two threads holding at most L2_CHUNKS chunks each (more only where the
-    block is at its largest); everything else keeps its plan (None)."""
+    2^31 - 1 rows, a block a row of a power of two threads holding at most L2_CHUNKS chunks each (more only
+    where the block is at its largest); rms_norm's (arrays 1) at least L2_RMS_THREADS threads where the row
+    has two chunks for each; everything else keeps its plan (None)."""
     largest = min(_launch.L2_THREADS, props.max_threads_per_block)
-    for rows, cols, itemsize in itertools.product((1, 300, 65536, 2**31 + 5),
-                                                  (100, 4096, 4100, 8191, 8192, 12000, 16384, 20000, 32768, 262144),
-                                                  (2, 4, 8)):
-        p = _launch_norm.norm_l2_plan(rows, cols, itemsize, props)
+    for rows, cols, itemsize, arrays in itertools.product(
+            (1, 300, 65536, 2**31 + 5), (100, 4096, 4100, 8191, 8192, 12000, 16384, 20000, 32768, 262144), (2, 4, 8),
+            (1, 2)):
+        p = _launch_norm.norm_l2_plan(rows, cols, itemsize, props, arrays)
         vec = 16 // itemsize
         if itemsize == 8 or cols % vec or cols * itemsize < _launch.L2_MIN_ROW_BYTES or rows >= 2**31:
             assert p is None, (rows, cols, itemsize)  # (a block a row: at most 2^31 - 1 of them)
@@ -287,6 +288,10 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
         assert p.strategy == "l2" and p.grid == (rows,) and p.block == (threads, 1)
         assert threads & (threads - 1) == 0 and threads <= largest
         assert threads * _launch.L2_CHUNKS >= chunks or threads == largest
-        assert (threads // 2) * _launch.L2_CHUNKS < chunks  # not a power of two too many
+        floor = min(_launch.L2_RMS_THREADS, largest, _launch._pow2_at_least(-(-chunks // 2))) if arrays == 1 else 1
+        assert threads >= floor
+        assert threads == floor or (threads // 2) * _launch.L2_CHUNKS < chunks  # not a power of two too many
+    h = _launch_norm.norm_l2_plan
+    assert (h(9, 8192, 2, props).block[0], h(9, 8192, 2, props, 1).block[0]) == (256, min(512, largest))
     source = (_sources.KERNEL_DIR / "norm_l2.cu").read_text()
     assert f"#define OPSMITH_L2_THREADS {_launch.L2_THREADS}" in source

@@ -217,7 +217,7 @@ __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows,
                  : which == 3 ? norm_bwd_plan(rows, cols, itemsize, d, arrays)
                  : which == 4 ? softmax_plan(rows, cols, itemsize, arrays, d)
                  : which == 7 ? layer_norm_fwd4_plan(rows, cols, itemsize, d)
-                 : which == 8 ? norm_l2_plan(rows, cols, itemsize, d)
+                 : which == 8 ? norm_l2_plan(rows, cols, itemsize, d, arrays)
                               : norm_cluster_plan(rows, cols, itemsize, d, which == 6);
     const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk, q.cluster, q.chunks};
     for (int i = 0; i < 10; i++) out[i] = v[i];

@@ -62,7 +62,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         const Kernel k = p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? LN_FWD_CL2 : LN_FWD_CL2W)  // K = 2
                          : p.strategy == S_LONG ? LN_FWD_LONG
                          : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
-        const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev]);  // rows of 16 KiB or more
+        const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev], 2);  // rows of 16 KiB or more
         const Plan four = layer_norm_fwd4_plan(r, c, x.element_size(), props[dev]);  // float rows of 4,097-8,192
         if (l2.strategy != S_NONE && vec) launch(LN_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
         else if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);
@@ -162,7 +162,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
         Eps e = eps_for(dt, eps.has_value() ? *eps : machine_eps(dt));
         void *xp = x.data_ptr(), *wp = w.data_ptr(), *yp = y.data_ptr(), *rp = rstd.data_ptr();
         void *params[] = {&xp, &wp, &yp, &rp, &rows, &cols, &e, &has_w, &cache};
-        const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev]);  // _norms._l2_plan
+        const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev], 1);  // _norms._l2_plan
         if (l2.strategy != S_NONE && aligned16(xp) && aligned16(wp) && aligned16(yp)) {
             launch(RMS_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
             return {y, rstd};

@@ -12,7 +12,7 @@ namespace {
 enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, C_LN_WIDE_TPR,
        C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
        C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
-       C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES,
+       C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS,
        N_CONSTS };
 int64_t K[N_CONSTS];
 
@@ -138,15 +138,17 @@ Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Pr
 }
 
 // _launch_norm.norm_l2_plan: the norm forwards' two passes over a row held in L2, rows of L2_MIN_ROW_BYTES or more
-Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
+// (arrays 1: rms_norm, at least L2_RMS_THREADS threads)
+Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
     const int64_t vec = 16 / itemsize;
     if ((itemsize != 2 && itemsize != 4) || cols % vec || cols * itemsize < K[C_L2_MIN_ROW_BYTES] || rows < 1 ||
         rows > 0x7fffffff)
         return none;
-    const int64_t threads = std::min({K[C_L2_THREADS], pow2_at_least(p.max_threads_per_block + 1) / 2,
-                                      pow2_at_least(cdiv(cols / vec, K[C_L2_CHUNKS]))});
-    return {S_L2, rows, 1, threads, 1, 0, 0, 0};
+    const int64_t largest = std::min<int64_t>(K[C_L2_THREADS], pow2_at_least(p.max_threads_per_block + 1) / 2);
+    int64_t threads = pow2_at_least(cdiv(cols / vec, K[C_L2_CHUNKS]));
+    if (arrays == 1) threads = std::max(threads, std::min(K[C_L2_RMS_THREADS], pow2_at_least(cdiv(cols / vec, 2))));
+    return {S_L2, rows, 1, std::min(largest, threads), 1, 0, 0, 0};
 }
 
 Plan col_sum_plan(int64_t cols, int64_t arrays) {
