@@ -37,8 +37,9 @@ def _check(x, residual, op: str = "add_rms_norm") -> None:
 
 
 def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | None = None):
-    """(y, residual_out, rstd) on CUDA: one pass where the row fits in registers, or a cluster's (sm_90+:
-    norm_cluster.cu, the rows rms_norm's cluster forward takes); else torch's add, then rms_norm."""
+    """(y, residual_out, rstd) on CUDA: one pass where the row fits in registers; rows of 16 KiB or more in
+    whole 16-byte vectors, two passes over the row in L2 (norm_l2.cu); a cluster's (sm_90+: norm_cluster.cu,
+    the rows rms_norm's cluster forward takes); else torch's add, then rms_norm."""
     import torch
     _check(x, residual)
     if eps is None:
@@ -46,7 +47,11 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
     x, residual = x.contiguous(), residual.contiguous()
     rows, cols = fn._rows_cols(x, normalized_shape, "add_rms_norm")
     plan, file = _norms._fwd_plan(rows, cols, x) if rows and cols else (None, "")
-    if file == "norm.cu":  # the register rows
+    w = weight.contiguous() if weight is not None else x
+    l2 = _norms._l2_plan(rows, cols, _launch.device_props(x.get_device()), 1, x, residual, w) if plan else None
+    if l2 is not None:  # rows of 16 KiB or more: two passes, the second from L2 (norm_l2.cu; y and s are new: aligned)
+        plan, file, name = l2, "norm_l2.cu", "add_rms_norm_fwd_l2<{T}, {A}>"
+    elif file == "norm.cu":  # the register rows
         file, name = "fused_norm.cu", "add_rms_norm_fwd<{T}, {A}>"
     elif file == "norm_cluster.cu":  # a cluster a row (sm_90+)
         name = f"add_rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>"
@@ -56,7 +61,6 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
         return y, s, rstd
     y, s = torch.empty_like(x), torch.empty_like(x)
     rstd = torch.empty(rows, dtype=fn._stats_dtype(x), device=x.device)
-    w = weight.contiguous() if weight is not None else x
     k = _sources.kernel(file, name, fn._dtype_name(x, "add_rms_norm"), x.get_device())
     k.launch(_launch.launch_config(plan), x, residual, w, y, s, rstd, rows, cols, float(eps), int(weight is not None))
     return y, s, rstd

@@ -25,7 +25,7 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         plan, file = _fwd_plan(rows, cols, x)
         args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
         props = _launch.device_props(x.get_device())
-        l2 = _l2_plan(rows, cols, props, x, w, b, y)
+        l2 = _l2_plan(rows, cols, props, 2, x, w, b, y)
         four = _launch_norm.layer_norm_fwd4_plan(rows, cols, x.element_size(), props)
         if l2 is not None:  # rows of 16 KiB or more: two passes, the second from L2
             _kernel(_L2, "layer_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
@@ -94,10 +94,10 @@ def _partials(plan, cols: int, rstd, wanted: bool):
     return torch.empty((prows, cols), dtype=rstd.dtype, device=rstd.device) if wanted else rstd
 
 
-def _l2_plan(rows: int, cols: int, props, *tensors):
-    """``_launch_norm.norm_l2_plan``'s plan where every one of ``tensors`` is 16-byte aligned, else None;
-    layer_norm's tensors are x, w, b, y, rms_norm's x, w, y."""
-    plan = _launch_norm.norm_l2_plan(rows, cols, tensors[0].element_size(), props, 2 if len(tensors) == 4 else 1)
+def _l2_plan(rows: int, cols: int, props, arrays: int, *tensors):
+    """``_launch_norm.norm_l2_plan``'s plan (``arrays``: 2 layer_norm, 1 rms_norm and add_rms_norm) where
+    every one of ``tensors`` is 16-byte aligned, else None."""
+    plan = _launch_norm.norm_l2_plan(rows, cols, tensors[0].element_size(), props, arrays)
     return plan if plan is not None and all(t.data_ptr() % 16 == 0 for t in tensors) else None
 
 
@@ -198,7 +198,7 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
         w = weight.contiguous() if weight is not None else x
         plan, file = _fwd_plan(rows, cols, x)
         args = (x, w, y, rstd, rows, cols, float(eps), int(weight is not None))
-        l2 = _l2_plan(rows, cols, _launch.device_props(x.get_device()), x, w, y)
+        l2 = _l2_plan(rows, cols, _launch.device_props(x.get_device()), 1, x, w, y)
         if l2 is not None:  # rows of 16 KiB or more: two passes, the second from L2
             _kernel(_L2, "rms_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
         elif file == _CL:

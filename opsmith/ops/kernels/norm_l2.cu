@@ -53,6 +53,28 @@ __device__ __forceinline__ Raw ld_l2(const void* p, unsigned long long pol) {
 #endif
 }
 
+// ld_l2 of memory this kernel stored (st_l2): ordered after those stores
+__device__ __forceinline__ Raw ld_l2_own(const void* p, unsigned long long pol) {
+    Raw r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p), "l"(pol) : "memory");
+#else
+    asm volatile("" ::: "memory");
+    r = *reinterpret_cast<const volatile Raw*>(p);
+#endif
+    return r;
+}
+// 16 bytes to p under L2 policy `pol`
+__device__ __forceinline__ void st_l2(void* p, const Raw& r, unsigned long long pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
+                 :: "l"(p), "r"(r.u[0]), "r"(r.u[1]), "r"(r.u[2]), "r"(r.u[3]), "l"(pol) : "memory");
+#else
+    *reinterpret_cast<Raw*>(p) = r;
+#endif
+}
+
 }  // namespace opsmith
 
 using namespace opsmith;
@@ -60,8 +82,9 @@ using namespace opsmith;
 // A block's row (one a block: norm_l2_plan takes up to 2^31 - 1 rows; a grid-stride loop over rows took
 // registers past the 32 and ran 10-30 % slower), its setup, and the trips of a thread over the row's nv
 // chunks: chunk c0 + u * tpr for u < U
-#define OPSMITH_L2_ROW                                                       \
-    constexpr int N = Vec<T>::N, U = OPSMITH_L2_UNROLL;                       \
+#define OPSMITH_L2_ROW OPSMITH_L2_ROW_U(OPSMITH_L2_UNROLL)
+#define OPSMITH_L2_ROW_U(UU)                                                 \
+    constexpr int N = Vec<T>::N, U = (UU);                                    \
     const int tpr = blockDim.x, t = threadIdx.x, nv = cols / N;               \
     const unsigned long long keep = l2_keep(), first = l2_first();            \
     const long long row = blockIdx.x;
@@ -156,6 +179,65 @@ rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
     if (t == 0) rstd[row] = rs;
     OPSMITH_L2_TRIPS {
         OPSMITH_L2_LOAD(r, first)
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            const int j = (c0 + u * tpr) * N;
+            const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
+            A o[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A v = raw_get<T>(r[u], k) * rs;
+                o[k] = has_w ? v * raw_get<T>(wr, k) : v;
+            }
+            *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
+        }
+    }
+}
+
+// add_rms_norm's forward (fused_norm.cu's math): the first pass reads x and residual (their only read),
+// writes s = x + residual, rounded to T, as the new residual asking L2 to keep it, and sums its squares;
+// the second reads s back from L2 and writes y. HBM: x and residual read, s and y written, the floor.
+// One chunk of each a trip (two loads in flight, as the others' two chunks): at two it spilled.
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, 2048 / OPSMITH_L2_THREADS)
+add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                    T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
+                    A eps, int has_w) {
+    OPSMITH_L2_ROW_U(1)
+    const T* xr = x + row * cols;
+    const T* rr = residual + row * cols;
+    T* sr = residual_out + row * cols;
+    T* yr = y + row * cols;
+    A q = A(0);
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(a, first)
+        Raw b[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (OPSMITH_L2_IN(u)) b[u] = ld_l2(rr + (long long)(c0 + u * tpr) * N, first);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            A v[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = raw_get<T>(a[u], k) + raw_get<T>(b[u], k);
+            const Raw p = raw_pack<T>(v);  // rounded to T, as the residual stream holds it
+            st_l2(sr + (long long)(c0 + u * tpr) * N, p, keep);
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A e = raw_get<T>(p, k);
+                q += e * e + nonfinite(e);  // an inf makes the row NaN, as rms_norm's
+            }
+        }
+    }
+    const A rs = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
+    if (t == 0) rstd[row] = rs;
+    OPSMITH_L2_TRIPS {
+        Raw r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (OPSMITH_L2_IN(u)) r[u] = ld_l2_own(sr + (long long)(c0 + u * tpr) * N, first);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (!OPSMITH_L2_IN(u)) break;
