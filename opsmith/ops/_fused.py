@@ -37,9 +37,9 @@ def _check(x, residual, op: str = "add_rms_norm") -> None:
 
 
 def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | None = None):
-    """(y, residual_out, rstd) on CUDA: one pass where the row fits in registers; rows of 16 KiB or more in
-    whole 16-byte vectors, two passes over the row in L2 (norm_l2.cu); a cluster's (sm_90+: norm_cluster.cu,
-    the rows rms_norm's cluster forward takes); else torch's add, then rms_norm."""
+    """(y, residual_out, rstd) on CUDA: one pass where the row fits in registers; longer rows in whole 16-byte
+    vectors, two passes over the row in L2 (norm_l2.cu); a cluster's (sm_90+: norm_cluster.cu, the rows
+    rms_norm's cluster forward takes); else torch's add, then rms_norm."""
     import torch
     _check(x, residual)
     if eps is None:
@@ -48,8 +48,13 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
     rows, cols = fn._rows_cols(x, normalized_shape, "add_rms_norm")
     plan, file = _norms._fwd_plan(rows, cols, x) if rows and cols else (None, "")
     w = weight.contiguous() if weight is not None else x
-    l2 = _norms._l2_plan(rows, cols, _launch.device_props(x.get_device()), 1, x, residual, w) if plan else None
-    if l2 is not None:  # rows of 16 KiB or more: two passes, the second from L2 (norm_l2.cu; y and s are new: aligned)
+    # rows past the register strategy (16 KiB or more): two passes, the second from L2 (norm_l2.cu; y and s are
+    # new: aligned). H200 (bench/diag_norm_l2.py): bf16 4096x16384 3,629 -> 3,777 GB/s, 1024x65536 2,704 ->
+    # 3,629, fp32 8192x8192 3,245 -> 3,828; on register rows of 16 KiB it ran slower (bf16 8192x8192 4,116
+    # against 3,856), which keep the one-pass kernel
+    l2 = None if file in ("norm.cu", "") else _norms._l2_plan(rows, cols, _launch.device_props(x.get_device()), 1,
+                                                                x, residual, w)
+    if l2 is not None:
         plan, file, name = l2, "norm_l2.cu", "add_rms_norm_fwd_l2<{T}, {A}>"
     elif file == "norm.cu":  # the register rows
         file, name = "fused_norm.cu", "add_rms_norm_fwd<{T}, {A}>"
