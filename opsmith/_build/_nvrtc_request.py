@@ -145,6 +145,9 @@ class CompileRequest(Record):
         return kb.strs("header.bytes", sorted(digests)).hexdigest()
 
 
+_MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def make_request(source: str | os.PathLike, *, arch: str, output: str = "cubin",
                  std: str | None = "c++17", options: Iterable[str] = (),
                  include_paths: Iterable[str | os.PathLike] = (),
@@ -174,10 +177,21 @@ def make_request(source: str | os.PathLike, *, arch: str, output: str = "cubin",
     defs: list[tuple[str, str | None]] = []
     if isinstance(defines, Mapping):
         defs = [(str(k), None if v is None else str(v)) for k, v in defines.items()]
+    elif isinstance(defines, str):
+        raise SpecError(f"defines must be a dict or a list, e.g. {{'N': 4}} or ['N=4'], not one string ({defines!r})")
     elif defines is not None:
         for d in defines:
-            k, _, v = str(d).partition("=")
-            defs.append((k, v if _ else None))
+            if isinstance(d, (tuple, list)) and len(d) == 2:  # (name, value), as CompileRequest holds them
+                defs.append((str(d[0]), None if d[1] is None else str(d[1])))
+            elif isinstance(d, str):
+                k, _, v = d.partition("=")
+                defs.append((k, v if _ else None))
+            else:
+                raise SpecError(f"defines: {d!r} is neither 'NAME' / 'NAME=VALUE' nor a (name, value) pair")
+    for k, _v in defs:
+        if not _MACRO.fullmatch(k):
+            raise SpecError(f"defines: {k!r} is not a macro name (a C identifier: letters, digits and _, not "
+                            f"starting with a digit); pass {{'NAME': value}} or 'NAME=VALUE'")
     return CompileRequest(
         source=text, name=name, arch=normalize_arch(arch), output=output, std=std,
         options=tuple(str(o) for o in options),

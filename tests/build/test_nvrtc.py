@@ -219,3 +219,20 @@ def test_nvrtc_errors_go_through_the_one_diagnostics_path_with_a_caret():
     assert lines[i + 1].index("^") == lines[i].index("blockIdxx")
     assert "NVRTC options: --gpu-architecture=sm_90" in text
     assert err.command == [] and err.line == 2 and err.source == "caret.cu"
+
+
+def test_defines_as_a_dict_strings_or_pairs_are_one_request_and_bad_ones_say_what_to_pass():
+    """{'N': 4}, ['N=4'] and [('N', 4)] (CompileRequest's own form) make the same request; one string, an
+    item of another kind or a name that is no C identifier is a SpecError naming the forms (a pair used to
+    reach NVRTC as -D('N', '4'): 'invalid macro definition')."""
+    from opsmith._build._nvrtc_request import make_request
+    from opsmith._errors import SpecError
+    src = "#if N != 4\n#error N\n#endif\n" + RELU
+    reqs = [make_request(src, arch="sm_90", defines=d) for d in ({"N": 4, "FAST": None}, ["N=4", "FAST"],
+                                                                  [("N", 4), ("FAST", None)])]
+    assert reqs[0] == reqs[1] == reqs[2] and reqs[0].defines == (("FAST", None), ("N", "4"))
+    assert opsmith.compile_many([{"source": src, "arch": "sm_90", "defines": [("N", 4)]}], progress=False)[0].code
+    for bad, said in (("N=4", "not one string"), ([3], "neither"), ([("N", 1, 2)], "neither"),
+                      (["4N=1"], "not a macro name"), ({"N-1": 2}, "not a macro name")):
+        with pytest.raises(SpecError, match=said):
+            make_request(src, arch="sm_90", defines=bad)
