@@ -155,6 +155,35 @@ layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __r
     }
 }
 
+// rms_norm's and add_rms_norm's second pass: y = v * rs (* w) over the row at src, read back from L2 under
+// `pol` (OWN: a row this kernel stored, read after those stores)
+template <int U, bool OWN, class T, class A>
+__device__ __forceinline__ void rms_scale_pass(const T* src, const T* __restrict__ w, T* __restrict__ yr, A rs,
+                                               int has_w, int nv, int tpr, int t, unsigned long long pol) {
+    constexpr int N = Vec<T>::N;
+    OPSMITH_L2_TRIPS {
+        Raw r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const T* p = src + (long long)(c0 + u * tpr) * N;
+            if (OPSMITH_L2_IN(u)) r[u] = OWN ? ld_l2_own(p, pol) : ld_l2(p, pol);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            const int j = (c0 + u * tpr) * N;
+            const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
+            A o[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A v = raw_get<T>(r[u], k) * rs;
+                o[k] = has_w ? v * raw_get<T>(wr, k) : v;
+            }
+            *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
+        }
+    }
+}
+
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_L2_THREADS, 2048 / OPSMITH_L2_THREADS)
 rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
@@ -177,22 +206,7 @@ rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
     }
     const A rs = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (t == 0) rstd[row] = rs;
-    OPSMITH_L2_TRIPS {
-        OPSMITH_L2_LOAD(r, first)
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (!OPSMITH_L2_IN(u)) break;
-            const int j = (c0 + u * tpr) * N;
-            const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
-            A o[N];
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A v = raw_get<T>(r[u], k) * rs;
-                o[k] = has_w ? v * raw_get<T>(wr, k) : v;
-            }
-            *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
-        }
-    }
+    rms_scale_pass<U, false>(xr, w, yr, rs, has_w, nv, tpr, t, first);
 }
 
 // add_rms_norm's forward (fused_norm.cu's math): the first pass reads x and residual (their only read),
@@ -233,23 +247,5 @@ add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, con
     }
     const A rs = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (t == 0) rstd[row] = rs;
-    OPSMITH_L2_TRIPS {
-        Raw r[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (OPSMITH_L2_IN(u)) r[u] = ld_l2_own(sr + (long long)(c0 + u * tpr) * N, first);
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (!OPSMITH_L2_IN(u)) break;
-            const int j = (c0 + u * tpr) * N;
-            const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
-            A o[N];
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A v = raw_get<T>(r[u], k) * rs;
-                o[k] = has_w ? v * raw_get<T>(wr, k) : v;
-            }
-            *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
-        }
-    }
+    rms_scale_pass<U, true>(sr, w, yr, rs, has_w, nv, tpr, t, first);
 }
