@@ -81,6 +81,13 @@ def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_w: bool, want_b: 
     return (dw, db) if chunks == 1 else _col_sums(x, pw, pb, cols, shape)
 
 
+def _new_grad(x, shape, written: bool, other):
+    """An empty weight (or bias) gradient of ``shape`` in x's dtype for a kernel to write into, where
+    ``written``; else ``other``."""
+    import torch
+    return torch.empty(shape, dtype=x.dtype, device=x.device) if written else other
+
+
 def _or(t, other):
     return t if t is not None else other
 
@@ -149,16 +156,13 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
         if plan.strategy == "long":
             _kernel("norm_long.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args,
                                                                                plan.cache)
-        elif rows == 1:  # one row: its weight and bias gradients are elementwise, written by the same kernel
-            dw = torch.empty(shape, dtype=x.dtype, device=x.device) if want_w else dw
-            db = torch.empty(shape, dtype=x.dtype, device=x.device) if want_b else db
+        else:  # one row: its weight and bias gradients are elementwise, written by the same kernel
+            one_w, one_b = rows == 1 and want_w, rows == 1 and want_b
+            dw, db = _new_grad(x, shape, one_w, dw), _new_grad(x, shape, one_b, db)
             _kernel("norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>", x).launch(
-                _launch.launch_config(plan), *args, _or(dw if want_w else None, x), _or(db if want_b else None, x),
-                int(want_w), int(want_b))
-            return dx, dw, db
-        else:
-            _kernel("norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, x, x,
-                                                                              0, 0)
+                _launch.launch_config(plan), *args, dw if one_w else x, db if one_b else x, int(one_w), int(one_b))
+            if rows == 1:
+                return dx, dw, db
         if want_w or want_b:
             sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_w, want_b, shape)
             dw, db = (sw if want_w else dw), (sb if want_b else db)
@@ -168,11 +172,8 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
     direct = file != _CL and plan.grid[0] == 1
     pw, pb = _partials(plan, cols, rstd, want_w and not direct), _partials(plan, cols, rstd, want_b and not direct)
     name = f"layer_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "layer_norm_bwd<{T}, {A}>"
-    if direct:
-        dw = torch.empty(shape, dtype=x.dtype, device=x.device) if want_w else dw
-        db = torch.empty(shape, dtype=x.dtype, device=x.device) if want_b else db
-    extra = () if file == _CL else (_or(dw if want_w and direct else None, x), _or(db if want_b and direct else None, x),
-                                    int(direct))
+    dw, db = _new_grad(x, shape, direct and want_w, dw), _new_grad(x, shape, direct and want_b, db)
+    extra = () if file == _CL else (dw if direct and want_w else x, db if direct and want_b else x, int(direct))
     _kernel(file, name, x).launch(
         _launch.launch_config(plan), g, x, w, mean, rstd, dx, pw, pb, rows, cols, int(weight is not None),
         int(want_w), int(want_b), *extra)
@@ -235,7 +236,7 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
                 dx.add_(res)
         else:
             one = rows == 1 and want_w  # one row: its weight gradient is elementwise, written by the same kernel
-            dw = torch.empty(shape, dtype=x.dtype, device=x.device) if one else None
+            dw = _new_grad(x, shape, one, None)
             _kernel("norm_split.cu", "rms_norm_bwd_dx<{T}, {A}>", x).launch(
                 _launch.launch_config(plan), *args, res if res is not None else x, int(res is not None), _or(dw, x),
                 int(one))
@@ -245,7 +246,7 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
                     else x.new_empty(0))
     direct = file != _CL and plan.grid[0] == 1 and want_w  # one block (norm.cu's): the gradient itself
     pw = _partials(plan, cols, rstd, want_w and not direct)
-    dw = torch.empty(shape, dtype=x.dtype, device=x.device) if direct else None
+    dw = _new_grad(x, shape, direct, None)
     name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "rms_norm_bwd<{T}, {A}>"
     _kernel(file, name, x).launch(
         _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w),

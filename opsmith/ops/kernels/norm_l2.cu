@@ -1,12 +1,12 @@
-// opsmith.ops LayerNorm and RMSNorm forwards in two passes over a row held in L2 (the "l2" strategy of
-// opsmith/ops/_launch.py's norm_l2_plan): one block a row, one 16-byte chunk a thread a trip (U chunks
-// with their loads issued together), few registers, so that an SM holds 2,048 threads. The first pass
-// reads the row asking L2 to keep it (evict_last) and sums it; the second reads it again, from L2 (the
-// row was read a moment before: the rows in flight are a few MiB), asking L2 to let it go first
-// (evict_first), and writes y. HBM sees one read and one write of the row, as in the register rows,
-// at a fraction of their registers: the register rows of 16,384 bf16 elements held one 512-thread
-// block an SM (or a 2-block cluster a row), too few bytes in flight. Widths a multiple of 16 bytes,
-// 16-byte-aligned pointers (the plan's condition).
+// opsmith.ops LayerNorm, RMSNorm and add + RMSNorm forwards in two passes over a row held in L2 (the
+// "l2" strategy of opsmith/ops/_launch_norm.py's norm_l2_plan): one block a row, one 16-byte chunk a
+// thread a trip (U chunks with their loads issued together), few registers, so that an SM holds 2,048
+// threads. The first pass reads the row asking L2 to keep it (evict_last) and sums it; the second reads
+// it again, from L2 (the row was read a moment before: the rows in flight are a few MiB), asking L2 to
+// let it go first (evict_first), and writes y. HBM sees one read and one write of the row, as in the
+// register rows, at a fraction of their registers: the register rows of 16,384 bf16 elements held one
+// 512-thread block an SM (or a 2-block cluster a row), too few bytes in flight. Widths a multiple of 16
+// bytes, 16-byte-aligned pointers (the plan's condition).
 //
 // layer_norm's variance: each thread keeps the exact mean and squared deviations of its chunks merged
 // one chunk at a time (Chan et al.), the block then adds the threads' sums for the mean and their
@@ -19,7 +19,7 @@
 #define OPSMITH_L2_THREADS 1024  // the most threads a block (_launch.L2_THREADS)
 #endif
 // 16-byte chunks a thread a trip, their loads issued together. H200 (bench/diag_norm_l2.py,
-// bench/results/ops-norm-l2-h200-2026-11-26/l2.txt): 2 ran 1.05-1.45x as fast as 1 and 1.1-1.5x as 4;
+// bench/results/ops-norm-l2-h200-2026-11-26/variants.txt): 2 ran 1.05-1.45x as fast as 1 and 1.1-1.5x as 4;
 // 32 registers a thread (2,048 threads an SM) beat 64 by 5-30 % but for fp32 at 8192x8192 (even).
 #define OPSMITH_L2_UNROLL 2
 

@@ -104,7 +104,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
         if (p.strategy == S_LONG) {
             void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
             launch(LN_BWD_LONG, dt, dev, p, params);
-        } else {  // one row: its weight and bias gradients are elementwise, written by the same kernel
+        } else {  // "split"; with one row, its weight and bias gradients (elementwise) by the same kernel
             const bool one = rows == 1;
             if (one && want_w) dw = at::empty(shape, x.options());
             if (one && want_b) db = at::empty(shape, x.options());
