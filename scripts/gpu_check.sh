@@ -73,7 +73,8 @@ case "$PART" in
   peers|ops)  # issue 23. peers: the new ops on CUDA; opsmith.ops against eager, compile(dynamic=False) and Liger;
     # the Llama step. ops: every opsmith.ops GPU test (C++ kernels included), then the peers benchmark alone
     # (PEERS_ARGS, e.g. "--ops rms_norm,rotary --budget-s 150"; TESTS_K: a pytest -k expression;
-    # DIAG_CLUSTER=1: bench/diag_norm_cluster.py first, the norms' cluster kernels against the long ones).
+    # DIAG_CLUSTER=1: bench/diag_norm_cluster.py first, the norms' cluster kernels against the long ones;
+    # DIAG_C4=1: bench/diag_fwd_c4.py first, the row forwards of 4 chunks a thread against 2).
     # Liger-Kernel (pure Python over Triton) from its wheel, carried in .whlp/ (run with carry [".whlp"])
     if ls .whlp/liger_kernel-*.whl >/dev/null 2>&1; then
       python3 -m pip install -q --no-deps --target "$W/liger" .whlp/liger_kernel-*.whl >"$L/liger_pip.log" 2>&1 \
@@ -88,6 +89,7 @@ case "$PART" in
     if [ "$PART" = ops ]; then
       [ "${DIAG_NORM:-0}" = 1 ] && run diag_norm python3 bench/diag_norm_occupancy.py --json "$L/diag_norm.json"
       [ "${DIAG_CLUSTER:-0}" = 1 ] && run diag_cluster python3 bench/diag_norm_cluster.py --json "$L/diag_cluster.json"
+      [ "${DIAG_C4:-0}" = 1 ] && run diag_c4 python3 bench/diag_fwd_c4.py --out "$L/diag_c4.json"
       run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
         tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py
       run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}

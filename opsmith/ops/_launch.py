@@ -73,6 +73,8 @@ L2_THREADS = 1024     # OPSMITH_L2_THREADS in norm_l2.cu: the most threads a blo
 L2_CHUNKS = 4         # norm_l2_plan: 16-byte chunks a thread a row, about
 L2_MIN_ROW_BYTES = 16384  # norm_l2_plan: rows of at least this many bytes
 L2_RMS_THREADS = 512  # norm_l2_plan: rms_norm's blocks take at least this many threads (up to 2 chunks each)
+C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu: the most threads a block of layer_norm_fwd_c4 / rms_norm_fwd_c4
+C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32
 
@@ -227,17 +229,23 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     0.62-0.80x, so fp32 keeps wide. The backward of rows that fill the wide kernel's chunks (no bounds
     checks: the power-of-two widths) takes "wide" on every device: once it stopped spilling, H200
     (bench/diag_softmax_bwd.py), bf16 4096x16384 3,745 -> 4,259 GB/s, 2048x32768 3,700 -> 4,145
-    (Liger 4,287, 4,206); 8192x12288 (checked chunks) ran 2,927 wide against the clusters' 4,067."""
+    (Liger 4,287, 4,206); 8192x12288 (checked chunks) ran 2,927 wide against the clusters' 4,067.
+    The forward of 16-bit register rows ("block") of ``C4_MIN_ROW_BYTES`` or more in whole vectors takes
+    "wide" too, at half the threads a row (4 chunks a thread): H200, kernels alone
+    (bench/results/ops-fwd-c4-h200-2026-11-26/), bf16 2048x2048 3,350 -> 3,897 GB/s, 4096x4096 3,615 ->
+    3,739, 8192x8192 3,857 -> 3,997; float rows ran as fast either way and keep "block"."""
     p = row_plan(rows, cols, itemsize, arrays, props)
+    vec = 16 // itemsize
+    tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * vec))
+    if arrays == 1 and p.strategy == "block" and itemsize == 2 and cols % vec == 0 and cols * itemsize >= C4_MIN_ROW_BYTES:
+        return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
     if p.strategy != "long":
         return p
     limit = min(ROW_THREADS, props.max_threads_per_block)
-    tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * (16 // itemsize)))
     wide = tpr <= min(LONG_THREADS, props.max_threads_per_block)
-    if arrays > 1 and wide and cols == tpr * WIDE_CHUNKS * (16 // itemsize):
+    if arrays > 1 and wide and cols == tpr * WIDE_CHUNKS * vec:
         return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
     if props.clusters and itemsize == 2:  # softmax_cluster.cu: 2 blocks a row, of 2 chunks a thread or 4
-        vec = 16 // itemsize
         fits2 = _cdiv(cols, ROW_CHUNKS * vec) <= 2 * limit
         if fits2 and arrays > 1:
             return _cluster(rows, cols, itemsize, props, 2, ROW_CHUNKS, CLUSTER_FWD_BLOCKS, rows)

@@ -34,15 +34,15 @@ def consts() -> list[int]:
     """The plans' numbers in osm_ops_plan.h's order (ROW_CHUNKS, ROW_THREADS, LONG_THREADS,
     EW_THREADS, EW_UNROLL, STATIC_SMEM, ROW_BWD_BLOCKS, LN_WIDE_TPR, WIDE_CHUNKS, CLUSTER_MAX,
     CLUSTER_THREADS, CLUSTER_FWD_BLOCKS, NORM_SPLIT_BYTES, WEIGHT_LANE_ROWS, WEIGHT_CLUSTER,
-    WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS): :mod:`opsmith.ops._launch`
-    is their one source."""
+    WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, C4_THREADS,
+    C4_MIN_ROW_BYTES): :mod:`opsmith.ops._launch` is their one source."""
     from opsmith.ops import _launch
     return [_launch.ROW_CHUNKS, _launch.ROW_THREADS, _launch.LONG_THREADS, _launch.EW_THREADS,
             _launch.EW_UNROLL, _launch._STATIC_SMEM, _launch.ROW_BWD_BLOCKS, _launch.LN_WIDE_TPR,
             _launch.WIDE_CHUNKS, _launch.CLUSTER_MAX, _launch.CLUSTER_THREADS, _launch.CLUSTER_FWD_BLOCKS,
             _launch.NORM_SPLIT_BYTES, _launch.WEIGHT_LANE_ROWS, _launch.WEIGHT_CLUSTER, _launch.WEIGHT_CLUSTER_BYTES,
             _launch.LN_FWD4_CHUNKS, _launch.L2_THREADS, _launch.L2_CHUNKS, _launch.L2_MIN_ROW_BYTES,
-            _launch.L2_RMS_THREADS]
+            _launch.L2_RMS_THREADS, _launch.C4_THREADS, _launch.C4_MIN_ROW_BYTES]
 
 
 def _props(p):
@@ -104,15 +104,15 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
     """The C++ plan (``"elementwise"`` with ``rows`` = n, ``"row"``, ``"weight"``, ``"norm_bwd"``, ``"softmax"``,
-    ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`),
-    as (strategy, grid, block, smem, cache, per_chunk, cluster, chunks), strategy None where a cluster plan (or
-    ``"ln_fwd4"``, ``"l2"``) has none;
+    ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``, ``"c4"``) for ``props`` (a
+    :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid, block, smem, cache, per_chunk, cluster, chunks),
+    strategy None where a cluster plan (or ``"ln_fwd4"``, ``"l2"``, ``"c4"``) has none;
     before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
     _init(lib, cuda=False)
     out = (ctypes.c_int64 * 10)()
     which_id = {"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3, "softmax": 4, "cluster_fwd": 5,
-                "cluster_bwd": 6, "ln_fwd4": 7, "l2": 8}[which]
+                "cluster_bwd": 6, "ln_fwd4": 7, "l2": 8, "c4": 9}[which]
     if lib.osm_ops_plan(which_id, rows, cols, itemsize, arrays, _props(props), out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
     names = {-1: None, 0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide",

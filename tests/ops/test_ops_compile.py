@@ -73,21 +73,41 @@ def test_the_l2_norm_forwards_fit_32_registers_without_spilling():
                 assert (int(stores), int(loads)) == (0, 0), (job["arch"], job["name_expressions"])
 
 
+def test_the_norm_forwards_of_four_chunks_do_not_spill():
+    """norm.cu's layer_norm_fwd_c4 and rms_norm_fwd_c4 hold a thread's 4 chunks (and layer_norm's weight and
+    bias after the reductions) in up to 85 registers, 3 blocks of 256 threads an SM: ptxas's report through
+    NVRTC, every type and arch, no spills in the kernels (the element rows' out-of-line function has its own
+    frame)."""
+    import re
+    names = ("layer_norm_fwd_c4<{T}, {A}>", "rms_norm_fwd_c4<{T}, {A}>")
+    jobs = [{"source": _sources.KERNEL_DIR / "norm.cu", "arch": arch, "options": ["--ptxas-options=-v"],
+             "name_expressions": [n.format(T=t, A=a) for n in names]}
+            for arch in ARCHS for t, a in _sources.DTYPES.values()]
+    for job, binary in zip(jobs, opsmith.compile_many(jobs, progress=False)):
+        kernels = re.findall(r"Compiling entry function '(\w+)'[^\n]*\n[^\n]*\n\D*(\d+) bytes stack frame, (\d+) bytes "
+                             r"spill stores, (\d+) bytes spill loads\s+ptxas info\s+: Used (\d+) registers", binary.log)
+        assert len(kernels) == 2, (job["arch"], binary.log)
+        for name, _, stores, loads, regs in kernels:
+            assert "_c4" in name and (int(stores), int(loads)) == (0, 0), (job["arch"], name)
+            assert int(regs) <= (255 if "Idd" in name else 85), (job["arch"], name, regs)
+
+
 def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     text = (ROOT / "pyproject.toml").read_text()
     assert '"opsmith.ops" = ["kernels/*.cu", "kernels/*.cuh", "native/*.cpp", "native/*.h"]' in text
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
     assert names == ["activations.cuh", "common.cuh", "cross_entropy.cu", "elementwise.cu", "fused_norm.cu", "gated.cu",
-                     "norm.cu", "norm_cluster.cu", "norm_l2.cu", "norm_long.cu", "norm_split.cu", "rotary.cu", "rows.cuh",
-                     "softmax.cu", "softmax_cluster.cu"]
-    # the only includes are our own headers (common.cuh first, or rows.cuh, which includes it) and
-    # CUDA's fp16/bf16 headers, behind __has_include
-    ours = {'#include "common.cuh"', '#include "rows.cuh"', '#include "activations.cuh"'}
+                     "norm.cu", "norm_cluster.cu", "norm_fwd.cuh", "norm_l2.cu", "norm_long.cu", "norm_split.cu",
+                     "rotary.cu", "rows.cuh", "softmax.cu", "softmax_cluster.cu"]
+    # the only includes are our own headers (common.cuh first, or rows.cuh or norm_fwd.cuh, which include it)
+    # and CUDA's fp16/bf16 headers, behind __has_include
+    ours = {'#include "common.cuh"', '#include "rows.cuh"', '#include "activations.cuh"', '#include "norm_fwd.cuh"'}
     for path in [*_sources.KERNEL_DIR.glob("*.cu"), _sources.KERNEL_DIR / "activations.cuh",
-                 _sources.KERNEL_DIR / "rows.cuh"]:
+                 _sources.KERNEL_DIR / "rows.cuh", _sources.KERNEL_DIR / "norm_fwd.cuh"]:
         includes = [line for line in path.read_text().splitlines() if line.startswith("#include")]
         assert set(includes) <= ours, (path.name, includes)
-        assert includes[0] in ('#include "common.cuh"', '#include "rows.cuh"'), (path.name, includes)
+        assert includes[0] in ('#include "common.cuh"', '#include "rows.cuh"', '#include "norm_fwd.cuh"'), \
+            (path.name, includes)
 
 
 def test_compile_many_keeps_order_and_raises_the_first_failure_after_every_job():
@@ -279,8 +299,8 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     monkeypatch.setattr(_sources, "kernel", kernel)
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)
     dt = getattr(torch, dtype)
-    # warp, block, wide (layer_norm), l2 (whole vectors from 16 KiB), cluster, long cached (its forward), long
-    # uncached: the odd widths of the l2 rows take the others
+    # warp, block, c4 and wide (the norms' 2 to 16 KiB), l2 (whole vectors from 16 KiB), cluster, long cached (its
+    # forward), long uncached: the odd widths of the c4 and l2 rows take the others
     for cols in (1, 100, 1024, 3000, 6000, 6001, 12000, 12001, 20000, 40000, 40001, 70000, 70001):
         x = torch.randn(3, cols, dtype=dt)
         w, b = torch.randn(cols, dtype=dt), torch.randn(cols, dtype=dt)
@@ -365,6 +385,10 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         want -= {"layer_norm_fwd4"}
     if dtype == "float64":  # norm_l2_plan: 2- and 4-byte types only
         want -= {"layer_norm_fwd_l2", "rms_norm_fwd_l2", "add_rms_norm_fwd_l2"}
+    if dtype != "bfloat16":  # norm_c4_plan: rms_norm's 2-byte rows, layer_norm's 2- and 4-byte ones
+        want -= {"rms_norm_fwd_c4"} if dtype == "float32" else {"rms_norm_fwd_c4", "layer_norm_fwd_c4"}
+    if dtype != "float64":  # the wide rows (2 KiB and more) of 2- and 4-byte types take layer_norm_fwd_c4 or l2
+        want -= {"layer_norm_fwd_wide"}
     assert names == want, names
     assert {c.shared_mem > 0 for n, c in calls if "_long" in n} == {True, False}
     # empty tensors launch nothing

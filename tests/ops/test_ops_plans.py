@@ -97,10 +97,11 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
     """Rows beyond the register strategy: a backward's rows that fill the chunks of a "wide" block exactly
     (no bounds checks) "wide"; with clusters, 16-bit rows "cluster" where 2 blocks of ROW_THREADS hold
     them (2 chunks a thread backward, else WIDE_CHUNKS), persistent; else "wide" where WIDE_CHUNKS chunks
-    fit LONG_THREADS threads, one block a row; everything else as row_plan."""
+    fit LONG_THREADS threads, one block a row; the forward of 16-bit "block" rows of C4_MIN_ROW_BYTES or more in
+    whole vectors "wide" too (4 chunks a thread); everything else as row_plan."""
     limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
-    for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 4096, 8192, 8193, 16384, 32768, 32769,
-                                                                     70000), (2, 4, 8)):
+    for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 512, 1000, 1024, 3000, 4096, 8192, 8193, 16384,
+                                                                     32768, 32769, 70000), (2, 4, 8)):
         for arrays in (1, 2):
             p, r = _launch.softmax_plan(rows, cols, itemsize, arrays, props), \
                 _launch.row_plan(rows, cols, itemsize, arrays, props)
@@ -109,6 +110,11 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
             fits4 = -(-cols // (_launch.WIDE_CHUNKS * vec)) <= 2 * limit
             tw = _launch._pow2_at_least(-(-cols // (_launch.WIDE_CHUNKS * vec)))
             full = tw * _launch.WIDE_CHUNKS * vec == cols and tw <= min(_launch.LONG_THREADS, props.max_threads_per_block)
+            if r.strategy == "block" and arrays == 1 and itemsize == 2 and cols % vec == 0 and \
+                    cols * itemsize >= _launch.C4_MIN_ROW_BYTES:
+                assert p == _launch.Plan("wide", (rows,), (tw, 1), 0, 0), (rows, cols, itemsize)
+                assert tw >= 32 and tw * _launch.WIDE_CHUNKS * vec >= cols > tw * _launch.WIDE_CHUNKS * vec // 2
+                continue
             if r.strategy == "long" and arrays == 2 and full:
                 assert p == _launch.Plan("wide", (rows,), (tw, 1), 0, 0), (rows, cols, itemsize)
                 continue
@@ -141,7 +147,11 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
     assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == "wide"  # the backward: wide (1,024 x 4, full)
     assert _launch.softmax_plan(2048, 32769, 2, 1, props) == _launch.row_plan(2048, 32769, 2, 1, props)  # long
     assert _launch.softmax_plan(2048, 32769, 2, 2, props) == _launch.row_plan(2048, 32769, 2, 2, props)
-    assert _launch.softmax_plan(2048, 8192, 2, 1, props).strategy == "block"
+    assert _launch.softmax_plan(2048, 8192, 2, 1, props) == _launch.Plan("wide", (2048,), (256, 1), 0, 0)  # 4 chunks
+    assert _launch.softmax_plan(2048, 1024, 2, 1, props) == _launch.Plan("wide", (2048,), (32, 1), 0, 0)  # a warp
+    assert _launch.softmax_plan(2048, 8192, 2, 2, props).strategy == "block"  # the backward keeps 2 chunks
+    assert _launch.softmax_plan(2048, 4096, 4, 1, props).strategy == "block"  # and so do float rows
+    assert _launch.softmax_plan(2048, 1000, 2, 1, props).strategy == "block"  # and partial vectors
 
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
@@ -267,6 +277,28 @@ def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whol
         assert tpr <= limit and tpr & (tpr - 1) == 0 and (tpr // 2) * _launch.LN_FWD4_CHUNKS * 4 < cols <= tpr * 16
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     assert "layer_norm_fwd_any<0, T, A, 4>" in source and _launch.LN_FWD4_CHUNKS == 4
+
+
+@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_a_thread(props):
+    """norm.cu's *_fwd_c4: rows of C4_MIN_ROW_BYTES up to L2_MIN_ROW_BYTES in whole 16-byte vectors, of
+    2-byte types (layer_norm, arrays 2: float too), one block a row of the least power of two threads that
+    holds 4 chunks each, at most C4_THREADS; everything else keeps its plan (None)."""
+    for rows, cols, itemsize, arrays in itertools.product(
+            (1, 300, 65536), (100, 512, 1000, 1024, 1028, 2048, 3000, 4096, 6000, 8192, 8200, 16384), (2, 4, 8), (1, 2)):
+        p = _launch_norm.norm_c4_plan(rows, cols, itemsize, props, arrays)
+        vec = 16 // itemsize
+        types = (2, 4) if arrays == 2 else (2,)
+        if itemsize not in types or cols % vec or not 2048 <= cols * itemsize < 16384:
+            assert p is None, (rows, cols, itemsize, arrays)
+            continue
+        tpr = p.block[0]
+        assert p == _launch.Plan("block", (rows,), (tpr, 1), 0, 0)
+        assert tpr & (tpr - 1) == 0 and 32 <= tpr <= _launch.C4_THREADS and tpr * 4 >= cols // vec > tpr * 2
+    assert (_launch.C4_MIN_ROW_BYTES, _launch.L2_MIN_ROW_BYTES) == (2048, 16384)
+    assert _launch_norm.norm_c4_plan(9, 1024, 2, props, 1).block == (32, 1)  # bf16 1,024: a warp a row
+    source = (_sources.KERNEL_DIR / "norm.cu").read_text()
+    assert f"#define OPSMITH_C4_THREADS {_launch.C4_THREADS}" in source
 
 
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])

@@ -23,7 +23,7 @@
 // `has_w` / `has_b` = 0: no weight / bias (the pointer is then any tensor and is not read). An inf
 // or NaN in a row makes it NaN, as torch on CUDA: layer_norm by itself (inf - inf), rms_norm by
 // rms_inf_rows (mean(x^2) = inf alone would give rstd = 0 and outputs of 0).
-#include "rows.cuh"
+#include "norm_fwd.cuh"
 
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
@@ -38,83 +38,16 @@
 
 using namespace opsmith;
 
-// The register-row backwards keep a thread's chunks of grad, x and the weight as loaded, in T
-// (rows.cuh's OPSMITH_J / OPSMITH_E), room for the weight-gradient sums.
+// The register-row forwards' rows are norm_fwd.cuh's. The register-row backwards keep a thread's chunks of
+// grad, x and the weight as loaded, in T (rows.cuh's OPSMITH_J / OPSMITH_E), room for the weight-gradient sums.
 
-// One row of layer_norm's register forward, bounds checks as mode M (rows.cuh's RowMode), sums in 4
-// partials a thread (chains of 4, not C * N). w and b are loaded with x (LATE = 0) or after the
-// reductions (1: only x lives through them, which lets layer_norm_fwd_wide hold 3 blocks an SM).
-template <int M, int LATE, class T, class A, int CC = OPSMITH_ROW_CHUNKS>
-__device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w,
-                                                   const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
-                                                   A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
-                                                   int has_b) {
-    OPSMITH_ROW_SETUP_C(CC)
-    Raw in[1][C], wb[2][C];  // x, w, b as loaded (zeros past the row's end)
-    const unsigned on = (has_w ? 1u : 0u) | (has_b ? 2u : 0u);
-    load_chunks<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
-    if (!LATE) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
-    A p[4] = {A(0), A(0), A(0), A(0)};
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int k = 0; k < N; ++k) p[k & 3] += OPSMITH_E(in[0], c, k);
-    const A mu = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) p[i] = A(0);
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-        const int j = (c * tpr + t) * N;
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A d = in_row<M>(j, k, n) ? OPSMITH_E(in[0], c, k) - mu : A(0);
-            p[k & 3] += d * d;
-        }
-    }
-    const A r = m_rsqrt(row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols) + eps);
-    if (!active) return;  // no reduction follows
-    if (LATE) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
-    if (t == 0) {
-        mean[row] = mu;
-        rstd[row] = r;
-    }
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-        A o[N];
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            o[k] = (OPSMITH_E(in[0], c, k) - mu) * r;
-            if (has_w) o[k] *= OPSMITH_E(wb[0], c, k);
-            if (has_b) o[k] += OPSMITH_E(wb[1], c, k);
-        }
-        store_vals<M>(y + base, (c * tpr + t) * N, n, o);
-    }
-}
-
-template <class T, class A, int CC>
-__device__ __noinline__ void layer_norm_fwd_scalar(const T* __restrict__ x, const T* __restrict__ w,
-                                                   const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
-                                                   A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
-                                                   int has_b) {
-    layer_norm_fwd_row<ROW_SCALAR, 0, T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-}
-
-// A row in the mode its launch allows; the element-wise rows (unaligned or odd widths) run out of
-// line (`__noinline__`), so that their registers do not weigh on the vector paths (softmax_fwd's
-// bf16 spilled with all three inline).
-template <int LATE, class T, class A, int CC = OPSMITH_ROW_CHUNKS>
-__device__ __forceinline__ void layer_norm_fwd_any(const T* __restrict__ x, const T* __restrict__ w,
-                                                   const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
-                                                   A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
-                                                   int has_b) {
-    const bool vec = cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
-    const int mode = row_mode<T, CC>(vec, cols);
-    if (mode == ROW_FULL)
-        layer_norm_fwd_row<ROW_FULL, LATE, T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-    else if (mode == ROW_VEC)
-        layer_norm_fwd_row<ROW_VEC, LATE, T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-    else layer_norm_fwd_scalar<T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-}
+// The forwards of 4 chunks a thread, one row a block of at most OPSMITH_C4_THREADS (layer_norm_fwd_c4,
+// rms_norm_fwd_c4; _launch_norm.norm_c4_plan: rows of 2 KiB to 16 KiB in whole 16-byte vectors, 16-bit
+// types, and float for layer_norm): half the threads a row of the 2-chunk kernels, so fewer meet in
+// each reduction, at up to 85 registers (3 blocks an SM, no spills). H200, kernels alone
+// (bench/results/ops-fwd-c4-h200-2026-11-26/): bf16 layer_norm 65536 x 1024 3,208 -> 3,838 GB/s,
+// 16384 x 2048 3,008 -> 3,493; rms_norm 16384 x 4096 3,914 -> 4,063; float rms_norm ran as fast either way.
+#define OPSMITH_C4_THREADS 256
 
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
@@ -141,6 +74,13 @@ layer_norm_fwd_wide(const T* __restrict__ x, const T* __restrict__ w, const T* _
 // whole vectors (_launch_norm.layer_norm_fwd4_plan), which 2-block clusters served with two cluster
 // reductions a row. H200, fp32 8192 x 8192: 2,800 -> 3,909 GB/s (bench/diag_ln_fwd4.py); 16-bit rows
 // ran slower this way (bf16 4096 x 16384: 1,948 GB/s against 2,573) and keep the clusters.
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_C4_THREADS, (RowBlocks<T, 3, 3>::value))
+layer_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                  A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
+    layer_norm_fwd_any<1, T, A, 4>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+}
+
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
 layer_norm_fwd4(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
@@ -278,54 +218,19 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
     if (want_b) write_partial<T>(db, db_part, direct ? grad_b : nullptr, cols);
 }
 
-// One row of rms_norm's register forward, bounds checks as mode M, the sum of squares in 2 partials;
-// an inf in the row is looked for after the row is written, where the sum is inf (rms_inf_rows).
-template <int M, class T, class A>
-__device__ __forceinline__ void rms_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                                                 A* __restrict__ rstd, long long rows, int cols, A eps, int has_w) {
-    OPSMITH_ROW_SETUP
-    Raw in[2][C];  // x and w as loaded (zeros past the row's end), both read before the reduction
-    load_chunks<T, 2>({x + base, w}, in, n, M != ROW_SCALAR, tpr, t, has_w ? 3u : 1u);
-    A p[2] = {A(0), A(0)};
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A v = OPSMITH_E(in[0], c, k);
-            p[k & 1] += v * v;
-        }
-    const A q = row_allreduce(p[0] + p[1], SumOp(), A(0), tpr);
-    const A r = m_rsqrt(q / A(cols) + eps);
-    if (active) {
-        if (t == 0) rstd[row] = r;
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            A o[N];
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A v = OPSMITH_E(in[0], c, k);
-                o[k] = has_w ? v * r * OPSMITH_E(in[1], c, k) : v * r;
-            }
-            store_vals<M>(y + base, (c * tpr + t) * N, n, o);
-        }
-    }
-    rms_inf_rows<T>(q, x + base, y + base, rstd + (active ? row : 0), n, tpr);
-}
-
-template <class T, class A>
-__device__ __noinline__ void rms_norm_fwd_scalar(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                                                 A* __restrict__ rstd, long long rows, int cols, A eps, int has_w) {
-    rms_norm_fwd_row<ROW_SCALAR>(x, w, y, rstd, rows, cols, eps, has_w);
-}
 
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 3>::value))
 rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
              long long rows, int cols, A eps, int has_w) {
-    const int mode = row_mode<T>(cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y) && aligned16(w), cols);
-    if (mode == ROW_FULL) rms_norm_fwd_row<ROW_FULL>(x, w, y, rstd, rows, cols, eps, has_w);
-    else if (mode == ROW_VEC) rms_norm_fwd_row<ROW_VEC>(x, w, y, rstd, rows, cols, eps, has_w);
-    else rms_norm_fwd_scalar(x, w, y, rstd, rows, cols, eps, has_w);
+    rms_norm_fwd_any(x, w, y, rstd, rows, cols, eps, has_w);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_C4_THREADS, (RowBlocks<T, 3, 3>::value))
+rms_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
+                long long rows, int cols, A eps, int has_w) {
+    rms_norm_fwd_any<T, A, 4>(x, w, y, rstd, rows, cols, eps, has_w);
 }
 
 template <class T, class A>

@@ -72,9 +72,9 @@ template <class T> __device__ __forceinline__ bool raw_nonfinite(const Raw& r) {
 // or NaN makes every norm's row NaN; a NaN makes q NaN by itself). Called after the row's y and
 // rstd were written from q (rstd 0, y 0 or NaN), so that nothing of the row stays live for it: where
 // q is inf somewhere in the warp (tpr <= 32: several rows a warp, every lane takes part in the
-// shuffles) or in the block's one row, this thread's chunks of x (`xr`: the row, n elements; 0:
+// shuffles) or in the block's one row, this thread's C chunks of x (`xr`: the row, n elements; 0:
 // an idle row) are read again, and a row holding an inf is overwritten with NaN, rstd too.
-template <class T>
+template <class T, int C = OPSMITH_ROW_CHUNKS>
 __device__ __forceinline__ void rms_inf_rows(typename Elem<T>::acc q, const T* __restrict__ xr, T* __restrict__ yr,
                                              typename Elem<T>::acc* rstd_row, int n, int tpr) {
     typedef typename Elem<T>::acc A;
@@ -83,7 +83,7 @@ __device__ __forceinline__ void rms_inf_rows(typename Elem<T>::acc q, const T* _
     if (!(tpr <= 32 ? __any_sync(0xffffffffu, inf) : inf)) return;
     const int t = threadIdx.x;
     int any = 0;
-    for (int c = 0; c < OPSMITH_ROW_CHUNKS; ++c)
+    for (int c = 0; c < C; ++c)
         for (int k = 0; k < N; ++k) {
             const int j = (c * tpr + t) * N + k;
             if (j < n) {
@@ -99,7 +99,7 @@ __device__ __forceinline__ void rms_inf_rows(typename Elem<T>::acc q, const T* _
     }
     if (!any || !inf) return;
     const A nan = nonfinite(q);  // inf - inf
-    for (int c = 0; c < OPSMITH_ROW_CHUNKS; ++c)
+    for (int c = 0; c < C; ++c)
         for (int k = 0; k < N; ++k) {
             const int j = (c * tpr + t) * N + k;
             if (j < n) yr[j] = Elem<T>::store(nan);

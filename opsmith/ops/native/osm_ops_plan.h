@@ -12,7 +12,8 @@ namespace {
 enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C_STATIC_SMEM, C_ROW_BWD_BLOCKS, C_LN_WIDE_TPR,
        C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
        C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
-       C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS,
+       C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS, C_C4_THREADS,
+       C_C4_MIN_ROW_BYTES,
        N_CONSTS };
 int64_t K[N_CONSTS];
 
@@ -75,9 +76,13 @@ Plan cluster(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64
 
 Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, const Props &p) {
     const Plan q = row_plan(rows, cols, itemsize, arrays, p);
+    const int64_t tpr = pow2_at_least(cdiv(cols, K[C_WIDE_CHUNKS] * (16 / itemsize)));
+    // the forward of 16-bit register rows of C4_MIN_ROW_BYTES or more: the wide kernel, 4 chunks a thread
+    if (arrays == 1 && q.strategy == S_BLOCK && itemsize == 2 && cols % (16 / itemsize) == 0 &&
+        cols * itemsize >= K[C_C4_MIN_ROW_BYTES])
+        return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
     if (q.strategy != S_LONG) return q;
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
-    const int64_t tpr = pow2_at_least(cdiv(cols, K[C_WIDE_CHUNKS] * (16 / itemsize)));
     const bool wide = tpr <= std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block);
     // the backward of rows that fill the wide kernel's chunks: one block, no bounds checks (_launch.softmax_plan)
     if (arrays > 1 && wide && cols == tpr * K[C_WIDE_CHUNKS] * (16 / itemsize))
@@ -135,6 +140,18 @@ Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Pr
     const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block), vec = 16 / itemsize;
     if (cols <= K[C_ROW_CHUNKS] * vec * limit || cols > K[C_LN_FWD4_CHUNKS] * vec * limit) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, pow2_at_least(cdiv(cols, K[C_LN_FWD4_CHUNKS] * vec)), 1, 0, 0, 0};
+}
+
+// _launch_norm.norm_c4_plan: the norm forwards of 4 chunks a thread, rows of C4_MIN_ROW_BYTES up to L2_MIN_ROW_BYTES
+// (arrays 2: layer_norm, 2- and 4-byte types; 1: rms_norm, 2-byte)
+Plan norm_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
+    const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t vec = 16 / itemsize;
+    if (!(itemsize == 2 || (itemsize == 4 && arrays == 2)) || cols % vec) return none;
+    if (cols * itemsize < K[C_C4_MIN_ROW_BYTES] || cols * itemsize >= K[C_L2_MIN_ROW_BYTES]) return none;
+    const int64_t tpr = pow2_at_least(cdiv(cols / vec, 4));
+    if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
+    return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
 
 // _launch_norm.norm_l2_plan: the norm forwards' two passes over a row held in L2, rows of L2_MIN_ROW_BYTES or more
