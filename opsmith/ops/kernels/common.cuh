@@ -139,26 +139,40 @@ struct MaxOp {
 };
 
 // Reduce across `width` consecutive lanes (a power of two <= 32). Groups are aligned, so the
-// xor partner of a lane is always in its own group and every lane of the warp takes part.
-template <class A, class Op> __device__ __forceinline__ A warp_allreduce(A v, Op op, int width) {
+// xor partner of a lane is always in its own group and every lane of the warp takes part. The loop
+// over a run-time width is a chain of shift, compare, shuffle and branch a step (SASS); U: a whole
+// warp's five shuffles unrolled, the loop kept for narrower widths. The forwards of 4 chunks a thread
+// and more take it (H200, bench/diag_kernels_ab.py, ab-reduce.txt: layer_norm 1.6-2.6 % faster, softmax
+// 2048 x 32768 4.9 %); in the kernels of 32 registers the larger code spilled and ran 3 % slower (bf16
+// 65536 x 256). Each step predicated on the width instead (ab-reduce-u.txt) gained less: 0-1.8 %.
+template <bool U = false, class A, class Op> __device__ __forceinline__ A warp_allreduce(A v, Op op, int width) {
+    if (U && width == 32) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+        return v;
+    }
     for (int o = width >> 1; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
 // Reduce across the `tpr` threads of a row (threadIdx.x < tpr), every thread gets the result.
 // Above 32 threads a row's warps meet in shared memory (blockDim.y rows a block, each its own
-// tpr / 32 slots). Every thread of the block must call this (it synchronises).
-template <class A, class Op>
+// tpr / 32 slots). Every thread of the block must call this (it synchronises). U: as warp_allreduce.
+template <bool U = false, class A, class Op>
 __device__ __forceinline__ A row_allreduce(A v, Op op, A identity, int tpr) {
     __shared__ A partial[32];
-    v = warp_allreduce(v, op, tpr < 32 ? tpr : 32);
+    v = warp_allreduce<U>(v, op, tpr < 32 ? tpr : 32);
     if (tpr <= 32) return v;
+    // this warp's slot and the one this lane reads, before the barriers (after them, their address
+    // arithmetic sat between a barrier and the shared-memory store, SASS)
     const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
+    A* const mine = &partial[first + (threadIdx.x >> 5)];
+    const A* const theirs = &partial[first + (lane < warps ? lane : 0)];
     __syncthreads();  // the previous call's readers are done with `partial`
-    if (lane == 0) partial[first + (threadIdx.x >> 5)] = v;
+    if (lane == 0) *mine = v;
     __syncthreads();
-    v = lane < warps ? partial[first + lane] : identity;
-    return warp_allreduce(v, op, 32);
+    v = lane < warps ? *theirs : identity;
+    return warp_allreduce<true>(v, op, 32);
 }
 
 // Two sums over the threads of a row at once (one pair of barriers instead of two), as row_allreduce
@@ -171,14 +185,15 @@ template <class A> __device__ __forceinline__ void row_allreduce_sum2(A& a, A& b
     }
     if (tpr <= 32) return;
     const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
+    const int mine = first + (threadIdx.x >> 5), theirs = first + (lane < warps ? lane : 0);
     __syncthreads();  // the previous call's readers are done
     if (lane == 0) {
-        pa[first + (threadIdx.x >> 5)] = a;
-        pb[first + (threadIdx.x >> 5)] = b;
+        pa[mine] = a;
+        pb[mine] = b;
     }
     __syncthreads();
-    a = lane < warps ? pa[first + lane] : A(0);
-    b = lane < warps ? pb[first + lane] : A(0);
+    a = lane < warps ? pa[theirs] : A(0);
+    b = lane < warps ? pb[theirs] : A(0);
     for (int o = 16; o > 0; o >>= 1) {
         a += __shfl_xor_sync(0xffffffffu, a, o);
         b += __shfl_xor_sync(0xffffffffu, b, o);

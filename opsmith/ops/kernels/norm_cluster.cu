@@ -110,7 +110,7 @@ __device__ __forceinline__ void rms_fwd_rows(const T* __restrict__ x, const T* _
                 p[k & 1] += v * v;
             }
         }
-        A q[1] = {row_allreduce(p[0] + p[1], SumOp(), A(0), tpr)};
+        A q[1] = {row_allreduce<true>(p[0] + p[1], SumOp(), A(0), tpr)};
         cluster_sum<K>(q, cl_slot_, cl_bar_, cl_round_);
         const A r = m_rsqrt(q[0] / A(cols) + eps);
         if (off == 0 && t == 0) rstd[row] = r;
@@ -175,7 +175,7 @@ layer_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, const T
         for (int c = 0; c < C; ++c)
 #pragma unroll
             for (int k = 0; k < N; ++k) p[k & 3] += OPSMITH_E(in[0], c, k);
-        A s[1] = {row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr)};
+        A s[1] = {row_allreduce<true>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr)};
         cluster_sum<K>(s, cl_slot_, cl_bar_, cl_round_);
         const A mu = s[0] / A(cols);
 #pragma unroll
@@ -187,7 +187,7 @@ layer_norm_fwd_cluster(const T* __restrict__ x, const T* __restrict__ w, const T
                 const A d = OPSMITH_IN(c, k) ? OPSMITH_E(in[0], c, k) - mu : A(0);
                 p[k & 3] += d * d;
             }
-        A q[1] = {row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr)};
+        A q[1] = {row_allreduce<true>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr)};
         cluster_sum<K>(q, cl_slot_, cl_bar_, cl_round_);
         const A r = m_rsqrt(q[0] / A(cols) + eps);
         Raw wb[2][C];

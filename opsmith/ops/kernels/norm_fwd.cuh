@@ -25,7 +25,7 @@ __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, cons
     for (int c = 0; c < C; ++c)
 #pragma unroll
         for (int k = 0; k < N; ++k) p[k & 3] += OPSMITH_E(in[0], c, k);
-    const A mu = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols);
+    const A mu = row_allreduce<(C >= 4)>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols);
 #pragma unroll
     for (int i = 0; i < 4; ++i) p[i] = A(0);
 #pragma unroll
@@ -37,7 +37,7 @@ __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, cons
             p[k & 3] += d * d;
         }
     }
-    const A r = m_rsqrt(row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols) + eps);
+    const A r = m_rsqrt(row_allreduce<(C >= 4)>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;  // no reduction follows
     if (LATE) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
     if (t == 0) {
@@ -98,7 +98,7 @@ __device__ __forceinline__ void rms_norm_fwd_row(const T* __restrict__ x, const 
             const A v = OPSMITH_E(in[0], c, k);
             p[k & 1] += v * v;
         }
-    const A q = row_allreduce(p[0] + p[1], SumOp(), A(0), tpr);
+    const A q = row_allreduce<(C >= 4)>(p[0] + p[1], SumOp(), A(0), tpr);
     const A r = m_rsqrt(q / A(cols) + eps);
     if (active) {
         if (t == 0) rstd[row] = r;

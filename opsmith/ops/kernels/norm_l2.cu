@@ -126,9 +126,9 @@ layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __r
         }
     }
     const A n_t = A(N) * A(cnt);
-    const A mu_row = row_allreduce(mu * n_t, SumOp(), A(0), tpr) / A(cols);
+    const A mu_row = row_allreduce<true>(mu * n_t, SumOp(), A(0), tpr) / A(cols);
     const A dm = mu - mu_row;
-    const A var = row_allreduce(m2 + n_t * dm * dm, SumOp(), A(0), tpr) / A(cols);
+    const A var = row_allreduce<true>(m2 + n_t * dm * dm, SumOp(), A(0), tpr) / A(cols);
     const A rs = m_rsqrt(var + eps);
     if (t == 0) {
         mean[row] = mu_row;
@@ -204,7 +204,7 @@ rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
             }
         }
     }
-    const A rs = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
+    const A rs = m_rsqrt(row_allreduce<true>(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (t == 0) rstd[row] = rs;
     rms_scale_pass<U, false>(xr, w, yr, rs, has_w, nv, tpr, t, first);
 }
@@ -245,7 +245,7 @@ add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, con
             }
         }
     }
-    const A rs = m_rsqrt(row_allreduce(q, SumOp(), A(0), tpr) / A(cols) + eps);
+    const A rs = m_rsqrt(row_allreduce<true>(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (t == 0) rstd[row] = rs;
     rms_scale_pass<U, true>(sr, w, yr, rs, has_w, nv, tpr, t, first);
 }

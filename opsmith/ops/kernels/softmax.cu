@@ -83,7 +83,7 @@ __device__ __forceinline__ void softmax_fwd_row(const T* __restrict__ x, T* __re
             p[k & 3] = m_max(p[k & 3], v[c * N + k]);
         }
     }
-    const A m = row_allreduce(m_max(m_max(p[0], p[1]), m_max(p[2], p[3])), MaxOp(), neg_inf<A>(), tpr);
+    const A m = row_allreduce<(C >= 4)>(m_max(m_max(p[0], p[1]), m_max(p[2], p[3])), MaxOp(), neg_inf<A>(), tpr);
 #pragma unroll
     for (int i = 0; i < 4; ++i) p[i] = A(0);
 #pragma unroll
@@ -91,7 +91,7 @@ __device__ __forceinline__ void softmax_fwd_row(const T* __restrict__ x, T* __re
         v[i] = m_exp2_ftz((v[i] - m) * log2e<A>());  // padding is -inf: adds 0
         p[i & 3] += v[i];
     }
-    const A r = A(1) / row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
+    const A r = A(1) / row_allreduce<(C >= 4)>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
 #pragma unroll
     for (int i = 0; i < C * N; ++i) v[i] *= r;
     if (active) {

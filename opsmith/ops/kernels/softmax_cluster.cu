@@ -44,7 +44,7 @@ softmax_fwd_cluster(const T* __restrict__ x, T* __restrict__ y, long long rows, 
                 v[c * N + k] = inside ? OPSMITH_E(in[0], c, k) : neg_inf<A>();
                 p[k & 3] = m_max(p[k & 3], v[c * N + k]);
             }
-        A m[1] = {row_allreduce(m_max(m_max(p[0], p[1]), m_max(p[2], p[3])), MaxOp(), neg_inf<A>(), tpr)};
+        A m[1] = {row_allreduce<true>(m_max(m_max(p[0], p[1]), m_max(p[2], p[3])), MaxOp(), neg_inf<A>(), tpr)};
         cluster_reduce<K>(m, cl_slot_, cl_bar_, cl_round_, MaxOp());
 #pragma unroll
         for (int i = 0; i < 4; ++i) p[i] = A(0);
@@ -53,7 +53,7 @@ softmax_fwd_cluster(const T* __restrict__ x, T* __restrict__ y, long long rows, 
             v[i] = m_exp2_ftz((v[i] - m[0]) * log2e<A>());  // padding is -inf: adds 0
             p[i & 3] += v[i];
         }
-        A s[1] = {row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr)};
+        A s[1] = {row_allreduce<true>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr)};
         cluster_sum<K>(s, cl_slot_, cl_bar_, cl_round_);
         const A r = A(1) / s[0];
 #pragma unroll

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The opsmith.ops row kernels of this tree against the same kernels from another folder of sources (a copy
+of opsmith/ops/kernels/ at another commit: ``git archive REV opsmith/ops/kernels | tar -x -C DIR``), under
+the plans of this tree: softmax, layer_norm and rms_norm forward and backward through opsmith.ops' Python
+implementations, kernels alone (torch.profiler, us a call), GB/s of the bytes-moved floor, "before" and
+"now" measured alternately in one process, each result checked against the other's. Needs a GPU.
+
+    python3 bench/diag_kernels_ab.py --before DIR [--out FILE.json] [--repeat 2]
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, ".")
+from diag_norm_split import per_kernel  # noqa: E402  (bench/, this script's folder)
+from opsmith._runtime import _driver  # noqa: E402
+from opsmith._torch._cuda_module import CudaModule  # noqa: E402
+from opsmith.ops import _functional as fn  # noqa: E402
+from opsmith.ops import _norms, _sources  # noqa: E402
+
+SHAPES = [(torch.bfloat16, r, c) for r, c in ((65536, 256), (65536, 1024), (16384, 2048), (4096, 4096),
+                                               (16384, 4096), (8192, 8192), (4096, 16384), (2048, 32768))]
+SHAPES += [(torch.float32, r, c) for r, c in ((16384, 1024), (8192, 4096))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--before", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+    before_dir = Path(args.before)
+    now_kernel = _sources.kernel
+    mods: dict = {}
+
+    def before_kernel(file, name, dtype, device):
+        key = (file, dtype, device)
+        if key not in mods:
+            mods[key] = CudaModule(before_dir / file, name_expressions=_sources.kernel_names(file, dtype),
+                                   arch=_driver.device_arch(device), name=f"before/{file}")
+        t, a = _sources.DTYPES[dtype]
+        return mods[key].get_kernel(name.format(T=t, A=a))
+
+    def run(which, f):
+        _sources.kernel = before_kernel if which == "before" else now_kernel
+        try:
+            return f()
+        finally:
+            _sources.kernel = now_kernel
+
+    records = []
+    for dt, rows, cols in SHAPES:
+        x = torch.randn(rows, cols, device="cuda", dtype=dt) * 3 + 1
+        w, b = torch.randn(cols, device="cuda", dtype=dt), torch.randn(cols, device="cuda", dtype=dt)
+        g = torch.randn_like(x)
+        y = fn.softmax_cuda(x, -1)
+        _, mean, rstd = _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)
+        _, rrstd = _norms.rms_norm_fwd(x, [cols], w, 1e-6)
+        nbytes = x.numel() * x.element_size() / 1e3
+        cases = {
+            "softmax fwd": (2, lambda: fn.softmax_cuda(x, -1)),
+            "softmax bwd": (3, lambda: fn.softmax_backward_cuda(g, y, -1)),
+            "layer_norm fwd": (2, lambda: _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)[0]),
+            "layer_norm bwd": (3, lambda: _norms.layer_norm_bwd(g, x, [cols], mean, rstd, True, True, w)[0]),
+            "rms_norm fwd": (2, lambda: _norms.rms_norm_fwd(x, [cols], w, 1e-6)[0]),
+            "rms_norm bwd": (3, lambda: _norms.rms_norm_bwd(g, x, [cols], rrstd, True, w)[0]),
+        }
+        for case, (arrays, f) in cases.items():
+            got = {w_: run(w_, f) for w_ in ("before", "now")}
+            torch.testing.assert_close(got["now"], got["before"], rtol=2e-2, atol=2e-2)
+            us = {"before": [], "now": []}
+            for _ in range(args.repeat):
+                for which in ("before", "now"):
+                    us[which].append(run(which, lambda: sum(per_kernel(f).values())))
+            gbs = {k: arrays * nbytes / min(v) for k, v in us.items()}
+            rec = {"case": case, "dtype": str(dt)[6:], "rows": rows, "cols": cols, "us": us, "gbps": gbs}
+            records.append(rec)
+            print(f"{case:<15} {rec['dtype']:<8} {rows:>6}x{cols:<6} GB/s before {gbs['before']:5.0f} now "
+                  f"{gbs['now']:5.0f} ({gbs['now'] / gbs['before']:5.3f}x)", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
