@@ -78,7 +78,8 @@ def layer_norm_kernel(plan: Plan, vec: bool) -> str:
     """The forward kernel of layer_norm for ``plan`` (``row_plan``'s): ``layer_norm_fwd_wide`` (w and b
     read after the reductions, 3 blocks of ROW_THREADS an SM) where a row has ``LN_WIDE_TPR`` threads
     or more and ``vec`` (16-byte access: the width a multiple of 16 bytes, every pointer aligned), where
-    it measured faster; ``layer_norm_fwd`` elsewhere (norm.cu says by how much)."""
+    it measured faster; ``layer_norm_fwd`` elsewhere (norm.cu says by how much). The callers try
+    ``norm_l2_plan`` and ``norm_c4_plan`` first, so the wide kernel's rows are float64's."""
     if plan.strategy == "long":
         return "layer_norm_fwd_long"
     return "layer_norm_fwd_wide" if vec and plan.strategy == "block" and plan.block[0] >= LN_WIDE_TPR \

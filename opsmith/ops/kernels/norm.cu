@@ -61,7 +61,9 @@ layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
 // and osm_ops.cpp): w and b read after the reductions, 3 blocks of 512 threads an SM. H200
 // (bench/results/ops-fwd-h200-2026-11-26/fwd-layer-norm-variants.json): bf16 8192 x 8192 2,531 ->
 // 2,967 GB/s, fp32 16384 x 4096 2,846 -> 3,614; slower on narrower rows and on the element path (it
-// spills there), which layer_norm_fwd keeps. Correct for any row.
+// spills there), which layer_norm_fwd keeps. Correct for any row. Since layer_norm_fwd_c4 (2 to 16 KiB
+// rows) and the L2 rows (16 KiB and more), which both measured faster, the 2- and 4-byte rows of 256+
+// threads in whole vectors take those: this kernel serves float64's.
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 3, 3>::value))
 layer_norm_fwd_wide(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
