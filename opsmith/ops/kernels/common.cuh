@@ -192,15 +192,14 @@ template <class A> __device__ __forceinline__ void row_allreduce_sum2(A& a, A& b
     }
     if (tpr <= 32) return;
     const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
-    const int mine = first + (threadIdx.x >> 5), theirs = first + (lane < warps ? lane : 0);
     __syncthreads();  // the previous call's readers are done
     if (lane == 0) {
-        pa[mine] = a;
-        pb[mine] = b;
+        pa[first + (threadIdx.x >> 5)] = a;
+        pb[first + (threadIdx.x >> 5)] = b;
     }
     __syncthreads();
-    a = lane < warps ? pa[theirs] : A(0);
-    b = lane < warps ? pb[theirs] : A(0);
+    a = lane < warps ? pa[first + lane] : A(0);
+    b = lane < warps ? pb[first + lane] : A(0);
     for (int o = 16; o > 0; o >>= 1) {
         a += __shfl_xor_sync(0xffffffffu, a, o);
         b += __shfl_xor_sync(0xffffffffu, b, o);
