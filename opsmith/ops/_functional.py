@@ -110,11 +110,20 @@ def _rows_of(t, d: int):
 
 
 def _gated_launch(act: str, direction: str, op: str, ref, rows: int, d: int, *args) -> None:
-    """gated.cu's ``<act>_and_mul_<direction>`` (act: silu, gelu, gelu_tanh) on its plan."""
-    plan = _launch.gated_plan(rows, d, ref.element_size(), _launch.device_props(ref.get_device()), act)
-    kernel = f"{GATED_KERNELS[act]}_{direction}<{{T}}>"
-    _sources.kernel("gated.cu", kernel, _dtype_name(ref, op), ref.get_device()).launch(
-        _launch.launch_config(plan), *args)
+    """gated.cu's ``<act>_and_mul_<direction>`` (act: silu, gelu, gelu_tanh) on its plan, or its
+    ``_one`` form where :func:`_launch.gated_one` allows; ``args``: the kernel's arrays, then its
+    row strides."""
+    itemsize = ref.element_size()
+    plan = _launch.gated_plan(rows, d, itemsize, _launch.device_props(ref.get_device()), act)
+    arrays = 3 if direction == "fwd" else 5
+    kernel = f"{GATED_KERNELS[act]}_{direction}"
+    strides = args[arrays:]
+    if _launch.gated_one(plan, rows, d, itemsize, act, [t.data_ptr() for t in args[:arrays]], strides):
+        kernel, ints = kernel + "_one", (rows, d // (16 // itemsize), *strides)
+    else:
+        ints = (rows, d, *strides)
+    _sources.kernel("gated.cu", kernel + "<{T}>", _dtype_name(ref, op), ref.get_device()).launch(
+        _launch.launch_config(plan), *args[:arrays], *ints)
 
 
 def _grad_like(grad_y, shape, ref, op: str):
@@ -134,7 +143,7 @@ def gated_mul_fwd(op: str, gate, up):
     y = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     if rows and d:
         (a, sa), (b, sb) = _rows_of(gate, d), _rows_of(up, d)
-        _gated_launch(op, "fwd", name, gate, rows, d, a, b, y.view(-1), rows, d, sa, sb)
+        _gated_launch(op, "fwd", name, gate, rows, d, a, b, y.view(-1), sa, sb)
     return y
 
 
@@ -148,8 +157,7 @@ def gated_mul_bwd(op: str, grad_y, gate, up):
     du = torch.empty_like(dg)
     if rows and d:
         (a, sa), (b, sb) = _rows_of(gate, d), _rows_of(up, d)
-        _gated_launch(op, "bwd", name, gate, rows, d, g.view(-1), a, b, dg.view(-1),
-                      du.view(-1), rows, d, sa, sb, d)
+        _gated_launch(op, "bwd", name, gate, rows, d, g.view(-1), a, b, dg.view(-1), du.view(-1), sa, sb, d)
     return dg, du
 
 
@@ -163,7 +171,7 @@ def gated_fwd(op: str, x):
     if rows and d:
         x = x if _row_span(x, 2 * d) is not None else x.contiguous()  # then both halves are spans too
         (a, sa), (b, sb) = _rows_of(x[..., :d], d), _rows_of(x[..., d:], d)
-        _gated_launch(op, "fwd", name, x, rows, d, a, b, y.view(-1), rows, d, sa, sb)
+        _gated_launch(op, "fwd", name, x, rows, d, a, b, y.view(-1), sa, sb)
     return y
 
 
@@ -178,7 +186,7 @@ def gated_bwd(op: str, grad_y, x):
         x = x if _row_span(x, 2 * d) is not None else x.contiguous()
         (a, sa), (b, sb) = _rows_of(x[..., :d], d), _rows_of(x[..., d:], d)
         (da, _), (db, _) = _rows_of(dx[..., :d], d), _rows_of(dx[..., d:], d)
-        _gated_launch(op, "bwd", name, x, rows, d, g.view(-1), a, b, da, db, rows, d, sa, sb, 2 * d)
+        _gated_launch(op, "bwd", name, x, rows, d, g.view(-1), a, b, da, db, sa, sb, 2 * d)
     return dx
 
 
@@ -200,6 +208,8 @@ def softmax_fwd(x):
                 _launch.launch_config(plan), x, y, rows, cols)
         else:
             name = "softmax_fwd_wide<{T}>" if plan.strategy == "wide" else "softmax_fwd<{T}>"
+            if _launch.softmax_fwd_wide3(plan, cols, x.element_size()):
+                name = "softmax_fwd_wide3<{T}>"
             _kernel("softmax.cu", name, x).launch(_launch.launch_config(plan), x, y, rows, cols)
     return y
 

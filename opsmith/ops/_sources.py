@@ -27,7 +27,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "elementwise.cu": tuple(f"{op}_{d}<{{T}}>" for op in ("relu", "gelu_erf", "gelu_tanh", "silu")
                             for d in ("fwd", "bwd")),
     "softmax.cu": tuple(f"softmax_{d}{s}<{{T}}>" for d in ("fwd", "bwd") for s in ("", "_long"))
-    + ("softmax_fwd_wide<{T}>", "softmax_bwd_wide<{T}>"),
+    + ("softmax_fwd_wide<{T}>", "softmax_fwd_wide3<{T}>", "softmax_bwd_wide<{T}>"),
     "norm.cu": tuple(f"{op}_{d}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for d in ("fwd", "bwd"))
     + ("layer_norm_fwd_wide<{T}, {A}>", "layer_norm_fwd4<{T}, {A}>", "layer_norm_fwd_c4<{T}, {A}>",
        "rms_norm_fwd_c4<{T}, {A}>"),
@@ -41,7 +41,8 @@ FILES: dict[str, tuple[str, ...]] = {
     "norm_l2.cu": ("layer_norm_fwd_l2<{T}, {A}>", "rms_norm_fwd_l2<{T}, {A}>", "add_rms_norm_fwd_l2<{T}, {A}>"),
     "norm_split.cu": ("layer_norm_bwd_dx<{T}, {A}>", "rms_norm_bwd_dx<{T}, {A}>", "norm_bwd_weight<{T}, {A}>",
                       "norm_bwd_weight_cluster<{T}, {A}>", "norm_col_sum<{T}, {A}>"),
-    "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd")),
+    "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd"))
+    + tuple(f"{op}_and_mul_{d}_one<{{T}}>" for op in ("silu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>",),
     "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),
     "cross_entropy.cu": tuple(f"cross_entropy_{k}<{{T}}, {{A}}>" for k in ("fwd", "finish", "bwd")),

@@ -204,14 +204,22 @@ class _Emulated:
             else:
                 assert p.kind == "int" and type(a) is int and p.range[0] <= a <= p.range[1], (k.name, p.name, a)
         v = {p.name: a for p, a in zip(k.params, args)}
-        rows, d = v["rows"], v["d"]
+        if "cols" in v:  # the _one kernels: one 16-byte vector of one row a thread, every address a whole vector
+            vec = 16 // v["gate"].element_size()
+            rows, d = v["rows"], v["cols"] * vec
+            assert config.grid[0] * config.block[0] >= v["cols"] and config.grid[1] * config.block[1] >= rows
+            assert all(a.data_ptr() % 16 == 0 for a in v.values() if isinstance(a, torch.Tensor)), k.name
+            assert all(v[s] % vec == 0 for s in ("gate_stride", "up_stride", "grad_stride") if s in v), k.name
+            v["d"] = d
+        else:
+            rows, d = v["rows"], v["d"]
 
         def rows_of(name, stride):
             span = v[name]
             assert (rows - 1) * stride + d <= span.numel(), (k.name, name)  # the kernel stays in its span
             return span.as_strided((rows, d), (stride, 1))
 
-        op = k.name.split("<")[0].rsplit("_", 1)[0]
+        op = k.name.split("<")[0].removesuffix("_one").rsplit("_", 1)[0]
         act = _act({"silu_and_mul": "silu", "gelu_and_mul": "gelu", "gelu_tanh_and_mul": "gelu_tanh"}[op])
         gate = rows_of("gate", v["gate_stride"]).double().requires_grad_()
         up = rows_of("up", v["up_stride"]).double()
@@ -276,7 +284,10 @@ def test_cuda_implementations_give_the_kernels_the_right_pointers_and_strides(dt
                     assert v["gate"].data_ptr() == x.data_ptr() and v["up"].data_ptr() == x[..., d:].data_ptr()
                     assert v["gate_stride"] == v["up_stride"] == 2 * d + 1
                 assert calls[-1][2]["grad_stride"] == 2 * d
-    assert {n.split("<")[0] for n, _, _ in calls} == {n.split("<")[0] for n in _sources.FILES["gated.cu"]}
+    names = {n.split("<")[0] for n in _sources.FILES["gated.cu"]}
+    if dt.itemsize != 2:  # one row a thread, the _one kernels' grid, is the 16-bit plans'
+        names = {n for n in names if not n.endswith("_one")}
+    assert {n.split("<")[0] for n, _, _ in calls} == names
 
 
 def test_gated_plan_covers_every_row_and_column():
@@ -284,23 +295,79 @@ def test_gated_plan_covers_every_row_and_column():
 
     from opsmith.ops import _launch, _sources
     source = (_sources.KERNEL_DIR / "gated.cu").read_text()  # the plan and the kernel agree on their numbers
-    assert re.search(r"#define OPSMITH_GATED_ROWS (\d+)", source).group(1) == str(_launch.GATED_ROWS)
+    for macro, value in (("ROWS", _launch.GATED_ROWS), ("ROWS16", _launch.GATED_ROWS16),
+                         ("BLOCKS16", _launch.GATED_BLOCKS16)):
+        assert re.search(rf"#define OPSMITH_GATED_{macro} (\d+)", source).group(1) == str(value), macro
     assert re.search(r"#define OPSMITH_EW_THREADS (\d+)", source).group(1) == str(_launch.EW_THREADS)
     h100 = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
     small = _launch.DeviceProps(8, 1024, 1536, 49152, 65536)
     for props in (h100, small):
         for rows, d, itemsize in [(1, 1, 4), (4096, 5632, 2), (4096, 11008, 4), (3, 100000, 2), (10**6, 8, 2),
-                                  (10**7, 4, 8), (7, 3, 2)]:
-            for act, (trips, _) in _launch.GATED_GRID.items():
+                                  (10**7, 4, 8), (7, 3, 2), (2048, 2048, 4), (2048, 2048, 2)]:
+            for act in _launch.GATED_GRID:
+                per_trip, trips, _ = _launch.gated_shape(act, itemsize)
                 plan = _launch.gated_plan(rows, d, itemsize, props, act)
                 (gx, gy), (tx, ty) = plan.grid, plan.block
                 assert tx * ty <= _launch.EW_THREADS and tx & (tx - 1) == 0
                 assert gx * tx * (16 // itemsize) >= d  # one trip covers a row
-                assert gy * ty * _launch.GATED_ROWS * trips >= rows or gy == 65535  # else the row loop strides
+                assert gy * ty * per_trip * trips >= rows or gy == 65535  # else the row loop strides
                 assert gy <= -(-rows // ty)  # at most a row a thread
+    assert _launch.gated_shape("silu", 2) == _launch.gated_shape("gelu_tanh", 2) == (1, 1, 6)
+    assert _launch.gated_shape("gelu", 2) == (2, 4, 2) and _launch.gated_shape("silu", 4) == (2, 1, 4)
     plan = _launch.gated_plan(4096, 5632, 2, h100)  # a Llama MLP's tokens: whole warps along the rows
-    assert plan.block == (256, 1) and plan.grid == (3, 2048)  # two rows a thread
+    assert plan.block == (256, 1) and plan.grid == (3, 4096)  # 16-bit silu: one row a thread
     assert _launch.gated_plan(8, 5632, 2, h100).grid == (3, 8)  # few rows: one a thread, more blocks
-    assert _launch.gated_plan(2048, 2048, 2, h100).grid == (1, 528)  # two waves of one trip: one wave of two
+    assert _launch.gated_plan(2048, 2048, 2, h100).grid == (1, 2048)
+    assert _launch.gated_plan(65536, 1024, 2, h100, "gelu_tanh").grid == (1, 32768)  # two rows a block
+    assert _launch.gated_plan(4096, 4096, 4, h100).grid == (4, 2048)  # float silu: two rows a trip
+    assert _launch.gated_plan(2048, 2048, 4, h100).grid == (2, 1024)
+    assert _launch.gated_plan(1024, 2048, 4, h100).grid == (2, 264)  # two waves of one trip: one wave of two
     assert _launch.gated_plan(8192, 8192, 2, h100, "gelu").grid == (4, 1024)  # the erf GELU: 4 trips a thread
     assert _launch.gated_plan(512, 1024, 2, h100, "gelu").grid == (1, 256)  # but a wave at least
+
+
+def test_the_gated_kernels_fit_their_launch_bounds():
+    """gated.cu's registers a thread, as ptxas reports them through NVRTC on sm_80, sm_90 and sm_100:
+    silu and the tanh GELU on 16-bit types at one row a trip fit GATED_BLOCKS16 blocks of 256 threads an
+    SM (40 registers), bf16 with no spills (half's silu backward keeps one 8-byte value on the stack,
+    read once a row). Float and double, and the erf GELU, at 2 rows a trip and 2 blocks: no spills on
+    sm_80 and sm_90."""
+    import re
+
+    import opsmith
+    from opsmith.ops import _launch, _sources
+    limit = 65536 // (_launch.GATED_BLOCKS16 * _launch.EW_THREADS) // 8 * 8
+    jobs = [{**j, "options": ["--ptxas-options=-v"]} for arch in ("sm_80", "sm_90", "sm_100")
+            for j in _sources.jobs(arch, ("bfloat16", "float16", "float32", "float64"), ("gated.cu",))]
+    for job, binary in zip(jobs, opsmith.compile_many(jobs, progress=False)):
+        kernels = re.findall(r"Compiling entry function '(\w+)'[^\n]*\n[^\n]*\n\D*(\d+) bytes stack frame, (\d+) bytes "
+                             r"spill stores, (\d+) bytes spill loads\s+ptxas info\s+: Used (\d+) registers", binary.log)
+        assert len(kernels) == len(job["name_expressions"]) == 10, (job["arch"], binary.log)
+        for name, _, stores, loads, regs in kernels:
+            sixteen = "__nv_bfloat16" in name or "__half" in name
+            where = (job["arch"], name, stores, regs)
+            if "_one" in name:  # a vector a thread: fewer registers than the limit on every type, no spills
+                assert int(regs) <= limit and int(stores) == 0, where
+            elif sixteen and "gelu_and_mul" not in name:
+                assert int(regs) <= limit, where
+                assert "__half" in name or int(stores) == 0, where
+            elif job["arch"] != "sm_100":
+                assert int(stores) == int(loads) == 0, where
+
+
+def test_the_one_vector_kernels_take_only_what_they_can():
+    from opsmith.ops import _launch
+    h100 = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
+
+    def one(rows, d, itemsize=2, act="silu", addresses=(0, 4096, 8192), strides=None):
+        plan = _launch.gated_plan(rows, d, itemsize, h100, act)
+        return _launch.gated_one(plan, rows, d, itemsize, act, addresses, strides or (2 * d, 2 * d))
+
+    assert one(2048, 2048) and one(2048, 2048, act="gelu_tanh") and one(8, 5632) and one(3, 8)
+    assert one(65535, 2048)  # 65,535 row blocks of one row: the grid's limit
+    assert not one(65536, 2048)  # more rows than one trip of the capped grid covers: the looping kernel
+    assert not one(2048, 2048, act="gelu") and not one(2048, 2048, itemsize=4)  # two rows a trip
+    assert not one(2048, 2044) and not one(2048, 2048, strides=(4100, 4096))  # not whole vectors
+    assert not one(2048, 2048, addresses=(0, 4098, 8192))  # a view 2 bytes in
+    assert not one(4, 2048, strides=(2**31, 4096))  # past the kernels' int strides
+    assert one(4, 2048, strides=(0, 4096))  # an expanded row: every row reads the same vectors

@@ -133,9 +133,24 @@ def test_softmax_any_dim_and_views(dtype):
     assert ops.softmax(s, 0).item() == 1.0
 
 
+@pytest.mark.parametrize("cols", [12288, 9001, 2048])
+def test_softmax_of_values_near_the_bf16_limit(cols):
+    """softmax_fwd_wide3 takes exp2(x log2e - m log2e) for 16-bit rows only where m log2e is finite: a
+    row whose max is near bf16's largest value (3.39e38) takes (x - m) log2e, and matches torch."""
+    x = _rand((4, cols), torch.bfloat16, 8)
+    x[0, 5], x[0, 9] = 3.3e38, 3.2e38
+    x[1] = -3.3e38
+    x[1, 3] = -3.2e38
+    x[2, -1] = 1.5e38
+    got = ops.softmax(x, -1).double()
+    torch.testing.assert_close(got, torch.softmax(x.double(), -1), rtol=TOL[torch.bfloat16][0],
+                               atol=TOL[torch.bfloat16][1])
+    assert got[0, 5] > 0.99 and torch.isfinite(got).all()
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-# warp, block, wide (fp32) / long, wide (bf16) / long (cached), long (not cached)
-@pytest.mark.parametrize("cols", [7, 1000, 16384, 20000, 70001])
+# warp, block, wide (fp32) / long, wide (bf16) / long (cached), long (not cached); wide3 (bf16 12288)
+@pytest.mark.parametrize("cols", [7, 1000, 16384, 20000, 70001, 12288])
 def test_softmax_inf_nan_as_torch(cols, dtype):
     x = _rand((6, cols), dtype, 7)
     x[0, cols // 2] = float("nan")

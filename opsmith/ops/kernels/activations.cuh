@@ -12,16 +12,21 @@
 
 namespace opsmith {
 
-// sigmoid(x) = 1 / (1 + exp(-x)) from ex2.approx and rcp.approx (inf in, 1 or 0 out; NaN: NaN)
-__device__ __forceinline__ float fast_sigmoid(float x) {
+// 1 / (1 + 2^z) from ex2.approx and rcp.approx (z = -inf: 1; +inf: 0; NaN: NaN)
+__device__ __forceinline__ float sigmoid_exp2(float z) {
     float e, r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(z));
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
     return r;
 }
 
+// sigmoid(x) = 1 / (1 + exp(-x)) (inf in, 1 or 0 out; NaN: NaN)
+__device__ __forceinline__ float fast_sigmoid(float x) { return sigmoid_exp2(x * -1.4426950408889634f); }
+
 // -- the math of each op (forward: f(x); backward: g * f'(x)) --------------------------------
+// cheap: the 16-bit forms (fwd_fast, bwd_fast) are cheaper than the exact ones
 struct Relu {
+    static constexpr bool cheap = true;
     // NaN stays NaN, as torch.relu (clamp_min propagates NaN)
     template <class A> static __device__ __forceinline__ A fwd(A x) { return (x > A(0) || m_isnan(x)) ? x : A(0); }
     template <class A> static __device__ __forceinline__ A bwd(A g, A x) {
@@ -32,6 +37,7 @@ struct Relu {
 };
 
 struct GeluErf {  // 0.5 x (1 + erf(x / sqrt 2))
+    static constexpr bool cheap = false;
     template <class A> static __device__ __forceinline__ A fwd(A x) {
         return A(0.5) * x * (A(1) + m_erf(x * A(0.70710678118654752440)));
     }
@@ -42,9 +48,15 @@ struct GeluErf {  // 0.5 x (1 + erf(x / sqrt 2))
     }
     static __device__ __forceinline__ float fwd_fast(float x) { return fwd(x); }  // erf: no cheap form
     static __device__ __forceinline__ float bwd_fast(float g, float x) { return bwd(g, x); }
+    static __device__ __forceinline__ float grad_fast(float x, float& y) {
+        const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
+        y = x * cdf;
+        return cdf + x * (expf(-0.5f * x * x) * 0.39894228040143267794f);
+    }
 };
 
 struct GeluTanh {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's approximate="tanh"
+    static constexpr bool cheap = true;
     template <class A> static __device__ __forceinline__ A fwd(A x) {
         const A inner = A(0.79788456080286535588) * (x + A(0.044715) * x * x * x);
         return A(0.5) * x * (A(1) + m_tanh(inner));
@@ -56,18 +68,28 @@ struct GeluTanh {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's a
         const A dright = left * (A(1) - t * t) * A(0.79788456080286535588) * (A(1) + A(3 * 0.044715) * x2);
         return g * (A(0.5) * right + dright);
     }
-    // 0.5 (1 + tanh(u)) = sigmoid(2u), 1 - tanh(u)^2 = 4 s (1 - s): exact identities
-    static __device__ __forceinline__ float fwd_fast(float x) {
-        return x * fast_sigmoid(1.5957691216057307f * (x + 0.044715f * x * x * x));
-    }
+    // 0.5 (1 + tanh(u)) = sigmoid(2u), 1 - tanh(u)^2 = 4 s (1 - s): exact identities. The sigmoid's
+    // argument -2u log2(e) = x (K1 + K3 x^2): one fma and one multiply (its constants folded).
+    static constexpr float K1 = -1.5957691216057307f * 1.4426950408889634f, K3 = K1 * 0.044715f;
+    static __device__ __forceinline__ float sig2u(float x, float x2) { return sigmoid_exp2(x * fmaf(K3, x2, K1)); }
+    static __device__ __forceinline__ float fwd_fast(float x) { return x * sig2u(x, x * x); }
     static __device__ __forceinline__ float bwd_fast(float g, float x) {
+        float y;
+        return g * grad_fast(x, y);
+    }
+    // f'(x), and f(x) in y, from one sigmoid (the gated backward needs both):
+    // f' = s + x s (1 - s) d(2u)/dx, d(2u)/dx = sqrt(8/pi) (1 + 3 * 0.044715 x^2)
+    static __device__ __forceinline__ float grad_fast(float x, float& y) {
         const float x2 = x * x;
-        const float s = fast_sigmoid(1.5957691216057307f * (x + 0.044715f * x2 * x));
-        return g * (s + 2.0f * x * s * (1.0f - s) * 0.79788456080286535588f * (1.0f + float(3 * 0.044715) * x2));
+        const float s = sig2u(x, x2);
+        y = x * s;
+        const float t = x * fmaf(1.5957691216057307f * 3 * 0.044715f, x2, 1.5957691216057307f);
+        return fmaf(t, fmaf(-s, s, s), s);
     }
 };
 
 struct Silu {  // x * sigmoid(x)
+    static constexpr bool cheap = true;
     template <class A> static __device__ __forceinline__ A fwd(A x) { return x / (A(1) + m_exp(-x)); }
     template <class A> static __device__ __forceinline__ A bwd(A g, A x) {
         const A s = A(1) / (A(1) + m_exp(-x));
@@ -77,6 +99,11 @@ struct Silu {  // x * sigmoid(x)
     static __device__ __forceinline__ float bwd_fast(float g, float x) {
         const float s = fast_sigmoid(x);
         return g * s * (1.0f + x * (1.0f - s));
+    }
+    static __device__ __forceinline__ float grad_fast(float x, float& y) {
+        const float s = fast_sigmoid(x);
+        y = x * s;
+        return fmaf(y, 1.0f - s, s);  // s (1 + x (1 - s))
     }
 };
 

@@ -10,46 +10,71 @@
 //
 // Launch (opsmith/ops/_launch.py, gated_plan): a 2-D grid. threadIdx.x / blockIdx.x walk a
 // row's columns, threadIdx.y / blockIdx.y its rows; both loops stride by the whole grid, so
-// any grid is correct and no element index is divided. Each trip loads OPSMITH_GATED_ROWS rows
-// (rstep apart) before it computes, so that many loads are in flight. 16-byte vectors (8
+// any grid is correct and no element index is divided. Each trip loads R rows (rstep apart;
+// GatedShape below) before it computes, so that many loads are in flight. 16-byte vectors (8
 // halves, 4 floats, 2 doubles) when d and every row stride are multiples of the vector width
 // and every pointer is 16-byte aligned; else the same loops one element at a time.
 //
 // Kernels: <op>_fwd<T>(gate, up, y, rows, d, gate_stride, up_stride) and
 // <op>_bwd<T>(grad_y, gate, up, d_gate, d_up, rows, d, gate_stride, up_stride, grad_stride),
 // op in silu_and_mul, gelu_and_mul (erf), gelu_tanh_and_mul; T in {float, double, __half,
-// __nv_bfloat16}.
+// __nv_bfloat16}. And, for silu and the tanh GELU, <op>_fwd_one / <op>_bwd_one: the same on a
+// grid of one 16-byte vector of one row a thread (no loops), int rows, vectors a row and strides,
+// for a caller that has checked every address and stride whole vectors (opsmith/ops/_launch.py,
+// gated_one). Measured on an H200 (bench/results/ops-gated-h200-2026-11-26/), bf16 2048x2048 L2
+// flushed: the forward 11.20 -> 10.75 us (Liger-Kernel's 10.74), the backward 15.44 -> 15.07.
 #include "common.cuh"
 #include "activations.cuh"
 
 #ifndef OPSMITH_EW_THREADS
 #define OPSMITH_EW_THREADS 256
 #endif
-// Measured on an H200 with bench/diag_gated.py (bench/results/ops-bwd-h200-2026-11-26/gated.json):
-// 2 rows a trip made the backward 17-24 % faster than 4 (its 91 registers a thread let 512 threads
-// an SM run; at 2 rows more run), the forward the same; the minimum blocks (1-4) changed nothing
-// once the rows were 2.
-#ifndef OPSMITH_GATED_FWD_BLOCKS
-#define OPSMITH_GATED_FWD_BLOCKS 2  // minimum blocks of OPSMITH_EW_THREADS an SM holds (registers a thread)
-#endif
-#ifndef OPSMITH_GATED_BWD_BLOCKS
-#define OPSMITH_GATED_BWD_BLOCKS 2
-#endif
+// Rows a thread loads per trip (R) and the minimum blocks of OPSMITH_EW_THREADS an SM holds (the
+// registers a thread may use), by activation and type (opsmith/ops/_launch.py, gated_shape, mirrors
+// them). Measured on an H200 (bench/results/ops-gated-h200-2026-11-26/, the kernels alone, L2
+// flushed): bf16 silu and tanh GELU at one row a thread and 6 blocks an SM (40 registers) ran 1-6 %
+// faster than at 2 rows and 2 blocks over 2048-65536 rows x 1024-4096. Their float and double
+// forms (the exact math) spill at 40 registers and keep 2 rows, as does the erf GELU, whose 4 trips
+// of 2 rows were measured in bench/results/ops-bwd-h200-2026-11-26/gated.json.
 #ifndef OPSMITH_GATED_ROWS
-#define OPSMITH_GATED_ROWS 2  // rows a thread loads per trip (opsmith/ops/_launch.py reads it too)
+#define OPSMITH_GATED_ROWS 2  // the erf GELU, and float and double
+#endif
+#ifndef OPSMITH_GATED_BLOCKS
+#define OPSMITH_GATED_BLOCKS 2
+#endif
+#ifndef OPSMITH_GATED_ROWS16
+#define OPSMITH_GATED_ROWS16 1  // silu and the tanh GELU on 16-bit types
+#endif
+#ifndef OPSMITH_GATED_BLOCKS16
+#define OPSMITH_GATED_BLOCKS16 6
 #endif
 
 namespace opsmith {
+
+template <class Op, class T> struct GatedShape {
+    static constexpr bool fast = sizeof(T) == 2 && Op::cheap;  // the 16-bit forms of activations.cuh
+    static constexpr int rows = fast ? OPSMITH_GATED_ROWS16 : OPSMITH_GATED_ROWS;
+    static constexpr int blocks = fast ? OPSMITH_GATED_BLOCKS16 : OPSMITH_GATED_BLOCKS;
+};
 
 // one element: y = act(gate) * up; or, when G, the two input gradients (T: the element type, whose
 // width picks the activation's form: activations.cuh's act_fwd)
 template <class Op, class T, class A>
 __device__ __forceinline__ A gated_fwd1(A gate, A up) { return act_fwd<Op, T>(gate) * up; }
 
+// (the 16-bit types: act and act' from one sigmoid, Op::grad_fast; the backward of silu and the tanh
+// GELU issued two ex2 + rcp pairs an element before, a third of its time at 2048 x 2048 on an H200)
 template <class Op, class T, class A>
 __device__ __forceinline__ void gated_bwd1(A g, A gate, A up, A& d_gate, A& d_up) {
-    d_gate = act_bwd<Op, T>(g * up, gate);  // (g * up) * act'(gate)
-    d_up = g * act_fwd<Op, T>(gate);
+    if constexpr (sizeof(T) == 2) {
+        A y;
+        const A d = Op::grad_fast(gate, y);
+        d_gate = (g * up) * d;
+        d_up = g * y;
+    } else {
+        d_gate = act_bwd<Op, T>(g * up, gate);  // (g * up) * act'(gate)
+        d_up = g * act_fwd<Op, T>(gate);
+    }
 }
 
 // N elements (one 16-byte vector) of one row: y, or (G) d_gate and d_up, packed into 16 bytes of T
@@ -77,7 +102,7 @@ __device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restri
                                       T* __restrict__ out, T* __restrict__ out1, long long rows, long long d,
                                       long long gs, long long us, long long os) {
     typedef typename Elem<T>::acc A;
-    constexpr int N = Vec<T>::N, R = OPSMITH_GATED_ROWS;
+    constexpr int N = Vec<T>::N, R = GatedShape<Op, T>::rows;
     const long long r0 = blockIdx.y * (long long)blockDim.y + threadIdx.y;
     const long long rstep = (long long)gridDim.y * blockDim.y;
     const long long c0 = blockIdx.x * (long long)blockDim.x + threadIdx.x;
@@ -128,54 +153,111 @@ __device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restri
     }
 }
 
+// One 16-byte vector c of row r a thread (the grid covers the rows and their cols vectors once); every
+// address and row stride (gs, us, os; grad_y's is cols * N) whole vectors.
+template <class Op, bool G, class T>
+__device__ __forceinline__ void gated_one(const T* __restrict__ g, const T* __restrict__ gate,
+                                          const T* __restrict__ up, T* __restrict__ out, T* __restrict__ out1,
+                                          int rows, int cols, int gs, int us, int os) {
+    const int r = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows || c >= cols) return;
+    const Vec<T> a = reinterpret_cast<const Vec<T>*>(gate + (long long)r * gs)[c];
+    const Vec<T> b = reinterpret_cast<const Vec<T>*>(up + (long long)r * us)[c];
+    Vec<T> gv;
+    if (G) gv = reinterpret_cast<const Vec<T>*>(g + (long long)r * cols * Vec<T>::N)[c];
+    Raw o0, o1;
+    gated_vec<Op, G, T>(gv, a, b, o0, o1);
+    reinterpret_cast<Raw*>(out + (long long)r * os)[c] = o0;
+    if (G) reinterpret_cast<Raw*>(out1 + (long long)r * os)[c] = o1;
+}
+
 }  // namespace opsmith
 
 // The kernels, written out so that their signatures can be read from the source.
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_FWD_BLOCKS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, opsmith::GatedShape<opsmith::Silu, T>::blocks)
 silu_and_mul_fwd(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, long long rows,
                  long long d, long long gate_stride, long long up_stride) {
-    opsmith::gated<opsmith::Silu, false, T>(nullptr, gate, up, y, nullptr, rows, d, gate_stride, up_stride, d);
+    opsmith::gated<opsmith::Silu, false, T>(nullptr, gate, up, y, nullptr, rows, d,
+                                                                gate_stride, up_stride, d);
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BWD_BLOCKS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, opsmith::GatedShape<opsmith::Silu, T>::blocks)
 silu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
                  T* __restrict__ d_gate, T* __restrict__ d_up, long long rows, long long d, long long gate_stride,
                  long long up_stride, long long grad_stride) {
-    opsmith::gated<opsmith::Silu, true, T>(grad_y, gate, up, d_gate, d_up, rows, d, gate_stride, up_stride,
-                                           grad_stride);
+    opsmith::gated<opsmith::Silu, true, T>(grad_y, gate, up, d_gate, d_up, rows, d,
+                                                               gate_stride, up_stride, grad_stride);
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_FWD_BLOCKS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, opsmith::GatedShape<opsmith::GeluErf, T>::blocks)
 gelu_and_mul_fwd(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, long long rows,
                  long long d, long long gate_stride, long long up_stride) {
-    opsmith::gated<opsmith::GeluErf, false, T>(nullptr, gate, up, y, nullptr, rows, d, gate_stride, up_stride, d);
+    opsmith::gated<opsmith::GeluErf, false, T>(nullptr, gate, up, y, nullptr, rows, d,
+                                                                       gate_stride, up_stride, d);
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BWD_BLOCKS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, opsmith::GatedShape<opsmith::GeluErf, T>::blocks)
 gelu_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
                  T* __restrict__ d_gate, T* __restrict__ d_up, long long rows, long long d, long long gate_stride,
                  long long up_stride, long long grad_stride) {
-    opsmith::gated<opsmith::GeluErf, true, T>(grad_y, gate, up, d_gate, d_up, rows, d, gate_stride, up_stride,
-                                              grad_stride);
+    opsmith::gated<opsmith::GeluErf, true, T>(grad_y, gate, up, d_gate, d_up, rows, d,
+                                                                      gate_stride, up_stride, grad_stride);
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_FWD_BLOCKS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, opsmith::GatedShape<opsmith::GeluTanh, T>::blocks)
 gelu_tanh_and_mul_fwd(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, long long rows,
                       long long d, long long gate_stride, long long up_stride) {
-    opsmith::gated<opsmith::GeluTanh, false, T>(nullptr, gate, up, y, nullptr, rows, d, gate_stride, up_stride, d);
+    opsmith::gated<opsmith::GeluTanh, false, T>(nullptr, gate, up, y, nullptr, rows, d,
+                                                                    gate_stride, up_stride, d);
 }
 
 template <class T>
-__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BWD_BLOCKS)
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, opsmith::GatedShape<opsmith::GeluTanh, T>::blocks)
 gelu_tanh_and_mul_bwd(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
                       T* __restrict__ d_gate, T* __restrict__ d_up, long long rows, long long d,
                       long long gate_stride, long long up_stride, long long grad_stride) {
-    opsmith::gated<opsmith::GeluTanh, true, T>(grad_y, gate, up, d_gate, d_up, rows, d, gate_stride, up_stride,
-                                               grad_stride);
+    opsmith::gated<opsmith::GeluTanh, true, T>(grad_y, gate, up, d_gate, d_up, rows, d,
+                                                                   gate_stride, up_stride, grad_stride);
+}
+
+// One vector of one row a thread (gated_one): silu and the tanh GELU.
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BLOCKS16)
+silu_and_mul_fwd_one(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, int rows,
+                     int cols, int gate_stride, int up_stride) {
+    opsmith::gated_one<opsmith::Silu, false, T>(nullptr, gate, up, y, nullptr, rows, cols, gate_stride,
+                                                up_stride, cols * opsmith::Vec<T>::N);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BLOCKS16)
+silu_and_mul_bwd_one(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
+                     T* __restrict__ d_gate, T* __restrict__ d_up, int rows, int cols, int gate_stride,
+                     int up_stride, int grad_stride) {
+    opsmith::gated_one<opsmith::Silu, true, T>(grad_y, gate, up, d_gate, d_up, rows, cols, gate_stride,
+                                               up_stride, grad_stride);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BLOCKS16)
+gelu_tanh_and_mul_fwd_one(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, int rows,
+                          int cols, int gate_stride, int up_stride) {
+    opsmith::gated_one<opsmith::GeluTanh, false, T>(nullptr, gate, up, y, nullptr, rows, cols, gate_stride,
+                                                    up_stride, cols * opsmith::Vec<T>::N);
+}
+
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_GATED_BLOCKS16)
+gelu_tanh_and_mul_bwd_one(const T* __restrict__ grad_y, const T* __restrict__ gate, const T* __restrict__ up,
+                          T* __restrict__ d_gate, T* __restrict__ d_up, int rows, int cols, int gate_stride,
+                          int up_stride, int grad_stride) {
+    opsmith::gated_one<opsmith::GeluTanh, true, T>(grad_y, gate, up, d_gate, d_up, rows, cols, gate_stride,
+                                                   up_stride, grad_stride);
 }

@@ -7,7 +7,8 @@
 //    is the one-warp-per-row path (several rows per block, shuffles only); tpr > 32 holds one
 //    row per block and meets in shared memory. One read and one write of the row: the floor.
 //  * softmax_fwd_wide / softmax_bwd_wide: the same with OPSMITH_WIDE_CHUNKS vectors a thread and
-//    up to OPSMITH_LONG_THREADS threads, for rows the first cannot hold (bf16 up to 32,768).
+//    up to OPSMITH_LONG_THREADS threads, for rows the first cannot hold (bf16 up to 32,768);
+//    softmax_fwd_wide3 the forward's rows of OPSMITH_WIDE3_THREADS threads, at 3 blocks an SM.
 //  * softmax_fwd_long / softmax_bwd_long: longer rows. One block per row (grid-stride over rows).
 //    The forward is the online softmax: one pass keeps a running (max, sum), rescaling the sum
 //    when the max grows, a second pass writes. The first pass copies the row into shared memory
@@ -27,6 +28,9 @@
 #endif
 #ifndef OPSMITH_WIDE_CHUNKS
 #define OPSMITH_WIDE_CHUNKS 4  // 16-byte chunks a thread in softmax_fwd_wide (_launch.WIDE_CHUNKS)
+#endif
+#ifndef OPSMITH_WIDE3_THREADS
+#define OPSMITH_WIDE3_THREADS 512  // softmax_fwd_wide3's threads a block (_launch.WIDE3_THREADS)
 #endif
 
 namespace opsmith {
@@ -55,6 +59,13 @@ template <class A> __device__ __forceinline__ void online_allreduce(A& m, A& s, 
     for (int o = 16; o > 0; o >>= 1)
         online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
+
+// exp(x - m) as exp2: (F) x log2e - m log2e in one fma (ml = m log2e, finite), else (x - m) log2e
+template <bool F, class A> __device__ __forceinline__ A softmax_e(A x, A m, A ml) {
+    if constexpr (F) return m_exp2_ftz(fmaf(x, log2e<A>(), -ml));
+    else return m_exp2_ftz((x - m) * log2e<A>());
+}
+template <class T> using A_of = typename Elem<T>::acc;
 
 }  // namespace opsmith
 
@@ -129,6 +140,93 @@ template <class T>
 __global__ void __launch_bounds__(OPSMITH_LONG_THREADS, 1)
 softmax_fwd_wide(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
     softmax_fwd_any<OPSMITH_WIDE_CHUNKS>(x, y, rows, cols);
+}
+
+// The wide forward's row for blocks of OPSMITH_WIDE3_THREADS at 3 blocks an SM (40 registers a thread):
+// the chunks stay packed as loaded (raw_get converts an element where it is used) and each exp is
+// computed twice, for the sum and for the output, instead of held. The kernel is issue-bound: 16-bit
+// rows take exp2(x log2e - m log2e) (one fma) where |m| < 1e38 (m log2e finite), else, as float and
+// double always, exp2((x - m) log2e) (softmax_fwd_row's, the same results). Measured on an H200
+// (bench/results/ops-gated-h200-2026-11-26/, softmax-occ.txt and wide3*.txt, L2 flushed).
+// the packed words "changed": the elements are converted again where next used, not held converted from
+// an earlier pass (held, the 32 floats of a bf16 thread spilled 200 bytes)
+template <int C> __device__ __forceinline__ void reconvert(Raw (&in)[1][C]) {
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(in[0][c].u[i]));
+}
+
+template <int M, int C, class T, bool F>
+__device__ __forceinline__ void softmax_rc_out(Raw (&in)[1][C], T* __restrict__ y, int n, bool active, A_of<T> m,
+                                               int tpr, int t) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const A ml = m * log2e<A>();
+    A p[4] = {A(0), A(0), A(0), A(0)};
+    reconvert(in);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const int j = (c * tpr + t) * N;
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            if (in_row<M>(j, k, n)) p[k & 3] += softmax_e<F>(raw_get<T>(in[0][c], k), m, ml);
+    }
+    const A r = A(1) / row_allreduce<true>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
+    if (!active) return;
+    reconvert(in);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        A v[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) v[k] = softmax_e<F>(raw_get<T>(in[0][c], k), m, ml) * r;
+        store_vals<M>(y, (c * tpr + t) * N, n, v);
+    }
+}
+
+template <int M, int C, class T>
+__device__ __forceinline__ void softmax_fwd_row_rc(const T* __restrict__ x, T* __restrict__ y, long long rows,
+                                                   int cols) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
+    const bool active = row < rows;  // idle rows still take part in the reductions
+    const int n = active ? cols : 0;
+    const long long base = (active ? row : 0) * (long long)cols;
+    Raw in[1][C];
+    load_chunks<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
+    A p[4] = {neg_inf<A>(), neg_inf<A>(), neg_inf<A>(), neg_inf<A>()};
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const int j = (c * tpr + t) * N;
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            if (in_row<M>(j, k, n)) p[k & 3] = m_max(p[k & 3], raw_get<T>(in[0][c], k));
+    }
+    const A m = row_allreduce<true>(m_max(m_max(p[0], p[1]), m_max(p[2], p[3])), MaxOp(), neg_inf<A>(), tpr);
+    if (sizeof(T) == 2 && fabs(m) < A(1e38))  // the same m in every thread of the row: one branch
+        softmax_rc_out<M, C, T, sizeof(T) == 2>(in, y + base, n, active, m, tpr, t);
+    else
+        softmax_rc_out<M, C, T, false>(in, y + base, n, active, m, tpr, t);
+}
+
+template <int C, class T>
+__device__ __noinline__ void softmax_fwd_scalar_rc(const T* __restrict__ x, T* __restrict__ y, long long rows,
+                                                   int cols) {
+    softmax_fwd_row_rc<ROW_SCALAR, C>(x, y, rows, cols);
+}
+
+// softmax_fwd_wide for rows of OPSMITH_WIDE3_THREADS threads or fewer (_launch.WIDE3_THREADS; the plans give
+// it the wide rows of exactly that many: bf16 8,193-16,384 wide, float 4,097-8,192)
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_WIDE3_THREADS, 3)
+softmax_fwd_wide3(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    constexpr int C = OPSMITH_WIDE_CHUNKS;
+    const int mode = row_mode<T, C>(cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y), cols);
+    if (mode == ROW_FULL) softmax_fwd_row_rc<ROW_FULL, C>(x, y, rows, cols);
+    else if (mode == ROW_VEC) softmax_fwd_row_rc<ROW_VEC, C>(x, y, rows, cols);
+    else softmax_fwd_scalar_rc<C>(x, y, rows, cols);
 }
 
 // The register backward's row, C chunks a thread, bounds checks as mode M (rows.cuh's RowMode, as the
