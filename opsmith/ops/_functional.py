@@ -208,8 +208,9 @@ def softmax_fwd(x):
                 _launch.launch_config(plan), x, y, rows, cols)
         else:
             name = "softmax_fwd_wide<{T}>" if plan.strategy == "wide" else "softmax_fwd<{T}>"
-            if _launch.softmax_fwd_wide3(plan, cols, x.element_size()):
-                name = "softmax_fwd_wide3<{T}>"
+            wide3 = _launch.softmax_fwd_wide3(plan, cols, x.element_size(), (x.data_ptr() | y.data_ptr()) % 16 == 0)
+            if wide3:
+                name = wide3 + "<{T}>"
             _kernel("softmax.cu", name, x).launch(_launch.launch_config(plan), x, y, rows, cols)
     return y
 

@@ -291,16 +291,20 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
 
 
-def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int) -> bool:
-    """Whether softmax's forward of ``plan`` ("wide") runs softmax_fwd_wide3 (3 blocks an SM at 40
-    registers, the exps computed twice) instead of softmax_fwd_wide: rows of ``WIDE3_THREADS``
-    threads of 2- and 4-byte types, but the 16-bit rows that fill them exactly (16,384 wide), where
-    the 40 registers spill. Measured on an H200 (bench/results/ops-gated-h200-2026-11-26/wide3b.txt,
-    kernels alone, L2 flushed): bf16 8192x12288 3,165 -> 3,761 GB/s (Liger-Kernel 3,388), 4096x9000
-    2,417 -> 2,956, float 8192x6144 3,386 -> 4,095 (Liger 3,953), 4096x8192 3,787 -> 3,876; bf16
-    4096x16384 3,469 -> 3,123, so those keep softmax_fwd_wide."""
-    full16 = itemsize == 2 and cols == WIDE3_THREADS * WIDE_CHUNKS * 8
-    return plan.strategy == "wide" and plan.block[0] == WIDE3_THREADS and itemsize in (2, 4) and not full16
+def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int, aligned: bool) -> str | None:
+    """The kernel for softmax's forward of ``plan`` where it is ``"wide"`` with ``WIDE3_THREADS``
+    threads a row, of 2- or 4-byte types: ``"softmax_fwd_wide3_full"`` where the row fills the
+    threads' chunks exactly and ``aligned`` (x and y 16-byte aligned), else ``"softmax_fwd_wide3"``;
+    ``None`` otherwise (softmax_fwd_wide: 1,024 threads a row, 256 or fewer, double). Both run 3 blocks
+    an SM at 40 registers with the exps computed twice. Measured on an H200
+    (bench/results/ops-gated-h200-2026-11-26/, kernels alone, L2 flushed, softmax_fwd_wide → these):
+    bf16 8192x12288 3,165 -> 3,761 GB/s (Liger-Kernel 3,388), 4096x9000 2,417 -> 2,956, float
+    8192x6144 3,386 -> 4,095 (Liger 3,953) (wide3b.txt); bf16 4096x16384 3,442 -> 3,853 (Liger 3,669),
+    16384x16384 3,690 -> 4,109 (Liger 3,930) (w3full.txt, the full kernel's row)."""
+    if plan.strategy != "wide" or plan.block[0] != WIDE3_THREADS or itemsize not in (2, 4):
+        return None
+    full = aligned and cols == WIDE3_THREADS * WIDE_CHUNKS * (16 // itemsize)
+    return "softmax_fwd_wide3_full" if full else "softmax_fwd_wide3"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -370,6 +370,8 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         for op in ("silu", "gelu", "gelu_tanh"):
             y2 = fn.gated_fwd(op, x2)
             assert y2.shape == (3, cols) and fn.gated_bwd(op, y2, x2).shape == x2.shape
+    full = _launch.WIDE3_THREADS * _launch.WIDE_CHUNKS * (16 // dt.itemsize)  # softmax_fwd_wide3_full's rows
+    assert fn.softmax_cuda(torch.randn(2, full, dtype=dt), -1).shape == (2, full)
     for cols in (2048, 4096):  # more rows than one chunk: norm_bwd_weight's clusters (sm_90+)
         x, w = torch.randn(40, cols, dtype=dt), torch.randn(cols, dtype=dt)
         y, mean, rstd = nf.layer_norm_fwd(x, [cols], w, w, 1e-5)
@@ -390,7 +392,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     if dtype != "float64":  # the wide rows (2 KiB and more) of 2- and 4-byte types take layer_norm_fwd_c4 or l2
         want -= {"layer_norm_fwd_wide"}
     if dtype == "float64":  # _launch.softmax_fwd_wide3: 2- and 4-byte types
-        want -= {"softmax_fwd_wide3"}
+        want -= {"softmax_fwd_wide3", "softmax_fwd_wide3_full"}
     if dtype not in ("float16", "bfloat16"):  # gated_one: silu and the tanh GELU on 16-bit types only
         want -= {f"{op}_and_mul_{d}_one" for op in ("silu", "gelu_tanh") for d in ("fwd", "bwd")}
     assert names == want, names

@@ -133,7 +133,17 @@ def test_softmax_any_dim_and_views(dtype):
     assert ops.softmax(s, 0).item() == 1.0
 
 
-@pytest.mark.parametrize("cols", [12288, 9001, 2048])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_softmax_rows_that_fill_wide3_aligned_or_not(dtype):
+    """softmax_fwd_wide3_full takes the rows of exactly 512 threads' chunks (bf16 16,384, float 8,192) when
+    x is 16-byte aligned; a view one element in takes softmax_fwd_wide3's element path."""
+    cols = 512 * 4 * 16 // torch.empty((), dtype=dtype).element_size()
+    flat = _rand((3 * cols + 1,), dtype, 9) * 4
+    for x in (flat[:-1].view(3, cols), flat[1:].view(3, cols)):  # contiguous: aligned, then one element in
+        _close(ops.softmax(x, -1), torch.softmax(x.double(), -1), dtype, what=f"softmax {tuple(x.stride())}")
+
+
+@pytest.mark.parametrize("cols", [12288, 9001, 2048, 16384])
 def test_softmax_of_values_near_the_bf16_limit(cols):
     """softmax_fwd_wide3 takes exp2(x log2e - m log2e) for 16-bit rows only where m log2e is finite: a
     row whose max is near bf16's largest value (3.39e38) takes (x - m) log2e, and matches torch."""

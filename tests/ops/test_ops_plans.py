@@ -329,15 +329,14 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
     assert f"#define OPSMITH_L2_THREADS {_launch.L2_THREADS}" in source
 
 
-def test_softmax_forward_takes_wide3_for_rows_of_its_threads_but_full_16_bit_ones():
-    h100, a100 = H100, A100
+def test_softmax_forward_takes_wide3_for_rows_of_its_threads():
+    def wide3(cols, itemsize, props=H100, aligned=True):
+        return _launch.softmax_fwd_wide3(_launch.softmax_plan(64, cols, itemsize, 1, props), cols, itemsize, aligned)
 
-    def wide3(cols, itemsize, props=h100):
-        return _launch.softmax_fwd_wide3(_launch.softmax_plan(64, cols, itemsize, 1, props), cols, itemsize)
-
-    assert wide3(12288, 2) and wide3(9001, 2) and wide3(8200, 2) and wide3(6000, 4) and wide3(8192, 4)
-    assert not wide3(16384, 2)  # 16-bit rows that fill its threads exactly: their 40 registers spill
-    assert not wide3(8192, 2) and not wide3(4000, 4)  # 256 threads a row: softmax_fwd_wide
-    assert not wide3(3000, 8) and not wide3(70001, 2) and not wide3(20000, 2)  # double; long; clusters
-    assert wide3(12288, 2, a100) and not wide3(20000, 2, a100)  # no clusters: 1,024 threads a row, wide
-    assert not _launch.softmax_fwd_wide3(_launch.softmax_plan(64, 12288, 2, 2, h100), 12288, 2)  # a backward plan
+    assert wide3(12288, 2) == wide3(9001, 2) == wide3(8200, 2) == wide3(6000, 4) == "softmax_fwd_wide3"
+    assert wide3(16384, 2) == wide3(8192, 4) == "softmax_fwd_wide3_full"  # rows that fill the threads' chunks
+    assert wide3(16384, 2, aligned=False) == "softmax_fwd_wide3"  # an unaligned view: the checked kernel
+    assert wide3(8192, 2) is None and wide3(4000, 4) is None  # 256 threads a row: softmax_fwd_wide
+    assert wide3(3000, 8) is None and wide3(70001, 2) is None and wide3(20000, 2) is None  # double; long; clusters
+    assert wide3(12288, 2, A100) == "softmax_fwd_wide3" and wide3(20000, 2, A100) is None  # 1,024 threads: wide
+    assert _launch.softmax_fwd_wide3(_launch.softmax_plan(64, 12288, 2, 2, H100), 12288, 2, True) is None  # backward

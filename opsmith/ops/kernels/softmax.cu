@@ -190,7 +190,7 @@ __device__ __forceinline__ void softmax_fwd_row_rc(const T* __restrict__ x, T* _
     typedef typename Elem<T>::acc A;
     constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
-    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
+    const long long row = blockIdx.x;  // one row a block (the wide plans)
     const bool active = row < rows;  // idle rows still take part in the reductions
     const int n = active ? cols : 0;
     const long long base = (active ? row : 0) * (long long)cols;
@@ -217,16 +217,26 @@ __device__ __noinline__ void softmax_fwd_scalar_rc(const T* __restrict__ x, T* _
     softmax_fwd_row_rc<ROW_SCALAR, C>(x, y, rows, cols);
 }
 
-// softmax_fwd_wide for rows of OPSMITH_WIDE3_THREADS threads or fewer (_launch.WIDE3_THREADS; the plans give
-// it the wide rows of exactly that many: bf16 8,193-16,384 wide, float 4,097-8,192)
+// softmax_fwd_wide for rows of OPSMITH_WIDE3_THREADS threads or fewer (_launch.softmax_fwd_wide3; the plans give
+// it the wide rows of exactly that many: bf16 8,193-16,384 wide, float 4,097-8,192). softmax_fwd_wide3_full
+// takes the rows that fill them (cols == OPSMITH_WIDE3_THREADS * OPSMITH_WIDE_CHUNKS * N): compiled beside
+// the checked rows' path, their path spilled and ran 0.84-0.91x softmax_fwd_wide; alone, it has no spills and
+// runs 1.07-1.12x (bf16 4096x16384 3,442 -> 3,853 GB/s, Liger 3,669; bench/results/ops-gated-h200-2026-11-26/
+// w3full.txt).
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_WIDE3_THREADS, 3)
 softmax_fwd_wide3(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
     constexpr int C = OPSMITH_WIDE_CHUNKS;
-    const int mode = row_mode<T, C>(cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y), cols);
-    if (mode == ROW_FULL) softmax_fwd_row_rc<ROW_FULL, C>(x, y, rows, cols);
-    else if (mode == ROW_VEC) softmax_fwd_row_rc<ROW_VEC, C>(x, y, rows, cols);
+    if (cols % Vec<T>::N == 0 && aligned16(x) && aligned16(y)) softmax_fwd_row_rc<ROW_VEC, C>(x, y, rows, cols);
     else softmax_fwd_scalar_rc<C>(x, y, rows, cols);
+}
+
+// x and y 16-byte aligned and cols exactly the threads' chunks: the caller's (no test here: the call to the
+// element path, compiled in, made this kernel spill)
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_WIDE3_THREADS, 3)
+softmax_fwd_wide3_full(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    softmax_fwd_row_rc<ROW_FULL, OPSMITH_WIDE_CHUNKS>(x, y, rows, cols);
 }
 
 // The register backward's row, C chunks a thread, bounds checks as mode M (rows.cuh's RowMode, as the

@@ -98,12 +98,13 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         void *xp = x.data_ptr(), *yp = y.data_ptr();
         int cache = p.cache;
         void *params[] = {&xp, &yp, &rows, &cols, &cache};
-        // _launch.softmax_fwd_wide3: the wide rows of WIDE3_THREADS threads, 2- and 4-byte types, but 16-bit full ones
+        // _launch.softmax_fwd_wide3: the wide rows of WIDE3_THREADS threads, 2- and 4-byte types; the full kernel for
+        // the rows that fill their chunks, x and y 16-byte aligned
         const int64_t isz = x.element_size();
-        const bool wide3 = p.strategy == S_WIDE && p.bx == K[C_WIDE3_THREADS] && (isz == 2 || isz == 4) &&
-                           !(isz == 2 && c == K[C_WIDE3_THREADS] * K[C_WIDE_CHUNKS] * 8);
+        const bool wide3 = p.strategy == S_WIDE && p.bx == K[C_WIDE3_THREADS] && (isz == 2 || isz == 4);
+        const bool full = c == K[C_WIDE3_THREADS] * K[C_WIDE_CHUNKS] * (16 / isz) && aligned16(xp) && aligned16(yp);
         launch(p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
-               : wide3                   ? SOFTMAX_FWD_WIDE3
+               : wide3                   ? (full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
                : p.strategy == S_WIDE    ? SOFTMAX_FWD_WIDE
                : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2 : SOFTMAX_FWD_CL2W)
                                          : SOFTMAX_FWD,

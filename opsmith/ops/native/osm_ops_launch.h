@@ -27,6 +27,7 @@
     X(SOFTMAX_FWD_LONG, "softmax.cu", "softmax_fwd_long<{T}>")                \
     X(SOFTMAX_FWD_WIDE, "softmax.cu", "softmax_fwd_wide<{T}>")                \
     X(SOFTMAX_FWD_WIDE3, "softmax.cu", "softmax_fwd_wide3<{T}>")              \
+    X(SOFTMAX_FWD_WIDE3F, "softmax.cu", "softmax_fwd_wide3_full<{T}>")        \
     X(SOFTMAX_BWD, "softmax.cu", "softmax_bwd<{T}>")                          \
     X(SOFTMAX_BWD_LONG, "softmax.cu", "softmax_bwd_long<{T}>")                \
     X(SOFTMAX_BWD_WIDE, "softmax.cu", "softmax_bwd_wide<{T}>")                \
