@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 
 from opsmith._errors import SpecError
-from opsmith.ops import _launch, _sources
+from opsmith.ops import _launch, _launch_gated, _sources
 
 __all__ = ["ew_fwd", "ew_bwd", "gated_fwd", "gated_bwd", "gated_mul_fwd", "gated_mul_bwd", "GATED_KERNELS",
            "GATED_PAIR_OPS", "softmax_cuda", "softmax_backward_cuda", "GELU_KERNELS"]
@@ -111,14 +111,14 @@ def _rows_of(t, d: int):
 
 def _gated_launch(act: str, direction: str, op: str, ref, rows: int, d: int, *args) -> None:
     """gated.cu's ``<act>_and_mul_<direction>`` (act: silu, gelu, gelu_tanh) on its plan, or its
-    ``_one`` form where :func:`_launch.gated_one` allows; ``args``: the kernel's arrays, then its
+    ``_one`` form where :func:`_launch_gated.gated_one` allows; ``args``: the kernel's arrays, then its
     row strides."""
     itemsize = ref.element_size()
-    plan = _launch.gated_plan(rows, d, itemsize, _launch.device_props(ref.get_device()), act)
+    plan = _launch_gated.gated_plan(rows, d, itemsize, _launch.device_props(ref.get_device()), act)
     arrays = 3 if direction == "fwd" else 5
     kernel = f"{GATED_KERNELS[act]}_{direction}"
     strides = args[arrays:]
-    if _launch.gated_one(plan, rows, d, itemsize, act, [t.data_ptr() for t in args[:arrays]], strides):
+    if _launch_gated.gated_one(plan, rows, d, itemsize, act, [t.data_ptr() for t in args[:arrays]], strides):
         kernel, ints = kernel + "_one", (rows, d // (16 // itemsize), *strides)
     else:
         ints = (rows, d, *strides)

@@ -293,10 +293,10 @@ def test_cuda_implementations_give_the_kernels_the_right_pointers_and_strides(dt
 def test_gated_plan_covers_every_row_and_column():
     import re
 
-    from opsmith.ops import _launch, _sources
+    from opsmith.ops import _launch, _launch_gated, _sources
     source = (_sources.KERNEL_DIR / "gated.cu").read_text()  # the plan and the kernel agree on their numbers
-    for macro, value in (("ROWS", _launch.GATED_ROWS), ("ROWS16", _launch.GATED_ROWS16),
-                         ("BLOCKS16", _launch.GATED_BLOCKS16)):
+    for macro, value in (("ROWS", _launch_gated.GATED_ROWS), ("ROWS16", _launch_gated.GATED_ROWS16),
+                         ("BLOCKS16", _launch_gated.GATED_BLOCKS16)):
         assert re.search(rf"#define OPSMITH_GATED_{macro} (\d+)", source).group(1) == str(value), macro
     assert re.search(r"#define OPSMITH_EW_THREADS (\d+)", source).group(1) == str(_launch.EW_THREADS)
     h100 = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
@@ -304,26 +304,26 @@ def test_gated_plan_covers_every_row_and_column():
     for props in (h100, small):
         for rows, d, itemsize in [(1, 1, 4), (4096, 5632, 2), (4096, 11008, 4), (3, 100000, 2), (10**6, 8, 2),
                                   (10**7, 4, 8), (7, 3, 2), (2048, 2048, 4), (2048, 2048, 2)]:
-            for act in _launch.GATED_GRID:
-                per_trip, trips, _ = _launch.gated_shape(act, itemsize)
-                plan = _launch.gated_plan(rows, d, itemsize, props, act)
+            for act in _launch_gated.GATED_GRID:
+                per_trip, trips, _ = _launch_gated.gated_shape(act, itemsize)
+                plan = _launch_gated.gated_plan(rows, d, itemsize, props, act)
                 (gx, gy), (tx, ty) = plan.grid, plan.block
                 assert tx * ty <= _launch.EW_THREADS and tx & (tx - 1) == 0
                 assert gx * tx * (16 // itemsize) >= d  # one trip covers a row
                 assert gy * ty * per_trip * trips >= rows or gy == 65535  # else the row loop strides
                 assert gy <= -(-rows // ty)  # at most a row a thread
-    assert _launch.gated_shape("silu", 2) == _launch.gated_shape("gelu_tanh", 2) == (1, 1, 6)
-    assert _launch.gated_shape("gelu", 2) == (2, 4, 2) and _launch.gated_shape("silu", 4) == (2, 1, 4)
-    plan = _launch.gated_plan(4096, 5632, 2, h100)  # a Llama MLP's tokens: whole warps along the rows
+    assert _launch_gated.gated_shape("silu", 2) == _launch_gated.gated_shape("gelu_tanh", 2) == (1, 1, 6)
+    assert _launch_gated.gated_shape("gelu", 2) == (2, 4, 2) and _launch_gated.gated_shape("silu", 4) == (2, 1, 4)
+    plan = _launch_gated.gated_plan(4096, 5632, 2, h100)  # a Llama MLP's tokens: whole warps along the rows
     assert plan.block == (256, 1) and plan.grid == (3, 4096)  # 16-bit silu: one row a thread
-    assert _launch.gated_plan(8, 5632, 2, h100).grid == (3, 8)  # few rows: one a thread, more blocks
-    assert _launch.gated_plan(2048, 2048, 2, h100).grid == (1, 2048)
-    assert _launch.gated_plan(65536, 1024, 2, h100, "gelu_tanh").grid == (1, 32768)  # two rows a block
-    assert _launch.gated_plan(4096, 4096, 4, h100).grid == (4, 2048)  # float silu: two rows a trip
-    assert _launch.gated_plan(2048, 2048, 4, h100).grid == (2, 1024)
-    assert _launch.gated_plan(1024, 2048, 4, h100).grid == (2, 264)  # two waves of one trip: one wave of two
-    assert _launch.gated_plan(8192, 8192, 2, h100, "gelu").grid == (4, 1024)  # the erf GELU: 4 trips a thread
-    assert _launch.gated_plan(512, 1024, 2, h100, "gelu").grid == (1, 256)  # but a wave at least
+    assert _launch_gated.gated_plan(8, 5632, 2, h100).grid == (3, 8)  # few rows: one a thread, more blocks
+    assert _launch_gated.gated_plan(2048, 2048, 2, h100).grid == (1, 2048)
+    assert _launch_gated.gated_plan(65536, 1024, 2, h100, "gelu_tanh").grid == (1, 32768)  # two rows a block
+    assert _launch_gated.gated_plan(4096, 4096, 4, h100).grid == (4, 2048)  # float silu: two rows a trip
+    assert _launch_gated.gated_plan(2048, 2048, 4, h100).grid == (2, 1024)
+    assert _launch_gated.gated_plan(1024, 2048, 4, h100).grid == (2, 264)  # two waves of one trip: one wave of two
+    assert _launch_gated.gated_plan(8192, 8192, 2, h100, "gelu").grid == (4, 1024)  # the erf GELU: 4 trips a thread
+    assert _launch_gated.gated_plan(512, 1024, 2, h100, "gelu").grid == (1, 256)  # but a wave at least
 
 
 def test_the_gated_kernels_fit_their_launch_bounds():
@@ -335,8 +335,8 @@ def test_the_gated_kernels_fit_their_launch_bounds():
     import re
 
     import opsmith
-    from opsmith.ops import _launch, _sources
-    limit = 65536 // (_launch.GATED_BLOCKS16 * _launch.EW_THREADS) // 8 * 8
+    from opsmith.ops import _launch, _launch_gated, _sources
+    limit = 65536 // (_launch_gated.GATED_BLOCKS16 * _launch.EW_THREADS) // 8 * 8
     jobs = [{**j, "options": ["--ptxas-options=-v"]} for arch in ("sm_80", "sm_90", "sm_100")
             for j in _sources.jobs(arch, ("bfloat16", "float16", "float32", "float64"), ("gated.cu",))]
     for job, binary in zip(jobs, opsmith.compile_many(jobs, progress=False)):
@@ -356,12 +356,12 @@ def test_the_gated_kernels_fit_their_launch_bounds():
 
 
 def test_the_one_vector_kernels_take_only_what_they_can():
-    from opsmith.ops import _launch
+    from opsmith.ops import _launch, _launch_gated
     h100 = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
 
     def one(rows, d, itemsize=2, act="silu", addresses=(0, 4096, 8192), strides=None):
-        plan = _launch.gated_plan(rows, d, itemsize, h100, act)
-        return _launch.gated_one(plan, rows, d, itemsize, act, addresses, strides or (2 * d, 2 * d))
+        plan = _launch_gated.gated_plan(rows, d, itemsize, h100, act)
+        return _launch_gated.gated_one(plan, rows, d, itemsize, act, addresses, strides or (2 * d, 2 * d))
 
     assert one(2048, 2048) and one(2048, 2048, act="gelu_tanh") and one(8, 5632) and one(3, 8)
     assert one(65535, 2048)  # 65,535 row blocks of one row: the grid's limit

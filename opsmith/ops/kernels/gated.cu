@@ -8,7 +8,7 @@
 // act'(gate) and d_up = grad_y * act(gate), two arrays of one row stride (2*d: the halves of
 // a packed gradient; d: two tensors). Math in float (double for double).
 //
-// Launch (opsmith/ops/_launch.py, gated_plan): a 2-D grid. threadIdx.x / blockIdx.x walk a
+// Launch (opsmith/ops/_launch_gated.py, gated_plan): a 2-D grid. threadIdx.x / blockIdx.x walk a
 // row's columns, threadIdx.y / blockIdx.y its rows; both loops stride by the whole grid, so
 // any grid is correct and no element index is divided. Each trip loads R rows (rstep apart;
 // GatedShape below) before it computes, so that many loads are in flight. 16-byte vectors (8
@@ -20,7 +20,7 @@
 // op in silu_and_mul, gelu_and_mul (erf), gelu_tanh_and_mul; T in {float, double, __half,
 // __nv_bfloat16}. And, for silu and the tanh GELU, <op>_fwd_one / <op>_bwd_one: the same on a
 // grid of one 16-byte vector of one row a thread (no loops), int rows, vectors a row and strides,
-// for a caller that has checked every address and stride whole vectors (opsmith/ops/_launch.py,
+// for a caller that has checked every address and stride whole vectors (opsmith/ops/_launch_gated.py,
 // gated_one). Measured on an H200 (bench/results/ops-gated-h200-2026-11-26/), bf16 2048x2048 L2
 // flushed: the forward 11.20 -> 10.75 us (Liger-Kernel's 10.74), the backward 15.44 -> 15.07.
 #include "common.cuh"
@@ -30,7 +30,7 @@
 #define OPSMITH_EW_THREADS 256
 #endif
 // Rows a thread loads per trip (R) and the minimum blocks of OPSMITH_EW_THREADS an SM holds (the
-// registers a thread may use), by activation and type (opsmith/ops/_launch.py, gated_shape, mirrors
+// registers a thread may use), by activation and type (opsmith/ops/_launch_gated.py, gated_shape, mirrors
 // them). Measured on an H200 (bench/results/ops-gated-h200-2026-11-26/, the kernels alone, L2
 // flushed): bf16 silu and tanh GELU at one row a thread and 6 blocks an SM (40 registers) ran 1-6 %
 // faster than at 2 rows and 2 blocks over 2048-65536 rows x 1024-4096. Their float and double
