@@ -4,6 +4,8 @@ may run (``gated_one``). The block size is :mod:`opsmith.ops._launch`'s ``EW_THR
 these rules on synthetic devices and against gated.cu's macros."""
 from __future__ import annotations
 
+import functools
+
 from opsmith.ops._launch import EW_THREADS, DeviceProps, Plan, _cdiv, _pow2_at_least
 
 __all__ = ["GATED_BLOCKS16", "GATED_GRID", "GATED_ROWS", "GATED_ROWS16", "gated_one", "gated_plan", "gated_shape"]
@@ -28,6 +30,7 @@ def gated_shape(act: str, itemsize: int) -> tuple[int, int, int]:
     return GATED_ROWS, trips, per_sm
 
 
+@functools.lru_cache(maxsize=4096)
 def gated_plan(rows: int, d: int, itemsize: int, props: DeviceProps, act: str = "silu") -> Plan:
     """gated.cu's 2-D launch over ``rows`` rows of ``d`` outputs: a block of ``EW_THREADS``
     threads, ``tx`` along a row's 16-byte vectors (fewer for short rows) and ``256 / tx`` rows,

@@ -67,6 +67,18 @@ template <bool F, class A> __device__ __forceinline__ A softmax_e(A x, A m, A ml
 }
 template <class T> using A_of = typename Elem<T>::acc;
 
+// The packed words "changed" (an empty asm that may change them): the elements are converted again where
+// next used instead of held converted from an earlier pass, so only the chunks as loaded stay live across a
+// reduction (held, the 32 floats of a bf16 thread spilled: 200 bytes in softmax_fwd_wide3, and the backward's
+// wide kernel of 4 chunks at 64 registers).
+template <int K, int C> __device__ __forceinline__ void reconvert(Raw (&in)[K][C]) {
+#pragma unroll
+    for (int a = 0; a < K; ++a)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+            asm volatile("" : "+r"(in[a][c].u[0]), "+r"(in[a][c].u[1]), "+r"(in[a][c].u[2]), "+r"(in[a][c].u[3]));
+}
+
 }  // namespace opsmith
 
 using namespace opsmith;
@@ -148,15 +160,6 @@ softmax_fwd_wide(const T* __restrict__ x, T* __restrict__ y, long long rows, int
 // rows take exp2(x log2e - m log2e) (one fma) where |m| < 1e38 (m log2e finite), else, as float and
 // double always, exp2((x - m) log2e) (softmax_fwd_row's, the same results). Measured on an H200
 // (bench/results/ops-gated-h200-2026-11-26/, softmax-occ.txt and wide3*.txt, L2 flushed).
-// the packed words "changed": the elements are converted again where next used, not held converted from
-// an earlier pass (held, the 32 floats of a bf16 thread spilled 200 bytes)
-template <int C> __device__ __forceinline__ void reconvert(Raw (&in)[1][C]) {
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(in[0][c].u[i]));
-}
-
 template <int M, int C, class T, bool F>
 __device__ __forceinline__ void softmax_rc_out(Raw (&in)[1][C], T* __restrict__ y, int n, bool active, A_of<T> m,
                                                int tpr, int t) {
@@ -258,14 +261,7 @@ __device__ __forceinline__ void softmax_bwd_row(const T* __restrict__ grad_y, co
 #pragma unroll
     for (int i = 0; i < C * N; ++i) p[i & 3] += raw_get<T>(in[0][i / N], i % N) * raw_get<T>(in[1][i / N], i % N);
     const A dot = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
-    // The chunks as loaded are all that stays live across the reduction: without this (an empty asm that
-    // may change them) the compiler kept the C * N * 2 converted elements instead, and the bf16 kernel
-    // of 4 chunks spilled at 64 registers.
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-            asm volatile("" : "+r"(in[a][c].u[0]), "+r"(in[a][c].u[1]), "+r"(in[a][c].u[2]), "+r"(in[a][c].u[3]));
+    reconvert(in);  // the chunks as loaded are all that stays live across the reduction
     if (active) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {
