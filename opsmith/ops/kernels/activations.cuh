@@ -24,9 +24,8 @@ __device__ __forceinline__ float sigmoid_exp2(float z) {
 __device__ __forceinline__ float fast_sigmoid(float x) { return sigmoid_exp2(x * -1.4426950408889634f); }
 
 // -- the math of each op (forward: f(x); backward: g * f'(x)) --------------------------------
-// cheap: the 16-bit forms (fwd_fast, bwd_fast) are cheaper than the exact ones
+// cheap (the gated ops'): the 16-bit forms (fwd_fast, bwd_fast, grad_fast) are cheaper than the exact ones
 struct Relu {
-    static constexpr bool cheap = true;
     // NaN stays NaN, as torch.relu (clamp_min propagates NaN)
     template <class A> static __device__ __forceinline__ A fwd(A x) { return (x > A(0) || m_isnan(x)) ? x : A(0); }
     template <class A> static __device__ __forceinline__ A bwd(A g, A x) {
@@ -48,6 +47,8 @@ struct GeluErf {  // 0.5 x (1 + erf(x / sqrt 2))
     }
     static __device__ __forceinline__ float fwd_fast(float x) { return fwd(x); }  // erf: no cheap form
     static __device__ __forceinline__ float bwd_fast(float g, float x) { return bwd(g, x); }
+    // fwd's and bwd's terms written once here with one erf: as y = fwd(x), bwd(1, x) ptxas computed the
+    // erf twice (51 MUFU against 34 in gelu_and_mul_bwd<bf16>, sm_90)
     static __device__ __forceinline__ float grad_fast(float x, float& y) {
         const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
         y = x * cdf;
@@ -97,8 +98,8 @@ struct Silu {  // x * sigmoid(x)
     }
     static __device__ __forceinline__ float fwd_fast(float x) { return x * fast_sigmoid(x); }
     static __device__ __forceinline__ float bwd_fast(float g, float x) {
-        const float s = fast_sigmoid(x);
-        return g * s * (1.0f + x * (1.0f - s));
+        float y;
+        return g * grad_fast(x, y);
     }
     static __device__ __forceinline__ float grad_fast(float x, float& y) {
         const float s = fast_sigmoid(x);
