@@ -45,7 +45,8 @@ def ew_fwd(op: str, x):
     y = torch.empty_like(x)
     n = x.numel()
     if n:
-        plan = _launch.elementwise_plan(n, x.element_size(), _launch.device_props(x.get_device()))
+        props = _launch.device_props(x.get_device())
+        plan = _launch.elementwise_plan(n, x.element_size(), props, _launch.ew_unrolled(op))
         _kernel(_EW, op + "_fwd<{T}>", x).launch(_launch.launch_config(plan), x, y, n)
     return y
 

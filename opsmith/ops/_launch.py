@@ -41,6 +41,7 @@ __all__ = [
     "col_sum_plan",
     "device_props",
     "elementwise_plan",
+    "ew_unrolled",
     "launch_config",
     "norm_bwd_plan",
     "norm_cluster_plan",
@@ -140,18 +141,29 @@ def _pow2_at_least(n: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def elementwise_plan(n: int, itemsize: int, props: DeviceProps) -> Plan:
-    """One trip of the kernel's loop per thread: ``EW_UNROLL`` 16-byte vectors in flight each,
-    as many blocks (waves) as the work needs.
+def elementwise_plan(n: int, itemsize: int, props: DeviceProps, unrolled: bool = False) -> Plan:
+    """elementwise.cu's launch over ``n`` elements of ``itemsize`` bytes: blocks of ``EW_THREADS``, one
+    16-byte vector a thread. ``unrolled`` (:func:`ew_unrolled`): from half a wave of blocks, one trip of
+    the kernel's unrolled loop a thread instead, ``EW_UNROLL`` vectors in flight each.
 
-    Measured on the H100 at 512 MiB (``bench/diag_ew_plan.py``): 95.6–98.6 % of copy bandwidth
-    for relu/gelu/silu forward and backward in fp32 and bf16, against 83–94 % for one wave of
-    resident blocks striding over the tensor, and against 85–100 % for one vector per thread
-    (best for relu, worst for the bf16 ops with more math per byte).
+    Measured on the H200 from 2 to 512 MiB moved (``bench/diag_ew_map.py``): one vector a thread was
+    the fastest map for relu, both GELUs and silu, forward and backward, fp32 and bf16, up to 1.3× the
+    unrolled trip at 2–8 MiB; but the erf GELU's forward ran faster unrolled from 32 MiB (bf16 1.06–1.19×,
+    fp32 up to 1.05×: its erf's many instructions amortise a trip's index math), and 0.70–0.88× at 2–8 MiB.
     """
     vec = 16 // itemsize
     threads = min(EW_THREADS, props.max_threads_per_block)
-    return Plan("elementwise", (min(max(1, _cdiv(n, vec * threads * EW_UNROLL)), 2**31 - 1),), (threads,), 0, 0)
+    if unrolled:
+        grid = _cdiv(n, vec * threads * EW_UNROLL)
+        if 2 * grid >= props.sm_count * max(1, props.max_threads_per_sm // threads):
+            return Plan("elementwise", (min(grid, 2**31 - 1),), (threads,), 0, 0)
+    return Plan("elementwise", (min(max(1, _cdiv(n, vec * threads)), 2**31 - 1),), (threads,), 0, 0)
+
+
+def ew_unrolled(op: str) -> bool:
+    """Whether ``op``'s forward (relu, gelu_erf, gelu_tanh, silu) takes :func:`elementwise_plan`'s
+    unrolled trips: the erf GELU, the one kernel with the unrolled loop (elementwise.cu)."""
+    return op == "gelu_erf"
 
 
 @functools.lru_cache(maxsize=4096)

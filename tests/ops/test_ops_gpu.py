@@ -92,6 +92,27 @@ def test_elementwise_noncontiguous_and_misaligned(op, dtype):
         _close(ours(x), ref(x.double()), dtype, what=f"{op} on a view {tuple(x.stride())}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES[:3], ids=DT_IDS[:3])
+def test_elementwise_unrolled_and_one_vector_plans(dtype):
+    """The erf GELU's forward takes the unrolled trips from half a wave of blocks, one vector a thread below,
+    as every other op: both paths, with a tail, against float64 (and its backward, one vector a thread)."""
+    from opsmith.ops import _launch
+    props = _launch.device_props(torch.cuda.current_device())
+    x_size = torch.tensor([], dtype=dtype).element_size()
+    vec = 16 // x_size
+    blocks = props.sm_count * (props.max_threads_per_sm // _launch.EW_THREADS)
+    wave = blocks * _launch.EW_THREADS * vec * _launch.EW_UNROLL  # elements
+    for n, unrolled in ((wave // 2 + 5, True), (wave // 4 + 3, False)):
+        assert (_launch.elementwise_plan(n, x_size, props, True).grid[0] * _launch.EW_THREADS * vec < n) == unrolled
+        x = _rand(n, dtype, 4) * 3
+        _close(ops.gelu(x), F.gelu(x.double()), dtype, what=f"gelu forward, n={n}")
+        xo, xr = _leaf(x), _leaf(x.double())
+        g = _rand(n, dtype, 5)
+        (dx,) = torch.autograd.grad(ops.gelu(xo), xo, g)
+        (dxr,) = torch.autograd.grad(F.gelu(xr), xr, g.double())
+        _close(dx, dxr, dtype, what=f"gelu backward, n={n}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("op", list(EW_OPS))
 def test_elementwise_inf_nan_as_torch(op, dtype):

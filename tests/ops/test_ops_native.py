@@ -42,7 +42,7 @@ def test_kernel_table_is_the_sources_kernels(lib):
 
 def _py(which, rows, cols, itemsize, arrays, props):
     if which == "elementwise":
-        p = _launch.elementwise_plan(rows, itemsize, props)
+        p = _launch.elementwise_plan(rows, itemsize, props, cols == 1)
         return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1, 0
     if which in ("ln_fwd4", "l2", "c4"):
         p = _launch_norm.layer_norm_fwd4_plan(rows, cols, itemsize, props) if which == "ln_fwd4" else \
@@ -84,9 +84,10 @@ def test_plans_match_python_on_synthetic_devices(lib, device):
             got = _native.plan(which, rows, cols, itemsize, arrays, props, lib=lib)
             assert got == _py(which, rows, cols, itemsize, arrays, props), (which, rows, cols, itemsize, arrays)
             strategies.add(got[0])
-    for n, itemsize in itertools.product((1, 5, 1000, 2**20 + 3, 3 * 10**9, 2**40), (2, 4, 8)):
-        assert _native.plan("elementwise", n, 0, itemsize, 1, props, lib=lib) == \
-            _py("elementwise", n, 0, itemsize, 1, props)
+    for n, itemsize, unrolled in itertools.product((1, 5, 1000, 2**20 + 3, 2**23, 3 * 10**9, 2**40), (2, 4, 8),
+                                                   (0, 1)):
+        assert _native.plan("elementwise", n, unrolled, itemsize, 1, props, lib=lib) == \
+            _py("elementwise", n, unrolled, itemsize, 1, props)
     assert {"warp", "block", "long", "columns", "persistent", "split", "wide", "l2"} <= strategies
     assert ("cluster" in strategies) == props.clusters
 

@@ -66,10 +66,22 @@ def test_row_plan_strategy_boundaries_follow_the_device():
 def test_elementwise_and_weight_grad_plans():
     for props in (H100, A100, SMALL):
         assert _launch.elementwise_plan(1, 4, props).grid == (1,)
-        # one trip per thread: 8 bf16 per vector, EW_UNROLL vectors, EW_THREADS threads a block
-        per_block = 8 * _launch.EW_UNROLL * _launch.EW_THREADS
-        assert _launch.elementwise_plan(1 << 28, 2, props).grid == ((1 << 28) // per_block,)
+        # one vector a thread: 8 bf16 a vector, EW_THREADS threads a block
+        assert _launch.elementwise_plan(1 << 28, 2, props).grid == ((1 << 28) // (8 * _launch.EW_THREADS),)
         assert _launch.elementwise_plan(1000, 4, props).grid == (1,)  # 1000 floats: 250 vectors, one block
+        assert _launch.elementwise_plan(1000, 4, props, True).grid == (1,)  # too few for unrolled trips
+        # unrolled: one trip a thread (EW_UNROLL vectors) from half a wave of blocks
+        wave = props.sm_count * (props.max_threads_per_sm // _launch.EW_THREADS)
+        per_block = 8 * _launch.EW_UNROLL * _launch.EW_THREADS
+        for blocks in (wave // 2 - 1, wave // 2, wave // 2 + 1, 4 * wave):
+            p = _launch.elementwise_plan(blocks * per_block, 2, props, True)
+            assert p.grid[0] == (blocks if 2 * blocks >= wave else blocks * _launch.EW_UNROLL)
+        # one vector a thread: the grid covers every vector (n // vec) at once
+        for n, itemsize in itertools.product((1, 7, 8, 9, 1000, 2**20 + 3), (2, 4, 8)):
+            p = _launch.elementwise_plan(n, itemsize, props)
+            assert p.grid[0] * p.block[0] >= n // (16 // itemsize)
+        assert [_launch.ew_unrolled(op) for op in ("relu", "gelu_erf", "gelu_tanh", "silu")] == \
+            [False, True, False, False]
         for (rows, cols), itemsize in itertools.product(
                 ((1, 1), (7, 33), (16, 4096), (17, 4096), (1024, 4096), (65536, 4096), (3, 100_000), (10**7, 64)),
                 (2, 4, 8)):

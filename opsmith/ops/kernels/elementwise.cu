@@ -1,11 +1,13 @@
 // opsmith.ops elementwise kernels: ReLU, GELU (erf and tanh forms), SiLU; forward and backward.
 //
-// One pattern for all: a grid-stride loop over 16-byte vectors (8 halves, 4 floats, 2 doubles),
-// UNROLL vectors in flight per thread so that enough loads are outstanding to saturate memory,
-// then a scalar tail. Pointers that are not 16-byte aligned (a view at an odd offset) take the
-// scalar loop for everything. The launch (opsmith/ops/_launch.py) gives each thread one trip
-// of the loop (UNROLL vectors), with as many blocks as that takes: on the H100 that beats one
-// wave of blocks striding over the tensor by 4-12 points of copy bandwidth.
+// One pattern for all: a grid-stride loop over 16-byte vectors (8 halves, 4 floats, 2 doubles), then
+// a scalar tail. The launch (opsmith/ops/_launch.py's elementwise_plan) gives each thread one vector:
+// on the H200 that was the fastest map for every op but one, from 2 to 512 MiB (bench/diag_ew_map.py).
+// The one, the erf GELU's forward, runs UNROLL vectors in flight a thread, one trip a thread from half
+// a wave of blocks: there the erf's many instructions amortise a trip's index math. The
+// other kernels keep one vector a trip: compiled with the unrolled loop, their registers rose
+// (silu<float> to 60) and cut the one-vector launch's occupancy, 10 % slower.
+// Pointers that are not 16-byte aligned (a view at an odd offset) take the scalar loop for everything.
 //
 // Kernels: <op>_fwd<T>(x, y, n) and <op>_bwd<T>(grad_y, x, grad_x, n), T in
 // {float, double, __half, __nv_bfloat16}; math in float (double for double; the 16-bit types take
@@ -20,32 +22,34 @@
 
 namespace opsmith {
 
-// -- the two loops -------------------------------------------------------------------------------
-// y = Op::fwd(x), or (when G) y = Op::bwd(g, x)
-template <class Op, bool G, class T>
+// -- the loops -----------------------------------------------------------------------------------
+// y = Op::fwd(x), or (when G) y = Op::bwd(g, x): a loop of U vectors a trip, then one vector a trip
+template <class Op, bool G, class T, int U = 1>
 __device__ __forceinline__ void map(const T* __restrict__ g, const T* __restrict__ x, T* __restrict__ y,
                                     long long n) {
     typedef typename Elem<T>::acc A;
     constexpr int N = Vec<T>::N;
     const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
-    long long done = 0;  // elements handled by the vector loop
+    long long done = 0;  // elements handled by the vector loops
     if (aligned16(x) && aligned16(y) && (!G || aligned16(g))) {
         const long long nvec = n / N;
         const Vec<T>* xv = reinterpret_cast<const Vec<T>*>(x);
         const Vec<T>* gv = reinterpret_cast<const Vec<T>*>(g);
         Raw* yr = reinterpret_cast<Raw*>(y);  // outputs packed by raw_pack: two 16-bit elements an instruction
         long long i = tid;
-        // UNROLL independent vectors per trip: their loads are all in flight before any math
-        for (; i + (OPSMITH_EW_UNROLL - 1) * stride < nvec; i += OPSMITH_EW_UNROLL * stride) {
-            Vec<T> a[OPSMITH_EW_UNROLL], b[OPSMITH_EW_UNROLL];
+        // U independent vectors per trip: their loads are all in flight before any math. At U = 1 the
+        // second loop never runs, but the pair measured faster than that loop alone (the erf GELU's 16-bit
+        // backward 1.04-1.06x at 32-512 MiB, the others within 1 %; bench/diag_ew_map.py "m1u1")
+        for (; i + (U - 1) * stride < nvec; i += U * stride) {
+            Vec<T> a[U], b[U];
 #pragma unroll
-            for (int u = 0; u < OPSMITH_EW_UNROLL; ++u) {
+            for (int u = 0; u < U; ++u) {
                 a[u] = xv[i + u * stride];
                 if (G) b[u] = gv[i + u * stride];
             }
 #pragma unroll
-            for (int u = 0; u < OPSMITH_EW_UNROLL; ++u) {
+            for (int u = 0; u < U; ++u) {
                 A o[N];
 #pragma unroll
                 for (int k = 0; k < N; ++k) {
@@ -94,7 +98,7 @@ relu_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, T* __restrict__ 
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
 gelu_erf_fwd(const T* __restrict__ x, T* __restrict__ y, long long n) {
-    opsmith::map<opsmith::GeluErf, false, T>(nullptr, x, y, n);
+    opsmith::map<opsmith::GeluErf, false, T, OPSMITH_EW_UNROLL>(nullptr, x, y, n);
 }
 
 template <class T>

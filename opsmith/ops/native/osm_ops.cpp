@@ -39,7 +39,7 @@ at::Tensor ew_fwd(Kernel k, const at::Tensor &x_, const char *op) {
     long long n = x.numel();
     if (n) {
         function(k, dt, dev);  // the device's properties come with its first kernel
-        const Plan p = elementwise_plan(n, x.element_size(), props[dev]);
+        const Plan p = elementwise_plan(n, x.element_size(), props[dev], k == GELU_ERF_FWD);  // _launch.ew_unrolled
         void *xp = x.data_ptr(), *yp = y.data_ptr();
         void *params[] = {&xp, &yp, &n};
         launch(k, dt, dev, p, params);
@@ -210,14 +210,14 @@ __attribute__((visibility("default"))) void osm_ops_set_error(const char *messag
     snprintf(prepare_error, sizeof(prepare_error), "%s", message);
 }
 
-/* A plan, for tests: which 0 elementwise (rows = n), 1 row, 2 weight gradients, 3 norm backward, 4 softmax, 5 and 6
+/* A plan, for tests: which 0 elementwise (rows = n, cols = 1: unrolled), 1 row, 2 weight gradients, 3 norm backward, 4 softmax, 5 and 6
    the norms' clusters (forward, backward), 7 layer_norm_fwd4, 8 the norms' l2 forwards, 9 their forwards of 4 chunks a thread. props: the six numbers of osm_ops_set_device. out: strategy, gx, gy, bx,
    by, smem, cache, per_chunk, cluster, chunks. */
 __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows, int64_t cols, int64_t itemsize,
                                                        int64_t arrays, const int64_t *p, int64_t *out) {
     const Props d{p[0], p[1], p[2], p[3], p[4], p[5]};
     if (itemsize < 1 || itemsize > 16) return 1;
-    const Plan q = which == 0 ? elementwise_plan(rows, itemsize, d)
+    const Plan q = which == 0 ? elementwise_plan(rows, itemsize, d, cols == 1)
                  : which == 1 ? row_plan(rows, cols, itemsize, arrays, d)
                  : which == 2 ? weight_grad_plan(rows, cols, itemsize, d)
                  : which == 3 ? norm_bwd_plan(rows, cols, itemsize, d, arrays)

@@ -38,10 +38,15 @@ struct Plan {
 int64_t cdiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 int64_t pow2_at_least(int64_t n) { return n <= 1 ? 1 : int64_t(1) << (64 - __builtin_clzll((uint64_t)(n - 1))); }
 
-Plan elementwise_plan(int64_t n, int64_t itemsize, const Props &p) {
+Plan elementwise_plan(int64_t n, int64_t itemsize, const Props &p, bool unrolled = false) {
     const int64_t vec = 16 / itemsize;
     const int64_t threads = std::min<int64_t>(K[C_EW_THREADS], p.max_threads_per_block);
-    const int64_t grid = std::min<int64_t>(std::max<int64_t>(1, cdiv(n, vec * threads * K[C_EW_UNROLL])), 0x7fffffff);
+    if (unrolled) {
+        const int64_t grid = cdiv(n, vec * threads * K[C_EW_UNROLL]);
+        if (2 * grid >= p.sm_count * std::max<int64_t>(1, p.max_threads_per_sm / threads))
+            return {S_ELEMENTWISE, std::min<int64_t>(grid, 0x7fffffff), 1, threads, 1, 0, 0, 0};
+    }
+    const int64_t grid = std::min<int64_t>(std::max<int64_t>(1, cdiv(n, vec * threads)), 0x7fffffff);
     return {S_ELEMENTWISE, grid, 1, threads, 1, 0, 0, 0};
 }
 
