@@ -74,7 +74,9 @@ case "$PART" in
     # the Llama step. ops: every opsmith.ops GPU test (C++ kernels included), then the peers benchmark alone
     # (PEERS_ARGS, e.g. "--ops rms_norm,rotary --budget-s 150"; TESTS_K: a pytest -k expression;
     # DIAG_CLUSTER=1: bench/diag_norm_cluster.py first, the norms' cluster kernels against the long ones;
-    # DIAG_C4=1: bench/diag_fwd_c4.py first, the row forwards of 4 chunks a thread against 2).
+    # DIAG_C4=1: bench/diag_fwd_c4.py first, the row forwards of 4 chunks a thread against 2; after the tests
+    # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
+    # PEERS=0 skips the peers benchmark).
     # Liger-Kernel (pure Python over Triton) from its wheel, carried in .whlp/ (run with carry [".whlp"])
     if ls .whlp/liger_kernel-*.whl >/dev/null 2>&1; then
       python3 -m pip install -q --no-deps --target "$W/liger" .whlp/liger_kernel-*.whl >"$L/liger_pip.log" 2>&1 \
@@ -92,7 +94,9 @@ case "$PART" in
       [ "${DIAG_C4:-0}" = 1 ] && run diag_c4 python3 bench/diag_fwd_c4.py --out "$L/diag_c4.json"
       run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
         tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py
-      run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
+      [ "${DIAG_EW:-0}" = 1 ] && run diag_ew python3 bench/diag_ew_map.py --json "$L/diag_ew.json"
+      [ "${EW_BENCH:-0}" = 1 ] && run bench_ops_quick python3 bench/bench_ops.py --out "$L/ew" --quick --budget-s 120
+      [ "${PEERS:-1}" = 1 ] && run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
       if [ "${LLAMA:-0}" = 1 ]; then  # LLAMA_MODELS: "hf" (default), "plain" or both
         for m in ${LLAMA_MODELS:-hf}; do
           run "llama_$m" timeout "${LLAMA_TIMEOUT:-600}" python3 bench/bench_llama_step.py --model "$m" --out "$L/llama_$m" ${LLAMA_ARGS:-}
