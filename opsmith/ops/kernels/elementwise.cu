@@ -23,53 +23,66 @@
 namespace opsmith {
 
 // -- the loops -----------------------------------------------------------------------------------
-// y = Op::fwd(x), or (when G) y = Op::bwd(g, x): a loop of U vectors a trip, then one vector a trip
+// y[i] = Op::fwd(x[i]), or (when G) Op::bwd(g[i], x[i]), for the i-th 16-byte vector
+template <class Op, bool G, class T>
+__device__ __forceinline__ void one_vec(const Vec<T>* __restrict__ gv, const Vec<T>* __restrict__ xv,
+                                        Raw* __restrict__ yr, long long i) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const Vec<T> a = xv[i];
+    Vec<T> b;
+    if (G) b = gv[i];
+    A o[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const A xa = Elem<T>::load(a.v[k]);
+        o[k] = G ? act_bwd<Op, T>(Elem<T>::load(b.v[k]), xa) : act_fwd<Op, T>(xa);
+    }
+    yr[i] = raw_pack<T>(o);  // outputs packed by raw_pack: two 16-bit elements an instruction
+}
+
+// y = Op::fwd(x), or (when G) y = Op::bwd(g, x): a loop of U vectors a trip, then one vector a trip.
+// float and double at U = 1: no loop where the grid covers every vector (the plan's launch). The forms
+// are what measured fastest per type (bench/diag_ew_map.py, H200, 32-512 MiB): no loop ran the float
+// GELUs 1-5 % faster ("m2u1"); the 16-bit backward of the erf GELU ran 1.04-1.06x faster with the loop
+// pair at U = 1, where the second loop never runs ("m1u1"), the others within 1 %.
 template <class Op, bool G, class T, int U = 1>
 __device__ __forceinline__ void map(const T* __restrict__ g, const T* __restrict__ x, T* __restrict__ y,
                                     long long n) {
     typedef typename Elem<T>::acc A;
-    constexpr int N = Vec<T>::N;
     const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
     long long done = 0;  // elements handled by the vector loops
     if (aligned16(x) && aligned16(y) && (!G || aligned16(g))) {
+        constexpr int N = Vec<T>::N;
         const long long nvec = n / N;
         const Vec<T>* xv = reinterpret_cast<const Vec<T>*>(x);
         const Vec<T>* gv = reinterpret_cast<const Vec<T>*>(g);
-        Raw* yr = reinterpret_cast<Raw*>(y);  // outputs packed by raw_pack: two 16-bit elements an instruction
-        long long i = tid;
-        // U independent vectors per trip: their loads are all in flight before any math. At U = 1 the
-        // second loop never runs, but the pair measured faster than that loop alone (the erf GELU's 16-bit
-        // backward 1.04-1.06x at 32-512 MiB, the others within 1 %; bench/diag_ew_map.py "m1u1")
-        for (; i + (U - 1) * stride < nvec; i += U * stride) {
-            Vec<T> a[U], b[U];
+        Raw* yr = reinterpret_cast<Raw*>(y);
+        if (U == 1 && sizeof(T) >= 4 && stride >= nvec) {
+            if (tid < nvec) one_vec<Op, G, T>(gv, xv, yr, tid);
+        } else {
+            long long i = tid;
+            // U independent vectors per trip: their loads are all in flight before any math
+            for (; i + (U - 1) * stride < nvec; i += U * stride) {
+                Vec<T> a[U], b[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                a[u] = xv[i + u * stride];
-                if (G) b[u] = gv[i + u * stride];
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                A o[N];
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    const A xa = Elem<T>::load(a[u].v[k]);
-                    o[k] = G ? act_bwd<Op, T>(Elem<T>::load(b[u].v[k]), xa) : act_fwd<Op, T>(xa);
+                for (int u = 0; u < U; ++u) {
+                    a[u] = xv[i + u * stride];
+                    if (G) b[u] = gv[i + u * stride];
                 }
-                yr[i + u * stride] = raw_pack<T>(o);
-            }
-        }
-        for (; i < nvec; i += stride) {
-            const Vec<T> a = xv[i];
-            Vec<T> b;
-            if (G) b = gv[i];
-            A o[N];
 #pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A xa = Elem<T>::load(a.v[k]);
-                o[k] = G ? act_bwd<Op, T>(Elem<T>::load(b.v[k]), xa) : act_fwd<Op, T>(xa);
+                for (int u = 0; u < U; ++u) {
+                    A o[N];
+#pragma unroll
+                    for (int k = 0; k < N; ++k) {
+                        const A xa = Elem<T>::load(a[u].v[k]);
+                        o[k] = G ? act_bwd<Op, T>(Elem<T>::load(b[u].v[k]), xa) : act_fwd<Op, T>(xa);
+                    }
+                    yr[i + u * stride] = raw_pack<T>(o);
+                }
             }
-            yr[i] = raw_pack<T>(o);
+            for (; i < nvec; i += stride) one_vec<Op, G, T>(gv, xv, yr, i);
         }
         done = nvec * N;
     }
