@@ -148,8 +148,9 @@ def elementwise_plan(n: int, itemsize: int, props: DeviceProps, unrolled: bool =
 
     Measured on the H200 from 2 to 512 MiB moved (``bench/diag_ew_map.py``): one vector a thread was
     the fastest map for relu, both GELUs and silu, forward and backward, fp32 and bf16, up to 1.3× the
-    unrolled trip at 2–8 MiB; but the erf GELU's forward ran faster unrolled from 32 MiB (bf16 1.06–1.19×,
-    fp32 up to 1.05×: its erf's many instructions amortise a trip's index math), and 0.70–0.88× at 2–8 MiB.
+    unrolled trip at 2–8 MiB; but the erf GELU's bf16 forward ran 1.06–1.19× faster unrolled from 32 MiB
+    (its erf's many instructions amortise a trip's index math), and 0.70–0.88× at 2–8 MiB (fp32, against
+    its loop-free form: 1.02× at 512 MiB, 0.98× at 32–128 MiB).
     """
     vec = 16 // itemsize
     threads = min(EW_THREADS, props.max_threads_per_block)

@@ -103,9 +103,9 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 
 
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
-    """The C++ plan (``"elementwise"`` with ``rows`` = n and ``cols`` = 1 for the unrolled one, ``"row"``, ``"weight"``, ``"norm_bwd"``, ``"softmax"``,
-    ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``, ``"c4"``) for ``props`` (a
-    :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid, block, smem, cache, per_chunk, cluster, chunks),
+    """The C++ plan (``"elementwise"`` with ``rows`` = n and ``cols`` = 1 for the unrolled one, ``"row"``,
+    ``"weight"``, ``"norm_bwd"``, ``"softmax"``, ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``,
+    ``"c4"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid, block, smem, cache, per_chunk, cluster, chunks),
     strategy None where a cluster plan (or ``"ln_fwd4"``, ``"l2"``, ``"c4"``) has none;
     before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
