@@ -7,7 +7,8 @@ apart). Times relu, the erf GELU and silu, forward and backward, fp32 and bf16, 
 (forward), with :func:`opsmith.ops.benchmark` (L2 flushed, host latency hidden), beside the shipped ops and
 torch eager's aten kernels; each variant's output is checked against the shipped kernel's.
 
-    python3 bench/diag_ew_map.py [--json OUT.json] [--sizes 2,32,512]
+    python3 bench/diag_ew_map.py [--json OUT.json] [--sizes 2,32,512] [--ops relu,silu] [--dirs fwd]
+                                 [--variants 0:4:256,1:1:256]
 """
 from __future__ import annotations
 
@@ -42,14 +43,19 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--sizes", default="2,8,32,128,512")
     ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--dirs", default="fwd,bwd")
+    ap.add_argument("--variants", help="MAP:U:THREADS,... (default: all of VARIANTS)")
     args = ap.parse_args()
+    ops_, dirs = args.ops.split(","), args.dirs.split(",")
+    variants = [tuple(int(v) for v in x.split(":")) for x in args.variants.split(",")] if args.variants else VARIANTS
     arch = _driver.device_arch(0)
     copy = ops.copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s", flush=True)
     records = []
     for dtype in (torch.float32, torch.bfloat16):
         t, _ = _sources.DTYPES[str(dtype)[6:]]
-        names = [f"{op}_{d}_map<{t}, {u}, {m}>" for op in OPS for d in ("fwd", "bwd") for m, u, _ in VARIANTS]
+        names = [f"{op}_{d}_map<{t}, {u}, {m}>" for op in ops_ for d in dirs for m, u, _ in variants]
         mod = CudaModule(Path(__file__).with_name("diag_ew_map.cu"), name_expressions=sorted(set(names)), arch=arch,
                          include_paths=[_sources.KERNEL_DIR], name="diag-ew-map")
         for mib in (int(s) for s in args.sizes.split(",")):
@@ -57,8 +63,8 @@ def main() -> None:
             x = torch.randn(n, device="cuda", dtype=dtype)
             g = torch.randn_like(x)
             vec = 16 // dtype.itemsize
-            for op in OPS:
-                for d in ("fwd", "bwd"):
+            for op in ops_:
+                for d in dirs:
                     arrs = (x,) if d == "fwd" else (g, x)
                     moved = (len(arrs) + 1) * x.nbytes
                     sop = op.replace("erfx", "erf")
@@ -70,7 +76,7 @@ def main() -> None:
                              else (lambda: _functional.ew_bwd(sop, g, x)),
                              "raw": lambda ks=ks, arrs=arrs: ks.launch(_launch.launch_config(plan), *arrs, ys, n),
                              "eager": (lambda: EAGER_FWD[op](x)) if d == "fwd" else (lambda: EAGER_BWD[op](g, x))}
-                    for m, u, th in VARIANTS:
+                    for m, u, th in variants:
                         k = mod.get_kernel(f"{op}_{d}_map<{t}, {u}, {m}>")
                         grid = max(1, -(-(n // vec) // (th * u)))
                         cfg = _launch.launch_config(_launch.Plan("elementwise", (grid,), (th,), 0, 0))
