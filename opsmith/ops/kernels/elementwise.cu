@@ -23,22 +23,27 @@
 namespace opsmith {
 
 // -- the loops -----------------------------------------------------------------------------------
+// Op::fwd over a loaded vector a, or (when G) Op::bwd(b, a), packed for one 16-byte store
+template <class Op, bool G, class T>
+__device__ __forceinline__ Raw apply_vec(const Vec<T>& a, const Vec<T>& b) {
+    typedef typename Elem<T>::acc A;
+    A o[Vec<T>::N];
+#pragma unroll
+    for (int k = 0; k < Vec<T>::N; ++k) {
+        const A xa = Elem<T>::load(a.v[k]);
+        o[k] = G ? act_bwd<Op, T>(Elem<T>::load(b.v[k]), xa) : act_fwd<Op, T>(xa);
+    }
+    return raw_pack<T>(o);  // two 16-bit elements an instruction
+}
+
 // y[i] = Op::fwd(x[i]), or (when G) Op::bwd(g[i], x[i]), for the i-th 16-byte vector
 template <class Op, bool G, class T>
 __device__ __forceinline__ void one_vec(const Vec<T>* __restrict__ gv, const Vec<T>* __restrict__ xv,
                                         Raw* __restrict__ yr, long long i) {
-    typedef typename Elem<T>::acc A;
-    constexpr int N = Vec<T>::N;
     const Vec<T> a = xv[i];
     Vec<T> b;
     if (G) b = gv[i];
-    A o[N];
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const A xa = Elem<T>::load(a.v[k]);
-        o[k] = G ? act_bwd<Op, T>(Elem<T>::load(b.v[k]), xa) : act_fwd<Op, T>(xa);
-    }
-    yr[i] = raw_pack<T>(o);  // outputs packed by raw_pack: two 16-bit elements an instruction
+    yr[i] = apply_vec<Op, G, T>(a, b);
 }
 
 // y = Op::fwd(x), or (when G) y = Op::bwd(g, x): a loop of U vectors a trip, then one vector a trip.
@@ -72,15 +77,7 @@ __device__ __forceinline__ void map(const T* __restrict__ g, const T* __restrict
                     if (G) b[u] = gv[i + u * stride];
                 }
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    A o[N];
-#pragma unroll
-                    for (int k = 0; k < N; ++k) {
-                        const A xa = Elem<T>::load(a[u].v[k]);
-                        o[k] = G ? act_bwd<Op, T>(Elem<T>::load(b[u].v[k]), xa) : act_fwd<Op, T>(xa);
-                    }
-                    yr[i + u * stride] = raw_pack<T>(o);
-                }
+                for (int u = 0; u < U; ++u) yr[i + u * stride] = apply_vec<Op, G, T>(a[u], b[u]);
             }
             for (; i < nvec; i += stride) one_vec<Op, G, T>(gv, xv, yr, i);
         }
