@@ -8,6 +8,7 @@ call, L2 warm), GB/s of the bytes-moved floor, "before" and "now" measured alter
 each result checked against the other's. Needs a GPU.
 
     python3 bench/diag_kernels_ab.py [--before DIR] [--ops rows|gated] [--out FILE.json] [--repeat 2]
+                                     [--cases layer_norm_fwd,...] [--shapes bfloat16:4096x4096,...]
 """
 import argparse
 import json
@@ -81,7 +82,14 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--ops", choices=("rows", "gated"), default="rows")
+    ap.add_argument("--cases", help="comma-separated case names, _ for spaces (default: all of --ops)")
+    ap.add_argument("--shapes", help="comma-separated DTYPE:ROWSxCOLS (default: the --ops list)")
     args = ap.parse_args()
+    shapes = SHAPES if args.ops == "rows" else GATED_SHAPES
+    if args.shapes:
+        shapes = [(getattr(torch, d), *map(int, rc.split("x")))
+                  for d, rc in (s.split(":") for s in args.shapes.split(","))]
+    only = set(args.cases.split(",")) if args.cases else None
     before_dir = Path(args.before) if args.before else None
     whiches = ("before", "now") if before_dir else ("now",)
     now_kernel = _sources.kernel
@@ -103,10 +111,12 @@ def main():
             _sources.kernel = now_kernel
 
     records = []
-    for dt, rows, cols in (SHAPES if args.ops == "rows" else GATED_SHAPES):
+    for dt, rows, cols in shapes:
         nbytes, cases = (row_cases if args.ops == "rows" else gated_cases)(dt, rows, cols)
         peer = liger_gated(dt, rows, cols) if args.ops == "gated" else {}
         for case, (arrays, f) in cases.items():
+            if only is not None and case.replace(" ", "_") not in only:
+                continue
             got = {w_: run(w_, f) for w_ in whiches}
             if before_dir:
                 torch.testing.assert_close(got["now"], got["before"], rtol=2e-2, atol=2e-2)

@@ -76,6 +76,7 @@ case "$PART" in
     # DIAG_CLUSTER=1: bench/diag_norm_cluster.py first, the norms' cluster kernels against the long ones;
     # DIAG_C4=1: bench/diag_fwd_c4.py first, the row forwards of 4 chunks a thread against 2; after the tests
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
+    # AB_BEFORE=DIR: bench/diag_kernels_ab.py first, this tree's row kernels against DIR's (AB_ARGS);
     # PEERS=0 skips the peers benchmark).
     # Liger-Kernel (pure Python over Triton) from its wheel, carried in .whlp/ (run with carry [".whlp"])
     if ls .whlp/liger_kernel-*.whl >/dev/null 2>&1; then
@@ -92,6 +93,7 @@ case "$PART" in
       [ "${DIAG_NORM:-0}" = 1 ] && run diag_norm python3 bench/diag_norm_occupancy.py --json "$L/diag_norm.json"
       [ "${DIAG_CLUSTER:-0}" = 1 ] && run diag_cluster python3 bench/diag_norm_cluster.py --json "$L/diag_cluster.json"
       [ "${DIAG_C4:-0}" = 1 ] && run diag_c4 python3 bench/diag_fwd_c4.py --out "$L/diag_c4.json"
+      [ -n "${AB_BEFORE:-}" ] && run diag_ab python3 bench/diag_kernels_ab.py --before "$AB_BEFORE" --out "$L/diag_ab.json" ${AB_ARGS:-}
       run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
         tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py
       [ "${DIAG_EW:-0}" = 1 ] && run diag_ew python3 bench/diag_ew_map.py --json "$L/diag_ew.json"
