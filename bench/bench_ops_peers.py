@@ -5,7 +5,9 @@ for each shape, and Liger-Kernel, forward and forward+backward, in one process.
 Every figure is GB/s of the bytes-moved floor over the median of CUDA-event-timed runs with the
 L2 flushed (opsmith.ops.benchmark); "fwd+bwd" times one forward and one backward
 (torch.autograd.grad) together, against the sum of both floors. Each case prints ours / the
-best peer (time ratio: > 1 means ours is faster). torch.compile is reset and recompiled for
+best peer (time ratio: > 1 means ours is faster); each forward also times a device copy of the same
+bytes ("copy", not a peer), and the summary gives the forwards from 64 MiB as a share of the
+device's copy bandwidth and of that same-size copy. torch.compile is reset and recompiled for
 every shape (its default would recompile once with dynamic shapes and understate it). Liger is
 used when importable (pure Python over Triton: carry its wheel, pip install --no-deps).
 
@@ -51,6 +53,15 @@ def _liger():
         return lf
     except Exception:  # noqa: BLE001 -- not installed (or no Triton): the column is left out
         return None
+
+
+def _liger_version():
+    """Liger-Kernel's version from its installed metadata (the package has no __version__)."""
+    from importlib import metadata
+    try:
+        return metadata.version("liger-kernel")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def impls(op: str, liger):
@@ -171,6 +182,14 @@ def _time(fn, nbytes, runs, device):
     return {"ms": r.median_ms, "gbps": r.gbps, "fraction": r.fraction}
 
 
+def _copy(nbytes, runs, device):
+    """A device-to-device copy of nbytes / 2 bytes (nbytes moved) timed as the ops are: what "% of copy" means
+    at this size (below about 256 MiB a copy itself stays short of the large copy's bandwidth)."""
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return _time(lambda: dst.copy_(src), 2 * src.numel(), runs, device)
+
+
 def measure(name, make, fn, rows, cols, dtype, device, direction, runs, nbytes):
     if name == "compile":
         torch._dynamo.reset()
@@ -215,8 +234,8 @@ def main() -> int:
     functorch_config.donated_buffer = False
     liger = _liger() if args.device != "cpu" else None
     start = time.perf_counter()
-    meta = {"torch": torch.__version__, "liger": getattr(sys.modules.get("liger_kernel"), "__version__", None)
-            if liger else None, "command": "python3 bench/bench_ops_peers.py " + " ".join(sys.argv[1:])}
+    meta = {"torch": torch.__version__, "liger": _liger_version() if liger else None,
+            "command": "python3 bench/bench_ops_peers.py " + " ".join(sys.argv[1:])}
     if args.device != "cpu":
         meta.update(device=torch.cuda.get_device_name(), copy_gbps=ops.copy_bandwidth())
     shapes = SHAPES[:3] if args.quick else SHAPES
@@ -244,7 +263,9 @@ def main() -> int:
                                                 args.runs, nbytes)
                         except Exception as exc:  # noqa: BLE001 -- one peer failing must not end the run
                             res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-                    peers = [r["ms"] for k, r in res.items() if k != "opsmith" and "ms" in r]
+                    if direction == "fwd" and args.device != "cpu":  # the target's reference at this size
+                        res["copy"] = _copy(nbytes, args.runs, args.device)
+                    peers = [r["ms"] for k, r in res.items() if k not in ("opsmith", "copy") and "ms" in r]
                     ratio = (min(peers) / res["opsmith"]["ms"]) if peers and "ms" in res["opsmith"] else None
                     records.append({"op": op, "dtype": dtype_name, "shape": [rows, cols], "dir": direction,
                                     "bytes": nbytes, "results": res, "vs_best_peer": ratio})
@@ -273,16 +294,39 @@ def _header() -> str:
 def _line(r) -> str:
     cell = lambda k: f"{r['results'][k]['gbps']:.0f}" if "gbps" in r["results"].get(k, {}) else "-"
     ratio = f"{r['vs_best_peer']:.2f}x" if r["vs_best_peer"] else "-"
+    copy = f"   copy {cell('copy')}" if "copy" in r["results"] else ""
     return (f"{r['op']:<14}{r['dtype']:<9}{'x'.join(map(str, r['shape'])):<14}{r['dir']:<8}{r['bytes'] / MIB:>7.0f}  "
-            f"{cell('opsmith')} / {cell('eager')} / {cell('compile')} / {cell('liger')}   {ratio}")
+            f"{cell('opsmith')} / {cell('eager')} / {cell('compile')} / {cell('liger')}   {ratio}{copy}")
 
 
 def _summary(records, meta) -> str:
     big = [r for r in records if r["bytes"] >= 16 * MIB and r["vs_best_peer"]]
     losses = [r for r in big if r["vs_best_peer"] < 1]
-    return (f"\n{len(big)} cases >= 16 MiB: ours >= the best peer in {len(big) - len(losses)}; behind in "
-            f"{len(losses)}: " + ", ".join(f"{r['op']} {r['dir']} {'x'.join(map(str, r['shape']))} "
-                                           f"{r['vs_best_peer']:.2f}x" for r in losses[:20]))
+    out = (f"\n{len(big)} cases >= 16 MiB: ours >= the best peer in {len(big) - len(losses)}; behind in "
+           f"{len(losses)}: " + ", ".join(f"{r['op']} {r['dir']} {'x'.join(map(str, r['shape']))} "
+                                          f"{r['vs_best_peer']:.2f}x" for r in losses[:20]))
+    return out + "".join(f"\n{line}" for line in fwd_shares(records, meta))
+
+
+def fwd_shares(records, meta) -> list[str]:
+    """Per op, its forwards from 64 MiB (rows up to 32,768) as a share of the device's copy bandwidth and of a
+    copy of the same bytes (the issue's target: 90 %)."""
+    lines = []
+    for op in dict.fromkeys(r["op"] for r in records):
+        fwd = [r for r in records if r["op"] == op and r["dir"] == "fwd" and r["bytes"] >= 64 * MIB
+               and r["shape"][1] <= 32768 and "gbps" in r["results"].get("opsmith", {})]
+        if not fwd or not meta.get("copy_gbps"):
+            continue
+        big = [r["results"]["opsmith"]["gbps"] / meta["copy_gbps"] for r in fwd]
+        same = [r["results"]["opsmith"]["gbps"] / r["results"]["copy"]["gbps"] for r in fwd
+                if r["results"].get("copy", {}).get("gbps")]
+        line = (f"{op} fwd from 64 MiB: {min(big):.0%}-{max(big):.0%} of copy ({sum(f >= 0.9 for f in big)} of "
+                f"{len(big)} at 90 % or more)")
+        if same:
+            line += (f"; {min(same):.0%}-{max(same):.0%} of a copy of the same bytes ({sum(f >= 0.9 for f in same)}"
+                     f" of {len(same)})")
+        lines.append(line)
+    return lines
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ L2_MIN_ROW_BYTES = 16384  # norm_l2_plan: rows of at least this many bytes
 L2_RMS_THREADS = 512  # norm_l2_plan: rms_norm's blocks take at least this many threads (up to 2 chunks each)
 C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu: the most threads a block of layer_norm_fwd_c4 / rms_norm_fwd_c4
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
+C4_FULL_SM_GBPS = 30  # norm_c4_plan: rows of exactly L2_MIN_ROW_BYTES too, on devices of at most this DRAM GB/s an SM
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32
 
@@ -89,6 +90,7 @@ class DeviceProps(NamedTuple):
     smem_per_block_optin: int
     smem_per_sm: int
     clusters: bool = False  # thread-block clusters (compute capability 9.0+)
+    mem_gbps: int = 0  # peak DRAM bandwidth in GB/s, from the memory's clock and bus width (0: not known)
 
 
 class Plan(NamedTuple):
@@ -129,7 +131,15 @@ def device_props(device: int) -> DeviceProps:
         max_threads_per_sm=getattr(p, "max_threads_per_multi_processor", 2048) or 2048,
         smem_per_block_optin=int(optin),
         smem_per_sm=int(getattr(p, "shared_memory_per_multiprocessor", optin) or optin),
-        clusters=p.major >= 9)
+        clusters=p.major >= 9,
+        mem_gbps=_mem_gbps(p))
+
+
+def _mem_gbps(p) -> int:
+    """Peak DRAM bandwidth of torch device properties ``p`` in GB/s: two transfers a clock (kHz) of the bus's
+    bytes (H100 SXM 3,352, H200 4,915); 0 where torch does not report the memory's clock and bus."""
+    clock_khz, bits = getattr(p, "memory_clock_rate", 0) or 0, getattr(p, "memory_bus_width", 0) or 0
+    return int(clock_khz * bits // 4_000_000)
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -1,15 +1,16 @@
 """The norm forwards' kernels beyond :func:`~opsmith.ops._launch.row_plan`'s strategy: layer_norm's wide
 register rows (``layer_norm_kernel``), its float rows of one block of 4 chunks a thread
-(``layer_norm_fwd4_plan``), the rows of 2 to 16 KiB that both take at 4 chunks a thread (``norm_c4_plan``)
-and the rows of 16 KiB or more that both read twice, the second time from L2 (``norm_l2_plan``). Their numbers live in :mod:`opsmith.ops._launch` with the others the C++
-plans share."""
+(``layer_norm_fwd4_plan``), the rows of 2 to 16 KiB that both take at 4 chunks a thread (``norm_c4_plan``;
+16 KiB itself where the device's bandwidth an SM is low) and the rows of 16 KiB or more that both read
+twice, the second time from L2 (``norm_l2_plan``). Their numbers live in :mod:`opsmith.ops._launch` with
+the others the C++ plans share."""
 from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (C4_MIN_ROW_BYTES, C4_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, L2_THREADS,
-                                 LN_FWD4_CHUNKS, LN_WIDE_TPR, ROW_CHUNKS, ROW_THREADS, DeviceProps, Plan, _cdiv,
-                                 _pow2_at_least)
+from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES,
+                                 L2_RMS_THREADS, L2_THREADS, LN_FWD4_CHUNKS, LN_WIDE_TPR, ROW_CHUNKS, ROW_THREADS,
+                                 DeviceProps, Plan, _cdiv, _pow2_at_least)
 
 __all__ = ["layer_norm_fwd4_plan", "layer_norm_kernel", "norm_c4_plan", "norm_l2_plan"]
 
@@ -39,11 +40,19 @@ def norm_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     H200, kernels alone (bench/results/ops-fwd-c4-h200-2026-11-26/), GB/s before -> after: bf16 layer_norm
     65536x1024 3,208 -> 3,838, 16384x2048 3,008 -> 3,493, 16384x4096 3,289 -> 3,573; rms_norm 4096x4096
     3,531 -> 3,636, 2048x8192 3,434 -> 3,632; float layer_norm 65536x1024 3,705 -> 4,051. Float rms_norm ran
-    as fast or up to 1.5 % slower (it keeps 2), and so did several rows a block."""
+    as fast or up to 1.5 % slower (it keeps 2), and so did several rows a block.
+
+    Rows of exactly ``L2_MIN_ROW_BYTES`` (bf16 8,192, float 4,096) too where the device's DRAM bandwidth is at
+    most ``C4_FULL_SM_GBPS`` an SM (``DeviceProps.mem_gbps``); the callers try this plan before
+    ``norm_l2_plan``. bench/diag_fwd_16k.py (bench/results/ops-h100-2026-11-27/), GB/s of the two plans at
+    those rows, L2 flushed: H100 (25 GB/s an SM) layer_norm 1.07-1.14x the L2 rows', rms_norm 1.00-1.09x;
+    H200 (37 GB/s an SM) 0.94-1.03x and 0.96-1.05x, slower from 8,192 rows: its L2 rows keep more bytes in
+    flight. A device whose bandwidth is not known keeps the L2 rows."""
     vec = 16 // itemsize
     if itemsize not in ((2, 4) if arrays == 2 else (2,)) or cols % vec:
         return None
-    if not C4_MIN_ROW_BYTES <= cols * itemsize < L2_MIN_ROW_BYTES:
+    top = L2_MIN_ROW_BYTES if 0 < props.mem_gbps <= C4_FULL_SM_GBPS * props.sm_count else L2_MIN_ROW_BYTES - 1
+    if not C4_MIN_ROW_BYTES <= cols * itemsize <= top:
         return None
     tpr = _pow2_at_least(_cdiv(cols // vec, 4))
     if tpr > min(C4_THREADS, props.max_threads_per_block):

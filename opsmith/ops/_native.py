@@ -35,20 +35,21 @@ def consts() -> list[int]:
     EW_THREADS, EW_UNROLL, STATIC_SMEM, ROW_BWD_BLOCKS, LN_WIDE_TPR, WIDE_CHUNKS, CLUSTER_MAX,
     CLUSTER_THREADS, CLUSTER_FWD_BLOCKS, NORM_SPLIT_BYTES, WEIGHT_LANE_ROWS, WEIGHT_CLUSTER,
     WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, C4_THREADS,
-    C4_MIN_ROW_BYTES, WIDE3_THREADS): :mod:`opsmith.ops._launch` is their one source."""
+    C4_MIN_ROW_BYTES, WIDE3_THREADS, C4_FULL_SM_GBPS): :mod:`opsmith.ops._launch` is their one source."""
     from opsmith.ops import _launch
     return [_launch.ROW_CHUNKS, _launch.ROW_THREADS, _launch.LONG_THREADS, _launch.EW_THREADS,
             _launch.EW_UNROLL, _launch._STATIC_SMEM, _launch.ROW_BWD_BLOCKS, _launch.LN_WIDE_TPR,
             _launch.WIDE_CHUNKS, _launch.CLUSTER_MAX, _launch.CLUSTER_THREADS, _launch.CLUSTER_FWD_BLOCKS,
             _launch.NORM_SPLIT_BYTES, _launch.WEIGHT_LANE_ROWS, _launch.WEIGHT_CLUSTER, _launch.WEIGHT_CLUSTER_BYTES,
             _launch.LN_FWD4_CHUNKS, _launch.L2_THREADS, _launch.L2_CHUNKS, _launch.L2_MIN_ROW_BYTES,
-            _launch.L2_RMS_THREADS, _launch.C4_THREADS, _launch.C4_MIN_ROW_BYTES, _launch.WIDE3_THREADS]
+            _launch.L2_RMS_THREADS, _launch.C4_THREADS, _launch.C4_MIN_ROW_BYTES, _launch.WIDE3_THREADS,
+            _launch.C4_FULL_SM_GBPS]
 
 
 def _props(p):
-    """osm_ops_set_device's and osm_ops_plan's six numbers of a DeviceProps."""
-    return (ctypes.c_int64 * 6)(p.sm_count, p.max_threads_per_block, p.max_threads_per_sm, p.smem_per_block_optin,
-                                p.smem_per_sm, int(p.clusters))
+    """osm_ops_set_device's and osm_ops_plan's seven numbers of a DeviceProps."""
+    return (ctypes.c_int64 * 7)(p.sm_count, p.max_threads_per_block, p.max_threads_per_sm, p.smem_per_block_optin,
+                                p.smem_per_sm, int(p.clusters), p.mem_gbps)
 
 
 def build() -> str:

@@ -220,7 +220,7 @@ def test_layer_norm_matches_float64_torch(shape, dtype, affine):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
-@pytest.mark.parametrize("cols", [1000, 4096, 8192, 16384, 32768])  # from 8192: the l2 forward's merged chunks
+@pytest.mark.parametrize("cols", [1000, 4096, 8192, 16384, 32768])  # from 16384: the l2 forward's merged chunks
 @pytest.mark.parametrize("rows", ["large mean", "outlier first", "constant", "inf", "nan"])
 def test_layer_norm_16bit_shifted_variance_holds_on_hard_rows(rows, cols, dtype):
     """16-bit register rows on the rows that break one-reduction variances: a large mean (E[x^2] -
@@ -311,9 +311,10 @@ def test_layer_norm_wide_kernel_and_misaligned_rows(dtype):
 @pytest.mark.parametrize("dtype", DTYPES[:3], ids=DT_IDS[:3])
 @pytest.mark.parametrize("cols", [4096, 20000, 65536])
 def test_norm_l2_forwards_and_their_fallbacks_match_float64(cols, dtype):
-    """Rows of 16 KiB or more in whole 16-byte vectors take norm_l2.cu's forwards; a misaligned view of the
-    same rows takes the other kernels; both match float64 torch, mean and rstd too, with and without
-    weight and bias."""
+    """Rows of 16 KiB or more in whole 16-byte vectors have an L2 plan (norm_l2.cu's forwards take them, but
+    the 16 KiB rows that norm_c4_plan serves: float layer_norm at 4,096 here); a misaligned view of the same
+    rows takes the other kernels; all match float64 torch, mean and rstd too, with and without weight and
+    bias."""
     from opsmith.ops import _norms
     rows = 5
     base = _rand((rows * cols + 8,), dtype, 40) * 2 + 3

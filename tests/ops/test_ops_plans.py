@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from devices import A100, H100, SMALL  # tests/ops/devices.py (pytest puts tests/ops on the path)
+from devices import A100, H100, H200, SMALL  # tests/ops/devices.py (pytest puts tests/ops on the path)
 from opsmith.ops import _launch, _launch_norm, _sources
 from opsmith.ops._launch import row_plan
 
@@ -291,9 +291,11 @@ def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whol
     assert "layer_norm_fwd_any<0, T, A, 4>" in source and _launch.LN_FWD4_CHUNKS == 4
 
 
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+@pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
 def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_a_thread(props):
-    """norm.cu's *_fwd_c4: rows of C4_MIN_ROW_BYTES up to L2_MIN_ROW_BYTES in whole 16-byte vectors, of
+    """norm.cu's *_fwd_c4: rows of C4_MIN_ROW_BYTES up to L2_MIN_ROW_BYTES, and rows of exactly that (the
+    callers try it before norm_l2_plan) on devices of at most C4_FULL_SM_GBPS of DRAM bandwidth an SM (the
+    H100 and A100, not the H200 or a device whose bandwidth is not known), in whole 16-byte vectors, of
     2-byte types (layer_norm, arrays 2: float too), one block a row of the least power of two threads that
     holds 4 chunks each, at most C4_THREADS; everything else keeps its plan (None)."""
     for rows, cols, itemsize, arrays in itertools.product(
@@ -301,13 +303,14 @@ def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_
         p = _launch_norm.norm_c4_plan(rows, cols, itemsize, props, arrays)
         vec = 16 // itemsize
         types = (2, 4) if arrays == 2 else (2,)
-        if itemsize not in types or cols % vec or not 2048 <= cols * itemsize < 16384:
+        top = 16384 if props in (H100, A100) else 16383
+        if itemsize not in types or cols % vec or not 2048 <= cols * itemsize <= top:
             assert p is None, (rows, cols, itemsize, arrays)
             continue
         tpr = p.block[0]
         assert p == _launch.Plan("block", (rows,), (tpr, 1), 0, 0)
         assert tpr & (tpr - 1) == 0 and 32 <= tpr <= _launch.C4_THREADS and tpr * 4 >= cols // vec > tpr * 2
-    assert (_launch.C4_MIN_ROW_BYTES, _launch.L2_MIN_ROW_BYTES) == (2048, 16384)
+    assert (_launch.C4_MIN_ROW_BYTES, _launch.L2_MIN_ROW_BYTES, _launch.C4_FULL_SM_GBPS) == (2048, 16384, 30)
     assert _launch_norm.norm_c4_plan(9, 1024, 2, props, 1).block == (32, 1)  # bf16 1,024: a warp a row
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     assert f"#define OPSMITH_C4_THREADS {_launch.C4_THREADS}" in source

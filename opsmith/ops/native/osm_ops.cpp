@@ -195,7 +195,7 @@ __attribute__((visibility("default"))) int osm_ops_init(void *const *f, const in
 /* A device's properties and primary context (prepare calls this before its first function). */
 __attribute__((visibility("default"))) int osm_ops_set_device(int dev, const int64_t *p, void *context) {
     if (dev < 0 || dev >= MAX_DEVICES) return 1;
-    props[dev] = {p[0], p[1], p[2], p[3], p[4], p[5]};
+    props[dev] = {p[0], p[1], p[2], p[3], p[4], p[5], p[6]};
     ctx[dev] = context;
     return 0;
 }
@@ -211,11 +211,11 @@ __attribute__((visibility("default"))) void osm_ops_set_error(const char *messag
 }
 
 /* A plan, for tests: which 0 elementwise (rows = n, cols = 1: unrolled), 1 row, 2 weight gradients, 3 norm backward, 4 softmax, 5 and 6
-   the norms' clusters (forward, backward), 7 layer_norm_fwd4, 8 the norms' l2 forwards, 9 their forwards of 4 chunks a thread. props: the six numbers of osm_ops_set_device. out: strategy, gx, gy, bx,
+   the norms' clusters (forward, backward), 7 layer_norm_fwd4, 8 the norms' l2 forwards, 9 their forwards of 4 chunks a thread. props: the seven numbers of osm_ops_set_device. out: strategy, gx, gy, bx,
    by, smem, cache, per_chunk, cluster, chunks. */
 __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows, int64_t cols, int64_t itemsize,
                                                        int64_t arrays, const int64_t *p, int64_t *out) {
-    const Props d{p[0], p[1], p[2], p[3], p[4], p[5]};
+    const Props d{p[0], p[1], p[2], p[3], p[4], p[5], p[6]};
     if (itemsize < 1 || itemsize > 16) return 1;
     const Plan q = which == 0 ? elementwise_plan(rows, itemsize, d, cols == 1)
                  : which == 1 ? row_plan(rows, cols, itemsize, arrays, d)

@@ -64,9 +64,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
                          : vec && p.strategy == S_BLOCK && p.bx >= K[C_LN_WIDE_TPR] ? LN_FWD_WIDE : LN_FWD;
         const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev], 2);  // rows of 16 KiB or more
         const Plan four = layer_norm_fwd4_plan(r, c, x.element_size(), props[dev]);  // float rows of 4,097-8,192
-        const Plan c4 = norm_c4_plan(r, c, x.element_size(), props[dev], 2);  // rows of 2 to 16 KiB
-        if (l2.strategy != S_NONE && vec) launch(LN_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
-        else if (c4.strategy != S_NONE) launch(LN_FWD_C4, dt, dev, c4, params);
+        const Plan c4 = norm_c4_plan(r, c, x.element_size(), props[dev], 2);  // rows of 2 to 16 KiB: first
+        if (c4.strategy != S_NONE) launch(LN_FWD_C4, dt, dev, c4, params);
+        else if (l2.strategy != S_NONE && vec) launch(LN_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
         else if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);
         else launch(k, dt, dev, p, params);
     }
@@ -164,14 +164,14 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
         Eps e = eps_for(dt, eps.has_value() ? *eps : machine_eps(dt));
         void *xp = x.data_ptr(), *wp = w.data_ptr(), *yp = y.data_ptr(), *rp = rstd.data_ptr();
         void *params[] = {&xp, &wp, &yp, &rp, &rows, &cols, &e, &has_w, &cache};
+        const Plan c4 = norm_c4_plan(r, c, x.element_size(), props[dev], 1);  // 16-bit rows of 2 to 16 KiB: first
+        if (c4.strategy != S_NONE) {
+            launch(RMS_FWD_C4, dt, dev, c4, params);
+            return {y, rstd};
+        }
         const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev], 1);  // _norms._l2_plan
         if (l2.strategy != S_NONE && aligned16(xp) && aligned16(wp) && aligned16(yp)) {
             launch(RMS_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
-            return {y, rstd};
-        }
-        const Plan c4 = norm_c4_plan(r, c, x.element_size(), props[dev], 1);  // rows of 2 to 16 KiB
-        if (c4.strategy != S_NONE) {
-            launch(RMS_FWD_C4, dt, dev, c4, params);
             return {y, rstd};
         }
         launch(p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? RMS_FWD_CL2 : RMS_FWD_CL2W)  // K = 2

@@ -13,12 +13,12 @@ enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C
        C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
        C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
        C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS, C_C4_THREADS,
-       C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS,
+       C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_C4_FULL_SM_GBPS,
        N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
-    int64_t sm_count, max_threads_per_block, max_threads_per_sm, smem_optin, smem_per_sm, clusters;
+    int64_t sm_count, max_threads_per_block, max_threads_per_sm, smem_optin, smem_per_sm, clusters, mem_gbps;
 };
 
 // -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
@@ -147,13 +147,16 @@ Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Pr
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, pow2_at_least(cdiv(cols, K[C_LN_FWD4_CHUNKS] * vec)), 1, 0, 0, 0};
 }
 
-// _launch_norm.norm_c4_plan: the norm forwards of 4 chunks a thread, rows of C4_MIN_ROW_BYTES up to L2_MIN_ROW_BYTES
+// _launch_norm.norm_c4_plan: the norm forwards of 4 chunks a thread, rows of C4_MIN_ROW_BYTES to L2_MIN_ROW_BYTES
 // (arrays 2: layer_norm, 2- and 4-byte types; 1: rms_norm, 2-byte)
 Plan norm_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
     const int64_t vec = 16 / itemsize;
     if (!(itemsize == 2 || (itemsize == 4 && arrays == 2)) || cols % vec) return none;
-    if (cols * itemsize < K[C_C4_MIN_ROW_BYTES] || cols * itemsize >= K[C_L2_MIN_ROW_BYTES]) return none;
+    // rows of exactly L2_MIN_ROW_BYTES on devices of at most C4_FULL_SM_GBPS of DRAM bandwidth an SM
+    const bool full = p.mem_gbps > 0 && p.mem_gbps <= K[C_C4_FULL_SM_GBPS] * p.sm_count;
+    const int64_t top = full ? K[C_L2_MIN_ROW_BYTES] : K[C_L2_MIN_ROW_BYTES] - 1;
+    if (cols * itemsize < K[C_C4_MIN_ROW_BYTES] || cols * itemsize > top) return none;
     const int64_t tpr = pow2_at_least(cdiv(cols / vec, 4));
     if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
