@@ -1,9 +1,11 @@
 """The diag scripts' timing of one kernel launch (or a few): CUDA events around ``fn``, the L2
 flushed before each run (a 256 MiB buffer zeroed), the median of ``runs`` after two warm-ups, in
 microseconds. Unlike :func:`opsmith.ops.benchmark` there is no spin kernel ahead of the launch:
-the host's launch latency is inside the events, which these scripts' comparisons share."""
+the host's launch latency is inside the events, which these scripts' comparisons share. Also what
+several of them share around it: a same-size copy's GB/s and their ``--json`` file."""
 from __future__ import annotations
 
+import json
 import statistics
 
 import torch
@@ -30,3 +32,20 @@ def median_us(fn, runs: int) -> float:
         b.synchronize()
         out.append(a.elapsed_time(b) * 1e3)
     return statistics.median(out[2:])
+
+
+def copy_gbps(nbytes: int) -> float:
+    """GB/s of a device copy of ``nbytes`` (2 * nbytes moved) timed as :func:`opsmith.ops.benchmark` times
+    the ops: what a forward that reads and writes as many bytes can reach."""
+    from opsmith import ops
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return ops.benchmark(lambda: dst.copy_(src), bytes_moved=2 * nbytes).gbps
+
+
+def write_records(path, records: list) -> None:
+    """A diag script's ``--json``: the device, torch's version and its records."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, fh,
+                      indent=1)

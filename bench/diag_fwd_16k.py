@@ -9,12 +9,12 @@ flushed (opsmith.ops.benchmark), beside a copy of the same bytes; outputs of the
     python3 bench/diag_fwd_16k.py [--json FILE]
 """
 import argparse
-import json
 import sys
 
 import torch
 
 sys.path.insert(0, ".")
+from _kernel_timing import copy_gbps, write_records  # noqa: E402  (bench/, this script's folder)
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _launch_norm, _norms  # noqa: E402
 
@@ -62,9 +62,7 @@ def main():
         x = torch.randn(rows, cols, device="cuda", dtype=dt) * 3 + 1
         w, b = torch.randn(cols, device="cuda", dtype=dt), torch.randn(cols, device="cuda", dtype=dt)
         n = x.numel() * x.element_size()
-        src = torch.empty(n, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        copy = ops.benchmark(lambda: dst.copy_(src), bytes_moved=2 * n).gbps
+        copy = copy_gbps(n)
         p = cols * x.element_size()
         cases = {"layer_norm": (lambda: _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)[0], 2 * n + 2 * p + 8 * rows)}
         if dt != torch.float32:
@@ -85,10 +83,7 @@ def main():
             records.append(rec)
             print(f"{op:<10} {rec['dtype']:<8} {rows:>6}x{cols:<5} l2 {best['l2']:5.0f}  c4 {best['c4']:5.0f} "
                   f"({best['c4'] / best['l2']:.3f}x)  same-size copy {copy:5.0f}  |diff| {diff:.3g}", flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, fh,
-                      indent=1)
+    write_records(args.json, records)
 
 
 if __name__ == "__main__":

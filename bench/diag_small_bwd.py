@@ -8,14 +8,14 @@ eager's. Needs a GPU.
     python3 bench/diag_small_bwd.py [--json FILE]
 """
 import argparse
-import json
 import sys
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, ".")
-from diag_norm_split import per_kernel  # noqa: E402  (bench/, this script's folder)
+from _kernel_timing import write_records  # noqa: E402  (bench/, this script's folder)
+from diag_norm_split import per_kernel  # noqa: E402
 from opsmith import ops  # noqa: E402
 
 SHAPES = [(64, 512), (64, 1024), (256, 1024), (1024, 512), (1024, 1024), (1024, 4096), (64, 4096)]
@@ -50,10 +50,7 @@ def main():
             records.append(rec)
             ks = ", ".join(f"{k} {v:.2f}" for k, v in kernels.items())
             print(f"{name:<10} bwd {rows:>5}x{cols:<5} {impl:<8} {r.median_ms * 1e3:7.2f} us (events) | {ks}", flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, fh,
-                      indent=1)
+    write_records(args.json, records)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,14 @@ the shipped ones. Needs a GPU.
     python3 bench/diag_small_bwd_plans.py [--json FILE]
 """
 import argparse
-import json
 import sys
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, ".")
-from diag_norm_split import per_kernel  # noqa: E402  (bench/, this script's folder)
+from _kernel_timing import write_records  # noqa: E402  (bench/, this script's folder)
+from diag_norm_split import per_kernel  # noqa: E402
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _launch, _norms  # noqa: E402
 
@@ -86,10 +86,7 @@ def main():
             print(f"{op:<10} {rows:>5}x{cols:<5} " + " | ".join(
                 f"{v} {r['event_us']:6.2f} ({sum(r['kernels_us'].values()):5.2f} in {len(r['kernels_us'])})"
                 for v, r in out.items()), flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, fh,
-                      indent=1)
+    write_records(args.json, records)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,12 @@ imports and a copy of the same bytes; outputs compared. Needs a GPU.
     python3 bench/diag_softmax_w3.py [--json FILE]
 """
 import argparse
-import json
 import sys
 
 import torch
 
 sys.path.insert(0, ".")
+from _kernel_timing import copy_gbps, write_records  # noqa: E402  (bench/, this script's folder)
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _functional as fn  # noqa: E402
 from opsmith.ops import _launch  # noqa: E402
@@ -43,9 +43,7 @@ def main():
     for rows, cols in SHAPES:
         x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16) * 3
         n = x.numel() * x.element_size()
-        src = torch.empty(n, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        gbps = {"copy": ops.benchmark(lambda: dst.copy_(src), bytes_moved=2 * n).gbps}
+        gbps = {"copy": copy_gbps(n)}
         got = {}
         for which in ("wide", "wide3", "wide again", "wide3 again"):
             _launch.softmax_fwd_wide3 = w3_everywhere if which.startswith("wide3") else W3
@@ -64,10 +62,7 @@ def main():
               f"{gbps['wide3']:5.0f} ({gbps['wide3'] / gbps['wide']:.3f}x)" + (
                   f"  liger {gbps['liger']:5.0f}" if "liger" in gbps else "") + f"  copy {gbps['copy']:5.0f}  "
               f"|diff| {diff:.3g}", flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, fh,
-                      indent=1)
+    write_records(args.json, records)
 
 
 if __name__ == "__main__":
