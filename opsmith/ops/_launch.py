@@ -137,7 +137,7 @@ def device_props(device: int) -> DeviceProps:
 
 def _mem_gbps(p) -> int:
     """Peak DRAM bandwidth of torch device properties ``p`` in GB/s: two transfers a clock (kHz) of the bus's
-    bytes (H100 SXM 3,352, H200 4,915); 0 where torch does not report the memory's clock and bus."""
+    bytes (the device tool's H100 3,352, H200 4,814); 0 where torch does not report the memory's clock and bus."""
     clock_khz, bits = getattr(p, "memory_clock_rate", 0) or 0, getattr(p, "memory_bus_width", 0) or 0
     return int(clock_khz * bits // 4_000_000)
 

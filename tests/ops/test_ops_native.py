@@ -22,7 +22,7 @@ from opsmith.ops._launch import DeviceProps  # noqa: E402
 DEVICES = {
     "A100": DeviceProps(108, 1024, 2048, 166912, 167936, mem_gbps=2039),
     "H100": DeviceProps(132, 1024, 2048, 232448, 233472, clusters=True, mem_gbps=3352),
-    "H200": DeviceProps(132, 1024, 2048, 232448, 233472, clusters=True, mem_gbps=4915),
+    "H200": DeviceProps(132, 1024, 2048, 232448, 233472, clusters=True, mem_gbps=4814),
     "B200": DeviceProps(148, 1024, 2048, 232448, 233472, clusters=True, mem_gbps=7672),
     "T4": DeviceProps(40, 1024, 1024, 65536, 65536),
     "small": DeviceProps(2, 512, 1024, 49152, 65536),
