@@ -25,14 +25,13 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         plan, file = _fwd_plan(rows, cols, x)
         args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
         props = _launch.device_props(x.get_device())
-        l2 = _l2_plan(rows, cols, props, 2, x, w, b, y)
-        four = _launch_norm.layer_norm_fwd4_plan(rows, cols, x.element_size(), props)
         c4 = _launch_norm.norm_c4_plan(rows, cols, x.element_size(), props, 2)
         if c4 is not None:  # rows of 2 to 16 KiB: 4 chunks a thread
             _kernel("norm.cu", "layer_norm_fwd_c4<{T}, {A}>", x).launch(_launch.launch_config(c4), *args)
-        elif l2 is not None:  # longer rows: two passes, the second from L2
+        elif (l2 := _l2_plan(rows, cols, props, 2, x, w, b, y)) is not None:  # longer rows: 2 passes, the 2nd from L2
             _kernel(_L2, "layer_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
-        elif four is not None:  # float rows of 4,097-8,192: one block, 4 chunks a thread
+        elif (four := _launch_norm.layer_norm_fwd4_plan(rows, cols, x.element_size(), props)) is not None:
+            # float rows of 4,097-8,192: one block, 4 chunks a thread
             _kernel("norm.cu", "layer_norm_fwd4<{T}, {A}>", x).launch(_launch.launch_config(four), *args)
         elif file == _CL:
             _kernel(_CL, f"layer_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x).launch(
@@ -203,11 +202,10 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
         plan, file = _fwd_plan(rows, cols, x)
         args = (x, w, y, rstd, rows, cols, float(eps), int(weight is not None))
         props = _launch.device_props(x.get_device())
-        l2 = _l2_plan(rows, cols, props, 1, x, w, y)
         c4 = _launch_norm.norm_c4_plan(rows, cols, x.element_size(), props, 1)
         if c4 is not None:  # 16-bit rows of 2 to 16 KiB: 4 chunks a thread
             _kernel("norm.cu", "rms_norm_fwd_c4<{T}, {A}>", x).launch(_launch.launch_config(c4), *args)
-        elif l2 is not None:  # longer rows (float: from 16 KiB): two passes, the second from L2
+        elif (l2 := _l2_plan(rows, cols, props, 1, x, w, y)) is not None:  # longer (float: from 16 KiB): 2 passes
             _kernel(_L2, "rms_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
         elif file == _CL:
             _kernel(_CL, f"rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x).launch(

@@ -15,14 +15,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import cache_dir  # noqa: E402
+from devices import A100, H100, H200  # noqa: E402  (tests/ops/devices.py)
 from opsmith.ops import _launch, _launch_norm, _native, _sources  # noqa: E402
 from opsmith.ops._launch import DeviceProps  # noqa: E402
 
-# sm_count, max threads a block, max threads an SM, shared memory a block (opt-in), an SM; clusters
+# sm_count, max threads a block, max threads an SM, shared memory a block (opt-in), an SM; clusters; DRAM GB/s
 DEVICES = {
-    "A100": DeviceProps(108, 1024, 2048, 166912, 167936, mem_gbps=2039),
-    "H100": DeviceProps(132, 1024, 2048, 232448, 233472, clusters=True, mem_gbps=3352),
-    "H200": DeviceProps(132, 1024, 2048, 232448, 233472, clusters=True, mem_gbps=4814),
+    "A100": A100,
+    "H100": H100,
+    "H200": H200,
     "B200": DeviceProps(148, 1024, 2048, 232448, 233472, clusters=True, mem_gbps=7672),
     "T4": DeviceProps(40, 1024, 1024, 65536, 65536),
     "small": DeviceProps(2, 512, 1024, 49152, 65536),
