@@ -106,6 +106,41 @@ def test_qk_in_one_launch_equals_each_alone(dtype, tables, kv_heads):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("tables", ["half", "full", "positions", "interleaved"])
+@pytest.mark.parametrize("seq", [32768, 32776])
+def test_tables_of_8_mib_and_more_take_the_heads_in_turn_and_match_the_reference(dtype, tables, seq):
+    """Tables of OPSMITH_ROTARY_ACROSS_BYTES (8 MiB) and more over [1, heads, seq, 128] rows: the kernel takes
+    a tile of positions of every head in turn (seq 32768; 32776 is no whole number of tiles: in order), q and k
+    in one launch (k with fewer heads) and each alone, forward and backward, against float64."""
+    half, pos = 64, None
+    q = torch.randn(1, 4, seq, 128, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(1, 2, seq, 128, device="cuda", dtype=dtype, requires_grad=True)
+    ang = torch.randn(seq, half, device="cuda", dtype=torch.float64)
+    if tables == "full":
+        ang = torch.randn(1, 1, seq, 2 * half, device="cuda", dtype=torch.float64)
+    elif tables == "positions":
+        ang, pos = (torch.randn(seq + 5, half, device="cuda", dtype=torch.float64),
+                    torch.randperm(seq, device="cuda")[None, None])
+    cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+    inter = tables == "interleaved"
+    got = O.rotary_embedding_qk(q, k, cos, sin, pos, interleaved=inter)
+    g = [torch.randn_like(y) for y in got]
+    grads = torch.autograd.grad(got, (q, k), g)
+    for t, y, gy, gx in zip((q, k), got, g, grads):
+        c, s = cos.double(), sin.double()
+        if pos is not None:
+            c, s = c[pos], s[pos]
+        if tables == "full":
+            ref = lambda x64, c=c, s=s: _rotate_half_ref(x64, c, s)  # noqa: E731
+        else:
+            ref = lambda x64, c=c, s=s: _ref(x64, c, s, inter)  # noqa: E731
+        _assert_matches(O.rotary_embedding(t, cos, sin, pos, interleaved=inter), t, ref, dtype)
+        alone = O.rotary_embedding(t, cos, sin, pos, interleaved=inter)
+        torch.testing.assert_close(alone, y, rtol=0, atol=0)
+        torch.testing.assert_close(torch.autograd.grad(alone, t, gy)[0], gx, rtol=0, atol=0)
+
+
 def test_patched_transformers_style_function_matches_the_original_and_trains():
     from test_patch_functions import _attention_module  # tests/ops is on the path: transformers' function
 

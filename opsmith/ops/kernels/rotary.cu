@@ -51,6 +51,12 @@
 #define OPSMITH_ROTARY_ROWS 1
 #endif
 
+#ifndef OPSMITH_ROTARY_ACROSS_BYTES
+// the tables' bytes (cos and sin of a head's positions) from which rotate_rows takes the positions of every head
+// in turn (see there)
+#define OPSMITH_ROTARY_ACROSS_BYTES (8ll << 20)
+#endif
+
 using namespace opsmith;
 
 namespace {
@@ -206,33 +212,54 @@ __device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __
     const int chunks = half / P, tail = (d - 2 * half) / P, width = FULL ? 2 * half : half;
     const long long rstep = (long long)nblk * blockDim.y;
     long long r = blk * (long long)blockDim.y + threadIdx.y;
+    // The order of the rows: where the heads (s2) share the table's rows (stride 0), the positions (s3) do not,
+    // and the tables of the s3 positions hold OPSMITH_ROTARY_ACROSS_BYTES or more, the blocks at work together
+    // take one tile of blockDim.y positions of every head in turn, instead of every position of one head, so that
+    // a tile's cos/sin come from L2 for all but its first head. Row by row, a head's pass over q and k moves more
+    // than L2 keeps between two reads of a table row. On an H100 (bench/results/ops-rotary-h100-2026-11-27/,
+    // [1, heads, positions, 128] bf16, half tables): 8-16 MiB tables 2,430-2,455 -> 2,780-2,883 GB/s; at 4 MiB
+    // and less the rows in order ran 1-5 % faster (their tables stay in L2 anyway, and the tiles cost DRAM
+    // locality), hence the threshold.
+    const unsigned tile = blockDim.y;
+    const bool across = s2 > 1 && s3 % tile == 0 && rows <= 0xffffffffLL &&
+                        (long long)s3 * width * (long long)(2 * sizeof(T)) >= (long long)OPSMITH_ROTARY_ACROSS_BYTES &&
+                        (has_pos ? (p2 == 0 && p3 != 0) : (c2 == 0 && c3 != 0));
+    auto order = [&](long long l) -> long long {
+        if (!across) return l;
+        const unsigned slab = (unsigned)s2 * (unsigned)s3, u = (unsigned)l;
+        const unsigned o = u / slab, rest = u - o * slab, t = rest / tile, within = rest - t * tile;
+        const unsigned head = t % (unsigned)s2, pt = t / (unsigned)s2;
+        return (long long)o * slab + (long long)head * s3 + (long long)pt * tile + within;
+    };
     if (R > 1 && tail == 0 && chunks <= (int)blockDim.x) {
         const int j = threadIdx.x * P;
         const bool on = (int)threadIdx.x < chunks;
         for (; r < rows; r += R * rstep) {
             Unit<T, P> u[R];
+            long long pr[R];
 #pragma unroll
             for (int i = 0; i < R; ++i) {
                 const long long ri = r + i * rstep;
+                pr[i] = ri < rows ? order(ri) : ri;
                 if (on && ri < rows) {
-                    const long long coff = table_offset(ri, rows, width, has_pos, positions, s1, s2, s3, c0, c1, c2,
-                                                        c3, p0, p1, p2, p3);
-                    u[i] = load_unit<T, P, FULL>(x + ri * d, cos_t + coff, sin_t + coff, j, half, interleaved);
+                    const long long coff = table_offset(pr[i], rows, width, has_pos, positions, s1, s2, s3, c0, c1,
+                                                        c2, c3, p0, p1, p2, p3);
+                    u[i] = load_unit<T, P, FULL>(x + pr[i] * d, cos_t + coff, sin_t + coff, j, half, interleaved);
                 }
             }
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                const long long ri = r + i * rstep;
-                if (on && ri < rows) store_unit<T, P, FULL>(y + ri * d, u[i], j, half, interleaved, sign);
+                if (on && r + i * rstep < rows) store_unit<T, P, FULL>(y + pr[i] * d, u[i], j, half, interleaved, sign);
             }
         }
         return;
     }
     for (; r < rows; r += rstep) {
-        const long long coff = table_offset(r, rows, width, has_pos, positions, s1, s2, s3, c0, c1, c2, c3, p0, p1,
-                                            p2, p3);
-        const T* xr = x + r * d;
-        T* yr = y + r * d;
+        const long long pr = order(r);
+        const long long coff = table_offset(pr, rows, width, has_pos, positions, s1, s2, s3, c0, c1, c2, c3, p0,
+                                            p1, p2, p3);
+        const T* xr = x + pr * d;
+        T* yr = y + pr * d;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
             const Unit<T, P> u = load_unit<T, P, FULL>(xr, cos_t + coff, sin_t + coff, c * P, half, interleaved);
             store_unit<T, P, FULL>(yr, u, c * P, half, interleaved, sign);
