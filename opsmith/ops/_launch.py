@@ -77,6 +77,8 @@ L2_RMS_THREADS = 512  # norm_l2_plan: rms_norm's blocks take at least this many 
 C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu: the most threads a block of layer_norm_fwd_c4 / rms_norm_fwd_c4
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
 C4_FULL_SM_GBPS = 30  # norm_c4_plan: rows of exactly L2_MIN_ROW_BYTES too, on devices of at most this DRAM GB/s an SM
+SMALL_BWD_ROWS = 1024  # norm_bwd_small_plan: the norm backwards of 2 to this many rows take norm_small.cu's one launch
+SMALL_MIN_LANES = 4   # norm_bwd_small_plan: the fewest column lanes (16-byte vectors of a row) of its weight blocks
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import functools
 
 from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES,
-                                 L2_RMS_THREADS, L2_THREADS, LN_FWD4_CHUNKS, LN_WIDE_TPR, ROW_CHUNKS, ROW_THREADS,
-                                 DeviceProps, Plan, _cdiv, _pow2_at_least)
+                                 L2_RMS_THREADS, L2_THREADS, LN_FWD4_CHUNKS, LN_WIDE_TPR, NORM_BWD_BLOCK, ROW_CHUNKS,
+                                 ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS, DeviceProps, Plan,
+                                 _cdiv, _pow2_at_least)
 
-__all__ = ["layer_norm_fwd4_plan", "layer_norm_kernel", "norm_c4_plan", "norm_l2_plan"]
+__all__ = ["layer_norm_fwd4_plan", "layer_norm_kernel", "norm_bwd_small_plan", "norm_c4_plan", "norm_l2_plan"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -81,6 +82,31 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     if arrays == 1:
         threads = max(threads, min(L2_RMS_THREADS, _pow2_at_least(_cdiv(cols // vec, 2))))
     return Plan("l2", (rows,), (min(largest, threads), 1), 0, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def norm_bwd_small_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
+    """norm_small.cu's backwards (``"small"``: grad_x and the weight gradients in one launch) for 2 to
+    ``SMALL_BWD_ROWS`` rows whose row lane (``ROW_CHUNKS`` 16-byte chunks a thread) fits a block of
+    ``NORM_BWD_BLOCK`` threads, else None; the callers try it before ``norm_bwd_plan``. Blocks of
+    ``NORM_BWD_BLOCK`` threads: ``tpr`` a row (as ``norm_bwd_plan``), the first ceil(rows / rows a block)
+    writing grad_x, then the weight blocks of ``chunks`` column lanes (a 16-byte vector each) by
+    NORM_BWD_BLOCK / ``chunks`` row lanes: the most lanes, up to 32, that leave a row lane at most
+    ``WEIGHT_LANE_ROWS`` rows, but at least ``SMALL_MIN_LANES`` (64 bytes of a row together), no more than
+    the row has, and 8 columns a block or more (the kernel adds a column up within a warp). At these sizes
+    the persistent backward's partial sums and norm_col_sum's second launch cost more than reading the input
+    twice (bench/results/ops-small-bwd-h100-2026-11-27/)."""
+    vec = 16 // itemsize
+    tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
+    if not 2 <= rows <= SMALL_BWD_ROWS or tpr > min(NORM_BWD_BLOCK, props.max_threads_per_block):
+        return None
+    col_vecs = _cdiv(cols, vec)
+    lanes = 32
+    while lanes > SMALL_MIN_LANES and _cdiv(rows, NORM_BWD_BLOCK // lanes) > WEIGHT_LANE_ROWS:
+        lanes //= 2
+    lanes = max(min(lanes, _pow2_at_least(col_vecs)), _cdiv(8, vec))
+    per_block = NORM_BWD_BLOCK // tpr
+    return Plan("small", (_cdiv(rows, per_block) + _cdiv(col_vecs, lanes),), (tpr, per_block), 0, 0, 1, lanes)
 
 
 def layer_norm_kernel(plan: Plan, vec: bool) -> str:

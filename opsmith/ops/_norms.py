@@ -1,5 +1,5 @@
 """layer_norm and rms_norm on CUDA: the torch operators' implementations over norm.cu, norm_long.cu,
-norm_cluster.cu, norm_l2.cu and norm_split.cu (the strategy from :mod:`opsmith.ops._launch`'s plans)."""
+norm_cluster.cu, norm_l2.cu, norm_split.cu and norm_small.cu (the strategy from :mod:`opsmith.ops._launch`'s plans)."""
 from __future__ import annotations
 
 from opsmith.ops import _launch, _launch_norm
@@ -151,8 +151,15 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
         z = torch.zeros(shape, dtype=x.dtype, device=x.device)
         return dx, (z if want_w else none), (z.clone() if want_b else none.clone())
     w = weight.contiguous() if weight is not None else x
-    plan, file = _bwd_plan(rows, cols, x, 2)
     dw, db = none, none.clone()
+    small = _launch_norm.norm_bwd_small_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
+    if small is not None:  # few rows: grad_x and the weight and bias gradients in one launch
+        dw, db = _new_grad(x, shape, want_w, dw), _new_grad(x, shape, want_b, db)
+        _kernel("norm_small.cu", "layer_norm_bwd_small<{T}, {A}>", x).launch(
+            _launch.launch_config(small), g, x, w, mean, rstd, dx, dw if want_w else x, db if want_b else x, rows,
+            cols, int(weight is not None), int(want_w), int(want_b), small.chunks)
+        return dx, dw, db
+    plan, file = _bwd_plan(rows, cols, x, 2)
     if plan.strategy in ("long", "split"):  # grad_x alone, then the weight and bias gradients (norm_bwd_weight)
         args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
         if plan.strategy == "long":
@@ -231,6 +238,13 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
     if not (rows and cols):
         return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else x.new_empty(0))
     w = weight.contiguous() if weight is not None else x
+    small = _launch_norm.norm_bwd_small_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
+    if small is not None:  # few rows: grad_x and the weight gradient in one launch
+        dw = _new_grad(x, shape, want_w, None)
+        _kernel("norm_small.cu", "rms_norm_bwd_small<{T}, {A}>", x).launch(
+            _launch.launch_config(small), g, x, w, rstd, dx, _or(dw, x), rows, cols, int(weight is not None),
+            int(want_w), res if res is not None else x, int(res is not None), small.chunks)
+        return dx, dw if want_w else x.new_empty(0)
     plan, file = _bwd_plan(rows, cols, x, 1)
     if plan.strategy in ("long", "split"):  # grad_x alone, then the weight gradient (norm_bwd_weight)
         args = (g, x, w, rstd, dx, rows, cols, int(weight is not None))

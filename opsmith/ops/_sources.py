@@ -1,7 +1,8 @@
 """The CUDA sources of opsmith.ops and their compiled modules.
 
 One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu``,
-``softmax_cluster.cu``, ``norm.cu``, ``norm_long.cu``, ``norm_cluster.cu``, ``norm_l2.cu``, ``norm_split.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
+``softmax_cluster.cu``, ``norm.cu``, ``norm_long.cu``, ``norm_cluster.cu``, ``norm_l2.cu``, ``norm_split.cu``,
+``norm_small.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
 float16 and bfloat16, each with the name expressions of its kernels. The first use of any op on a dtype
 compiles that dtype's programs at once (:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all
 of them ahead of time.
@@ -42,6 +43,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "norm_l2.cu": ("layer_norm_fwd_l2<{T}, {A}>", "rms_norm_fwd_l2<{T}, {A}>", "add_rms_norm_fwd_l2<{T}, {A}>"),
     "norm_split.cu": ("layer_norm_bwd_dx<{T}, {A}>", "rms_norm_bwd_dx<{T}, {A}>", "norm_bwd_weight<{T}, {A}>",
                       "norm_bwd_weight_cluster<{T}, {A}>", "norm_col_sum<{T}, {A}>"),
+    "norm_small.cu": ("layer_norm_bwd_small<{T}, {A}>", "rms_norm_bwd_small<{T}, {A}>"),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd"))
     + tuple(f"{op}_and_mul_{d}_one<{{T}}>" for op in ("silu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>",),
@@ -52,7 +54,7 @@ FILES: dict[str, tuple[str, ...]] = {
 # the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep
 # their Python CUDA implementations (opsmith/ops/_functional.py) on every machine
 NATIVE_FILES = ("elementwise.cu", "softmax.cu", "softmax_cluster.cu", "norm.cu", "norm_long.cu", "norm_cluster.cu",
-                "norm_l2.cu", "norm_split.cu")
+                "norm_l2.cu", "norm_split.cu", "norm_small.cu")
 
 
 def kernel_names(file: str, dtype: str) -> list[str]:

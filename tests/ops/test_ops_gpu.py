@@ -39,7 +39,8 @@ EW_OPS = {
 ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000), (4, 1024), (3, 3001),
               (2, 4096), (2, 4097), (3, 8193), (2, 20000), (1, 32768), (2, 70001), (0, 64), (300, 33),
               (4099, 256), (2500, 3000),  # the persistent norm backwards: many trips a block
-              (300, 2048),  # the "split" norm backwards, their weight gradients in several chunks
+              (1100, 2048),  # the "split" norm backwards, their weight gradients in several chunks
+              (1024, 512), (200, 4096), (1000, 33),  # "small" (one launch) at its edges: rows, row width, lanes
               (700, 12000), (300, 16385),  # sm_90+: the cluster kernels' many trips (K = 2 and 8)
               (2, 131072),  # the norms' l2 forwards at 1,024 threads of many chunks
               (1, 1000), (1, 8192)]  # one row: the split backwards write the weight gradients themselves
@@ -285,6 +286,51 @@ def test_norms_multi_dim_shapes_and_views(dtype):
     _close(m(x), F.layer_norm(x.double(), (12,)), dtype, what="LayerNorm module")
     r = ops.RMSNorm(12, eps=1e-6, device="cuda", dtype=dtype)
     _close(r(x), F.rms_norm(x.double(), (12,), eps=1e-6), dtype, what="RMSNorm module")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", [(2, 64), (64, 1024), (100, 100), (257, 512)], ids=str)
+def test_norm_backwards_of_few_rows_in_one_launch(shape, dtype):
+    """norm_small.cu ("small": grad_x blocks and weight blocks in one launch) on aligned and misaligned rows
+    (its element paths), with the weight's gradient wanted and the bias's not, and the other way round, and on
+    the native C++ path and the Python one alike, against float64."""
+    from opsmith.ops import _launch_norm, _norms
+    rows, cols = shape
+    assert _launch_norm.norm_bwd_small_plan(rows, cols, torch.tensor([], dtype=dtype).element_size(),
+                                            _launch.device_props(0)) is not None
+    base, g = _rand((rows * cols + 8,), dtype, 40), _rand(shape, dtype, 41)
+    w, b = _rand(cols, dtype, 42), _rand(cols, dtype, 43)
+    for x in (base[: rows * cols].view(rows, cols), base[1: 1 + rows * cols].view(rows, cols)):
+        for want_w, want_b in ((True, False), (False, True), (True, True)):
+            args = [_leaf(x), _leaf(w, want_w), _leaf(b, want_b)]
+            refs = [_leaf(t.double(), r) for t, r in zip((x, w, b), (True, want_w, want_b))]
+            yr = F.layer_norm(refs[0], (cols,), refs[1], refs[2], 1e-5)
+            want = torch.autograd.grad(yr, [t for t in refs if t.requires_grad], g.double())
+            got = torch.autograd.grad(ops.layer_norm(args[0], (cols,), args[1], args[2], 1e-5),
+                                      [t for t in args if t.requires_grad], g)
+            for a, e in zip(got, want):
+                _close(a, e, dtype, scale=math.sqrt(rows), what=f"layer_norm {want_w, want_b}")
+            _, mean, rstd = _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)  # the Python path
+            dx, dw, db = _norms.layer_norm_bwd(g, x, [cols], mean, rstd, want_w, want_b, w)
+            _close(dx, want[0], dtype, what="layer_norm grad x (Python path)")
+            if want_w:
+                _close(dw, want[1], dtype, scale=math.sqrt(rows), what="layer_norm grad w (Python path)")
+            if want_b:
+                _close(db, want[-1], dtype, scale=math.sqrt(rows), what="layer_norm grad b (Python path)")
+        for want_w in (True, False):
+            args, refs = [_leaf(x), _leaf(w, want_w)], [_leaf(x.double()), _leaf(w.double(), want_w)]
+            eps = torch.finfo(dtype).eps
+            want = torch.autograd.grad(F.rms_norm(refs[0], (cols,), refs[1], eps),
+                                       [t for t in refs if t.requires_grad], g.double())
+            got = torch.autograd.grad(ops.rms_norm(args[0], (cols,), args[1]), [t for t in args if t.requires_grad],
+                                      g)
+            for a, e in zip(got, want):
+                _close(a, e, dtype, scale=math.sqrt(rows), what=f"rms_norm {want_w}")
+            _, rstd = _norms.rms_norm_fwd(x, [cols], w, eps)
+            dx, dw = _norms.rms_norm_bwd(g, x, [cols], rstd, want_w, w, grad_residual=g)  # add_rms_norm's
+            _close(dx, want[0].to(dtype).double() + g.double(), dtype, scale=2, what="rms_norm grad x + residual's")
+            if want_w:
+                _close(dw, want[1], dtype, scale=math.sqrt(rows), what="rms_norm grad w (Python path)")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)

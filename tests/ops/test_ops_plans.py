@@ -273,6 +273,35 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
             assert p.grid[0] * cols * 4 * 4 <= rows * cols * itemsize
 
 
+@pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
+def test_norm_backward_of_few_rows_is_one_launch_of_grad_x_blocks_then_weight_blocks(props):
+    """norm_bwd_small_plan: 2 to SMALL_BWD_ROWS rows whose row lane fits NORM_BWD_BLOCK threads (norm_small.cu's
+    OPSMITH_SMALL_THREADS; its kernels trap on other blocks) take one launch: ceil(rows / rows a block) blocks of
+    grad_x rows, then weight blocks of ``chunks`` column lanes covering every column once, each row lane at most
+    WEIGHT_LANE_ROWS rows unless the lanes are at their floor, 8 to 256 columns a block (a column adds up within a
+    warp). Anything else: None (norm_bwd_plan's plans)."""
+    import re
+    source = (_sources.KERNEL_DIR / "norm_small.cu").read_text()
+    assert int(re.search(r"#define OPSMITH_SMALL_THREADS (\d+)", source).group(1)) == _launch.NORM_BWD_BLOCK
+    block = _launch.NORM_BWD_BLOCK
+    for rows, cols, itemsize in itertools.product((1, 2, 3, 64, 255, 1000, 1024, 1025, 10**6),
+                                                  (1, 8, 33, 100, 1000, 1024, 2048, 4096, 4097, 8192), (2, 4, 8)):
+        p = _launch_norm.norm_bwd_small_plan(rows, cols, itemsize, props)
+        vec = 16 // itemsize
+        tpr = _launch._pow2_at_least(-(-cols // (_launch.ROW_CHUNKS * vec)))
+        if not 2 <= rows <= _launch.SMALL_BWD_ROWS or tpr > block:
+            assert p is None, (rows, cols, itemsize)
+            continue
+        assert p.strategy == "small" and p.block == (tpr, block // tpr), (rows, cols, itemsize, p)
+        lanes, width = p.chunks, p.chunks * vec
+        assert 8 <= width <= block and block % width == 0 and block // width <= 32
+        col_blocks = p.grid[0] - -(-rows // (block // tpr))
+        assert (col_blocks - 1) * width < cols <= col_blocks * width
+        floor = max(_launch.SMALL_MIN_LANES, -(-8 // vec))
+        assert -(-rows // (block // lanes)) <= _launch.WEIGHT_LANE_ROWS or lanes <= floor, (rows, cols, p)
+        assert lanes <= 32 and (lanes <= _launch._pow2_at_least(-(-cols // vec)) or lanes == -(-8 // vec))
+
+
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
 def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whole_vectors(props):
     """layer_norm_fwd4: float rows past the register strategy (4,096) that fit a block of 4 chunks a

@@ -9,7 +9,7 @@
 // hold an SM to 512 threads, where these kernels' 64 hold it to 1024 (bench/diag_norm_split.py).
 // The math is norm.cu's. norm_bwd_weight also serves the long-row backwards (norm_long.cu), and
 // norm_col_sum adds up the partial sums of every norm backward that writes them.
-#include "rows.cuh"
+#include "norm_dx.cuh"
 
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
@@ -21,27 +21,6 @@
 
 using namespace opsmith;
 
-// The weight gradient grad_y * xhat (xhat = (x - mu) * r, or x * r without `centred`) and the bias
-// gradient grad_y of the launch's one row, from its chunks as loaded (in[0] grad_y, in[1] x)
-template <class T, class A, int C>
-__device__ __forceinline__ void one_row_weights(const Raw (&in)[3][C], A mu, A r, bool centred, T* grad_w, T* grad_b,
-                                                int want_w, int want_b, int n, bool vec, int tpr, int t) {
-    constexpr int N = Vec<T>::N;
-    vec = vec && (!want_w || aligned16(grad_w)) && (!want_b || aligned16(grad_b));
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-        A ow[N], ob[N];
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            ob[k] = raw_get<T>(in[0][c], k);
-            ow[k] = ob[k] * ((centred ? raw_get<T>(in[1][c], k) - mu : raw_get<T>(in[1][c], k)) * r);
-        }
-        const long long j = (long long)(c * tpr + t) * N;
-        if (want_w) store_vec(grad_w, j, n, vec, ow);
-        if (want_b) store_vec(grad_b, j, n, vec, ob);
-    }
-}
-
 // A single row's weight (and bias) gradients are its grad_y * xhat (and grad_y) themselves: with `one_w`
 // (`one_b`) set by a launch of one row, the kernel writes them into grad_w (grad_b) as it goes, and no
 // norm_bwd_weight launch follows (the two launches made a 1 x 64 backward 1.3x eager's time).
@@ -50,36 +29,8 @@ __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_DX_BLOCKS)
 layer_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
                   const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x, long long rows,
                   int cols, int has_w, T* __restrict__ grad_w, T* __restrict__ grad_b, int one_w, int one_b) {
-    OPSMITH_ROW_SETUP
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
-    Raw in[3][C];  // grad_y, x and w as loaded (zeros past the row's end)
-    load_chunks<T, 3>({grad_y + base, x + base, w}, in, n, vec, tpr, t, has_w ? 7u : 3u);
-    const A mu = active ? mean[row] : A(0), r = active ? rstd[row] : A(0);
-    A s1 = A(0), s2 = A(0);
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A g = OPSMITH_E(in[0], c, k), xh = (OPSMITH_E(in[1], c, k) - mu) * r;
-            const A gw = has_w ? g * OPSMITH_E(in[2], c, k) : g;
-            s1 += gw;
-            s2 += gw * xh;
-        }
-    row_allreduce_sum2(s1, s2, tpr);
-    s1 /= A(cols);
-    s2 /= A(cols);
-    if (!active) return;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-        A o[N];
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A g = OPSMITH_E(in[0], c, k), xh = (OPSMITH_E(in[1], c, k) - mu) * r;
-            o[k] = r * ((has_w ? g * OPSMITH_E(in[2], c, k) : g) - s1 - xh * s2);
-        }
-        store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
-    }
-    if ((one_w | one_b) && rows == 1) one_row_weights<T, A, C>(in, mu, r, true, grad_w, grad_b, one_w, one_b, n, vec, tpr, t);
+    layer_norm_dx_rows<T, A>(grad_y, x, w, mean, rstd, grad_x, rows, cols, has_w, grad_w, grad_b, one_w, one_b,
+                             blockIdx.x);
 }
 
 // grad_res (add_rms_norm's, has_res): the gradient that reached the new residual, added to grad_x; one_w:
@@ -89,36 +40,8 @@ __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_DX_BLOCKS)
 rms_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
                 const A* __restrict__ rstd, T* __restrict__ grad_x, long long rows, int cols, int has_w,
                 const T* __restrict__ grad_res, int has_res, T* __restrict__ grad_w, int one_w) {
-    OPSMITH_ROW_SETUP
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
-                     (!has_res || aligned16(grad_res));
-    Raw in[3][C];  // grad_y, x and w as loaded
-    load_chunks<T, 3>({grad_y + base, x + base, w}, in, n, vec, tpr, t, has_w ? 7u : 3u);
-    const A r = active ? rstd[row] : A(0);
-    A d = A(0);
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A g = OPSMITH_E(in[0], c, k);
-            d += (has_w ? g * OPSMITH_E(in[2], c, k) : g) * OPSMITH_E(in[1], c, k);
-        }
-    d = row_allreduce(d, SumOp(), A(0), tpr) / A(cols);
-    if (!active) return;
-    Raw res[1][C];
-    load_chunks<T, 1>({grad_res + base}, res, n, vec, tpr, t, has_res ? 1u : 0u);
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-        A o[N];
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A g = OPSMITH_E(in[0], c, k), v = OPSMITH_E(in[1], c, k);
-            o[k] = r * ((has_w ? g * OPSMITH_E(in[2], c, k) : g) - v * r * r * d);
-            if (has_res) o[k] += OPSMITH_E(res[0], c, k);
-        }
-        store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
-    }
-    if (one_w && rows == 1) one_row_weights<T, A, C>(in, A(0), r, false, grad_w, grad_w, 1, 0, n, vec, tpr, t);
+    rms_norm_dx_rows<T, A>(grad_y, x, w, rstd, grad_x, rows, cols, has_w, grad_res, has_res, grad_w, one_w,
+                           blockIdx.x);
 }
 
 // -- grad_w and grad_b: column sums over the rows ---------------------------------------------------

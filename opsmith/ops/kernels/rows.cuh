@@ -269,11 +269,12 @@ __device__ __forceinline__ void cluster_sum(A (&v)[W], A (&slot)[2][K][W], unsig
 // The register-row kernels' setup (norm.cu, fused_norm.cu): a block of blockDim.y rows, tpr =
 // blockDim.x threads a row, C chunks of N elements per thread.
 #define OPSMITH_ROW_SETUP OPSMITH_ROW_SETUP_C(OPSMITH_ROW_CHUNKS)
-#define OPSMITH_ROW_SETUP_C(CC)                                                    \
+#define OPSMITH_ROW_SETUP_C(CC) OPSMITH_ROW_SETUP_AT(CC, blockIdx.x)
+#define OPSMITH_ROW_SETUP_AT(CC, BLK) /* BLK: the block's index among the blocks of rows */ \
     typedef typename Elem<T>::acc A_;                                              \
     constexpr int N = Vec<T>::N, C = (CC);                                         \
     const int tpr = blockDim.x, t = threadIdx.x;                                   \
-    const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;        \
+    const long long row = (BLK) * (long long)blockDim.y + threadIdx.y;             \
     const bool active = row < rows; /* idle rows still take part in reductions */  \
     const int n = active ? cols : 0;                                               \
     const long long base = (active ? row : 0) * (long long)cols;

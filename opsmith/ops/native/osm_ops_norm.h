@@ -1,6 +1,6 @@
 /* layer_norm and rms_norm in C++ (opsmith/ops/_norms.py ported): the register rows (norm.cu, 2 chunks a
-   thread or 4), the thread-block clusters (norm_cluster.cu, sm_90+), the long rows (norm_long.cu) and the forwards' two
-   passes over a row held in L2 (norm_l2.cu). Part of osm_ops.cpp's
+   thread or 4), the thread-block clusters (norm_cluster.cu, sm_90+), the long rows (norm_long.cu), the forwards' two
+   passes over a row held in L2 (norm_l2.cu) and the backwards of few rows in one launch (norm_small.cu). Part of osm_ops.cpp's
    one translation unit. */
 #pragma once
 
@@ -102,6 +102,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *mp = m.data_ptr(), *rp = s.data_ptr();
     void *dp = dx.data_ptr();
     at::Tensor dw = none, db = none.clone();
+    const Plan sp = norm_bwd_small_plan(r, c, x.element_size(), props[dev]);
+    if (sp.strategy != S_NONE) {  // few rows: grad_x and the weight and bias gradients in one launch
+        if (want_w) dw = at::empty(shape, x.options());
+        if (want_b) db = at::empty(shape, x.options());
+        void *dwp = want_w ? dw.data_ptr() : xp, *dbp = want_b ? db.data_ptr() : xp;
+        int ww = want_w, wb = want_b, lanes = (int)sp.chunks;
+        void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &dwp, &dbp, &rows, &cols, &has_w, &ww, &wb, &lanes};
+        launch(LN_BWD_SMALL, dt, dev, sp, params);
+        return {dx, dw, db};
+    }
     if (p.strategy == S_LONG || p.strategy == S_SPLIT) {  // grad_x alone, then the weights (norm_bwd_weight)
         if (p.strategy == S_LONG) {
             void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &rows, &cols, &has_w, &cache};
@@ -206,6 +216,15 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *rp = s.data_ptr(), *dp = dx.data_ptr();
     at::Tensor dw = x.new_empty({0});
     void *resp = xp;  // no gradient of a residual to add (add_rms_norm's, in Python)
+    const Plan sp = norm_bwd_small_plan(r, c, x.element_size(), props[dev]);
+    if (sp.strategy != S_NONE) {  // few rows: grad_x and the weight gradient in one launch
+        if (want_w) dw = at::empty(shape, x.options());
+        void *dwp = want_w ? dw.data_ptr() : xp;
+        int ww = want_w, has_res = 0, lanes = (int)sp.chunks;
+        void *params[] = {&gp, &xp, &wp, &rp, &dp, &dwp, &rows, &cols, &has_w, &ww, &resp, &has_res, &lanes};
+        launch(RMS_BWD_SMALL, dt, dev, sp, params);
+        return {dx, dw};
+    }
     if (p.strategy == S_LONG || p.strategy == S_SPLIT) {  // grad_x alone, then the weight (norm_bwd_weight)
         int has_res = 0, one_w = p.strategy == S_SPLIT && rows == 1 && want_w;  // one row: dw by the same kernel
         if (one_w) dw = at::empty(shape, x.options());

@@ -13,7 +13,7 @@ enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C
        C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
        C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
        C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS, C_C4_THREADS,
-       C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_C4_FULL_SM_GBPS,
+       C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_C4_FULL_SM_GBPS, C_SMALL_BWD_ROWS, C_SMALL_MIN_LANES,
        N_CONSTS };
 int64_t K[N_CONSTS];
 
@@ -23,7 +23,7 @@ struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its 
 
 // -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
 enum { S_NONE = -1, S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5, S_WIDE = 6,
-       S_CLUSTER = 7, S_SPLIT = 8, S_L2 = 9 };
+       S_CLUSTER = 7, S_SPLIT = 8, S_L2 = 9, S_SMALL = 10 };
 struct Plan {
     int strategy;
     int64_t gx, gy;
@@ -174,6 +174,21 @@ Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     int64_t threads = pow2_at_least(cdiv(cols / vec, K[C_L2_CHUNKS]));
     if (arrays == 1) threads = std::max(threads, std::min(K[C_L2_RMS_THREADS], pow2_at_least(cdiv(cols / vec, 2))));
     return {S_L2, rows, 1, std::min(largest, threads), 1, 0, 0, 0};
+}
+
+// _launch_norm.norm_bwd_small_plan: the norm backwards of 2 to SMALL_BWD_ROWS rows in one launch (norm_small.cu),
+// grad_x blocks then weight blocks of `chunks` column lanes
+Plan norm_bwd_small_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
+    const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t vec = 16 / itemsize, block = 256;  // 256: NORM_BWD_BLOCK
+    const int64_t tpr = pow2_at_least(cdiv(std::max<int64_t>(cols, 1), K[C_ROW_CHUNKS] * vec));
+    if (rows < 2 || rows > K[C_SMALL_BWD_ROWS] || tpr > std::min<int64_t>(block, p.max_threads_per_block)) return none;
+    const int64_t col_vecs = cdiv(cols, vec);
+    int64_t lanes = 32;
+    while (lanes > K[C_SMALL_MIN_LANES] && cdiv(rows, block / lanes) > K[C_WEIGHT_LANE_ROWS]) lanes /= 2;
+    lanes = std::max(std::min(lanes, pow2_at_least(col_vecs)), cdiv(8, vec));
+    const int64_t per_block = block / tpr;
+    return {S_SMALL, cdiv(rows, per_block) + cdiv(col_vecs, lanes), 1, tpr, per_block, 0, 0, 0, 1, lanes};
 }
 
 Plan col_sum_plan(int64_t cols, int64_t arrays) {
