@@ -86,7 +86,7 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
 
 @functools.lru_cache(maxsize=4096)
 def norm_bwd_small_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
-    """norm_small.cu's backwards (``"small"``: grad_x and the weight gradients in one launch) for 2 to
+    """norm_small.cu's backwards (``"small"``: grad_x and the weight gradients in one launch) for 1 to
     ``SMALL_BWD_ROWS`` rows whose row lane (``ROW_CHUNKS`` 16-byte chunks a thread) fits a block of
     ``NORM_BWD_BLOCK`` threads, else None; the callers try it before ``norm_bwd_plan``. Blocks of
     ``NORM_BWD_BLOCK`` threads: ``tpr`` a row (as ``norm_bwd_plan``), the first ceil(rows / rows a block)
@@ -98,7 +98,7 @@ def norm_bwd_small_plan(rows: int, cols: int, itemsize: int, props: DeviceProps)
     twice (bench/results/ops-small-bwd-h100-2026-11-27/)."""
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
-    if not 2 <= rows <= SMALL_BWD_ROWS or tpr > min(NORM_BWD_BLOCK, props.max_threads_per_block):
+    if not 1 <= rows <= SMALL_BWD_ROWS or tpr > min(NORM_BWD_BLOCK, props.max_threads_per_block):
         return None
     col_vecs = _cdiv(cols, vec)
     lanes = 32

@@ -381,6 +381,11 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         assert [t.shape for t in grads] == [x.shape, w.shape, w.shape]
         y, rstd = nf.rms_norm_fwd(x, [cols], w, None)
         assert [t.shape for t in nf.rms_norm_bwd(x, x, [cols], rstd, True, w)] == [x.shape, w.shape]
+    x, w = torch.randn(_launch.SMALL_BWD_ROWS + 100, 256, dtype=dt), torch.randn(256, dtype=dt)  # more rows than
+    y, mean, rstd = nf.layer_norm_fwd(x, [256], w, w, 1e-5)  # "small" takes: the persistent backwards (norm.cu)
+    assert [t.shape for t in nf.layer_norm_bwd(x, x, [256], mean, rstd, True, True, w)] == [x.shape, w.shape, w.shape]
+    y, rstd = nf.rms_norm_fwd(x, [256], w, None)
+    assert [t.shape for t in nf.rms_norm_bwd(x, x, [256], rstd, True, w)] == [x.shape, w.shape]
     names = {n.split("<")[0] for n, _ in calls}
     want = {n.split("<")[0] for f in _sources.FILES for n in _sources.FILES[f]}
     if dtype not in ("float16", "bfloat16"):  # softmax_plan gives clusters to 16-bit rows only

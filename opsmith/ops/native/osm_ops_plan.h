@@ -176,13 +176,13 @@ Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     return {S_L2, rows, 1, std::min(largest, threads), 1, 0, 0, 0};
 }
 
-// _launch_norm.norm_bwd_small_plan: the norm backwards of 2 to SMALL_BWD_ROWS rows in one launch (norm_small.cu),
+// _launch_norm.norm_bwd_small_plan: the norm backwards of 1 to SMALL_BWD_ROWS rows in one launch (norm_small.cu),
 // grad_x blocks then weight blocks of `chunks` column lanes
 Plan norm_bwd_small_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
     const int64_t vec = 16 / itemsize, block = 256;  // 256: NORM_BWD_BLOCK
     const int64_t tpr = pow2_at_least(cdiv(std::max<int64_t>(cols, 1), K[C_ROW_CHUNKS] * vec));
-    if (rows < 2 || rows > K[C_SMALL_BWD_ROWS] || tpr > std::min<int64_t>(block, p.max_threads_per_block)) return none;
+    if (rows < 1 || rows > K[C_SMALL_BWD_ROWS] || tpr > std::min<int64_t>(block, p.max_threads_per_block)) return none;
     const int64_t col_vecs = cdiv(cols, vec);
     int64_t lanes = 32;
     while (lanes > K[C_SMALL_MIN_LANES] && cdiv(rows, block / lanes) > K[C_WEIGHT_LANE_ROWS]) lanes /= 2;
