@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The norm forwards' rows of 32 and 64 KiB (bf16 16,384 and 32,768; float 8,192 and 16,384) in one pass, the
+row held in registers at 8 chunks a thread (256 threads a row for 32 KiB, 512 for 64 KiB: norm_fwd.cuh's rows
+compiled here as extra kernels), against the shipped plan (norm_l2.cu: two passes, the second from L2),
+Liger-Kernel's one-pass Triton rows and torch.compile(dynamic=False); kernels alone (torch.profiler, us a
+call) as GB/s of the bytes-moved floor, beside a copy of the same bytes; each result checked against the
+shipped one. Needs a GPU; Liger is optional (PYTHONPATH to its wheel's files).
+
+    python3 bench/diag_fwd_long1.py [--out FILE.json]
+"""
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, ".")
+from diag_norm_split import per_kernel  # noqa: E402  (bench/, this script's folder)
+from opsmith._runtime import _driver  # noqa: E402
+from opsmith._torch._cuda_module import CudaModule  # noqa: E402
+from opsmith.ops import _launch, _norms, _sources  # noqa: E402
+
+try:
+    from liger_kernel.ops.layer_norm import layer_norm_forward
+    from liger_kernel.ops.rms_norm import rms_norm_forward
+except ImportError:
+    layer_norm_forward = None
+
+EXTRA = """
+#include "norm_fwd.cuh"
+using namespace opsmith;
+#define ROWS1(NAME, THREADS, BLOCKS)                                                                            \\
+template <class T, class A>                                                                                     \\
+__global__ void __launch_bounds__(THREADS, BLOCKS)                                                              \\
+layer_norm_fwd_##NAME(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,                \\
+                      T* __restrict__ y, A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols,   \\
+                      A eps, int has_w, int has_b) {                                                            \\
+    layer_norm_fwd_any<1, T, A, 8>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);                      \\
+}                                                                                                               \\
+template <class T, class A>                                                                                     \\
+__global__ void __launch_bounds__(THREADS, BLOCKS)                                                              \\
+rms_norm_fwd_##NAME(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,  \\
+                    long long rows, int cols, A eps, int has_w) {                                               \\
+    rms_norm_fwd_any<T, A, 8>(x, w, y, rstd, rows, cols, eps, has_w);                                           \\
+}
+ROWS1(c8, 256, 2)
+ROWS1(c8k, 512, 1)
+"""
+NAMES = [f"{op}_fwd_{k}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in ("c8", "c8k")]
+SHAPES = [(torch.bfloat16, r, c) for r, c in ((4096, 16384), (8192, 16384), (2048, 32768), (4096, 32768))]
+SHAPES += [(torch.float32, r, c) for r, c in ((8192, 8192), (4096, 16384))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    for f in _sources.KERNEL_DIR.iterdir():
+        shutil.copy(f, tmp / f.name)
+    (tmp / "norm_rows1.cu").write_text(EXTRA)
+    mods = {}
+    records = []
+    for dt, rows, cols in SHAPES:
+        dts = str(dt)[6:]
+        if dts not in mods:
+            mods[dts] = CudaModule(tmp / "norm_rows1.cu", name_expressions=[n.format(T=_sources.DTYPES[dts][0],
+                                   A=_sources.DTYPES[dts][1]) for n in NAMES], arch=_driver.device_arch(0),
+                                   name="diag/norm_rows1.cu", options=["--ptxas-options=-v"])
+        mod = mods[dts]
+        x = torch.randn(rows, cols, device="cuda", dtype=dt) * 3 + 1
+        w, b = torch.randn(cols, device="cuda", dtype=dt), torch.randn(cols, device="cuda", dtype=dt)
+        gb = 2 * rows * cols * x.element_size() / 1e3
+        out = torch.empty_like(x)
+        copy = gb / sum(per_kernel(lambda: out.copy_(x)).values())
+        vecs = cols // (16 // x.element_size())
+        kname = "c8" if vecs // 8 <= 256 else "c8k"
+        cfg = _launch.launch_config(_launch.Plan("block", (rows,), (vecs // 8, 1), 0, 0))
+        t, a = _sources.DTYPES[dts]
+        y = torch.empty_like(x)
+        st = torch.empty(rows, device="cuda", dtype=torch.float32)
+        st2 = torch.empty_like(st)
+        ln = mod.get_kernel(f"layer_norm_fwd_{kname}<{t}, {a}>")
+        rms = mod.get_kernel(f"rms_norm_fwd_{kname}<{t}, {a}>")
+        cases = {
+            "layer_norm": (lambda: _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)[0],
+                           lambda: (ln.launch(cfg, x, w, b, y, st, st2, rows, cols, 1e-5, 1, 1), y)[1],
+                           torch.compile(lambda x, w, b: F.layer_norm(x, (cols,), w, b, 1e-5), dynamic=False),
+                           (x, w, b), layer_norm_forward and (lambda: layer_norm_forward(x, w, b, 1e-5))),
+            "rms_norm": (lambda: _norms.rms_norm_fwd(x, [cols], w, 1e-6)[0],
+                         lambda: (rms.launch(cfg, x, w, y, st, rows, cols, 1e-6, 1), y)[1],
+                         torch.compile(lambda x, w: F.rms_norm(x, (cols,), w, 1e-6), dynamic=False), (x, w),
+                         layer_norm_forward and (lambda: rms_norm_forward(x, w, 1e-6, 0.0, "llama", None))),
+        }
+        torch._dynamo.reset()
+        for op, (ours, one, comp, comp_args, liger) in cases.items():
+            torch.testing.assert_close(one().clone(), ours(), rtol=2e-2, atol=2e-2)
+            rec = {"op": op, "dtype": dts, "rows": rows, "cols": cols, "copy": copy, "kernel": kname,
+                   "shipped": gb / sum(per_kernel(ours).values()), "one_pass": gb / sum(per_kernel(one).values()),
+                   "compile": gb / sum(per_kernel(lambda: comp(*comp_args)).values())}
+            if liger:
+                rec["liger"] = gb / sum(per_kernel(liger).values())
+            records.append(rec)
+            print(f"{op:<10} {dts:<8} {rows:>5}x{cols:<5} GB/s shipped {rec['shipped']:5.0f} one pass ({kname}) "
+                  f"{rec['one_pass']:5.0f} ({rec['one_pass'] / rec['shipped']:5.3f}x) | compile {rec['compile']:5.0f}"
+                  f" liger {rec.get('liger', 0):5.0f} copy {copy:5.0f}", flush=True)
+    regs = [line for line in mods[next(iter(mods))].binary.log.splitlines() if "registers" in line or "spill" in line]
+    print("\n".join(regs[:16]))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                              "records": records}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
