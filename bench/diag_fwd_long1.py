@@ -33,22 +33,22 @@ except ImportError:
 EXTRA = """
 #include "norm_fwd.cuh"
 using namespace opsmith;
-#define ROWS1(NAME, THREADS, BLOCKS)                                                                            \\
-template <class T, class A>                                                                                     \\
-__global__ void __launch_bounds__(THREADS, BLOCKS)                                                              \\
-layer_norm_fwd_##NAME(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,                \\
-                      T* __restrict__ y, A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols,   \\
-                      A eps, int has_w, int has_b) {                                                            \\
-    layer_norm_fwd_any<1, T, A, 8>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);                      \\
-}                                                                                                               \\
-template <class T, class A>                                                                                     \\
-__global__ void __launch_bounds__(THREADS, BLOCKS)                                                              \\
-rms_norm_fwd_##NAME(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,  \\
-                    long long rows, int cols, A eps, int has_w) {                                               \\
-    rms_norm_fwd_any<T, A, 8>(x, w, y, rstd, rows, cols, eps, has_w);                                           \\
-}
-ROWS1(c8, 256, 2)
-ROWS1(c8k, 512, 1)
+"""
+for _name, _threads, _blocks in (("c8", 256, 2), ("c8k", 512, 1)):  # written out: opsmith reads the signatures
+    EXTRA += f"""
+template <class T, class A>
+__global__ void __launch_bounds__({_threads}, {_blocks})
+layer_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                       A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+                       int has_b) {{
+    layer_norm_fwd_any<1, T, A, 8>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+}}
+template <class T, class A>
+__global__ void __launch_bounds__({_threads}, {_blocks})
+rms_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
+                     long long rows, int cols, A eps, int has_w) {{
+    rms_norm_fwd_any<T, A, 8>(x, w, y, rstd, rows, cols, eps, has_w);
+}}
 """
 NAMES = [f"{op}_fwd_{k}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in ("c8", "c8k")]
 SHAPES = [(torch.bfloat16, r, c) for r, c in ((4096, 16384), (8192, 16384), (2048, 32768), (4096, 32768))]
