@@ -78,6 +78,7 @@ C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu: the most threads a block 
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
 C4_FULL_SM_GBPS = 30  # norm_c4_plan: rows of exactly L2_MIN_ROW_BYTES too, on devices of at most this DRAM GB/s an SM
 SMALL_BWD_ROWS = 1024  # norm_bwd_small_plan: the norm backwards of 1 to this many rows take norm_small.cu's one launch
+C8_MAX_ROW_BYTES = 32768  # norm_c8_plan: norm forward rows past L2_MIN_ROW_BYTES up to this: 8 chunks a thread
 SMALL_MIN_LANES = 4   # norm_bwd_small_plan: the fewest column lanes (16-byte vectors of a row) of its weight blocks
 _STATIC_SMEM = 1024   # the reductions' static shared memory, at most (2 x 32 doubles), rounded up
 _WARP = 32

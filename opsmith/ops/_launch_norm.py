@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES,
-                                 L2_RMS_THREADS, L2_THREADS, LN_FWD4_CHUNKS, LN_WIDE_TPR, NORM_BWD_BLOCK, ROW_CHUNKS,
-                                 ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS, DeviceProps, Plan,
-                                 _cdiv, _pow2_at_least)
+from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, C8_MAX_ROW_BYTES, L2_CHUNKS,
+                                 L2_MIN_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FWD4_CHUNKS, LN_WIDE_TPR,
+                                 NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES,
+                                 WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least)
 
-__all__ = ["layer_norm_fwd4_plan", "layer_norm_kernel", "norm_bwd_small_plan", "norm_c4_plan", "norm_l2_plan"]
+__all__ = ["layer_norm_fwd4_plan", "layer_norm_kernel", "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan",
+           "norm_l2_plan"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -56,6 +57,23 @@ def norm_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     if not C4_MIN_ROW_BYTES <= cols * itemsize <= top:
         return None
     tpr = _pow2_at_least(_cdiv(cols // vec, 4))
+    if tpr > min(C4_THREADS, props.max_threads_per_block):
+        return None
+    return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def norm_c8_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
+    """norm.cu's ``layer_norm_fwd_c8`` / ``rms_norm_fwd_c8``: a block a row of 8 chunks a thread (at most
+    ``C4_THREADS`` threads), the row read once, for rows of more than ``L2_MIN_ROW_BYTES`` up to
+    ``C8_MAX_ROW_BYTES`` in whole 16-byte vectors of 2- and 4-byte types, else None; the callers try it after
+    ``norm_c4_plan`` and before ``norm_l2_plan`` (the row read twice, the second time from L2). H100, kernels
+    alone (bench/diag_fwd_long1.py), the 32 KiB rows 1.01-1.06x the L2 rows'; at 64 KiB rms_norm 1.01-1.02x and
+    bf16 layer_norm 0.90x (it spills), which keep the L2 rows."""
+    vec = 16 // itemsize
+    if itemsize not in (2, 4) or cols % vec or not L2_MIN_ROW_BYTES < cols * itemsize <= C8_MAX_ROW_BYTES:
+        return None
+    tpr = _pow2_at_least(_cdiv(cols // vec, 8))
     if tpr > min(C4_THREADS, props.max_threads_per_block):
         return None
     return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)

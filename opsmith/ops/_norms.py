@@ -28,6 +28,8 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         c4 = _launch_norm.norm_c4_plan(rows, cols, x.element_size(), props, 2)
         if c4 is not None:  # rows of 2 to 16 KiB: 4 chunks a thread
             _kernel("norm.cu", "layer_norm_fwd_c4<{T}, {A}>", x).launch(_launch.launch_config(c4), *args)
+        elif (c8 := _c8_plan(rows, cols, props, x, w, b, y)) is not None:  # 16 to 32 KiB: 8 chunks, one pass
+            _kernel("norm.cu", "layer_norm_fwd_c8<{T}, {A}>", x).launch(_launch.launch_config(c8), *args)
         elif (l2 := _l2_plan(rows, cols, props, 2, x, w, b, y)) is not None:  # longer rows: 2 passes, the 2nd from L2
             _kernel(_L2, "layer_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
         elif (four := _launch_norm.layer_norm_fwd4_plan(rows, cols, x.element_size(), props)) is not None:
@@ -107,6 +109,12 @@ def _l2_plan(rows: int, cols: int, props, arrays: int, *tensors):
     """``_launch_norm.norm_l2_plan``'s plan (``arrays``: 2 layer_norm, 1 rms_norm and add_rms_norm) where
     every one of ``tensors`` is 16-byte aligned, else None."""
     plan = _launch_norm.norm_l2_plan(rows, cols, tensors[0].element_size(), props, arrays)
+    return plan if plan is not None and all(t.data_ptr() % 16 == 0 for t in tensors) else None
+
+
+def _c8_plan(rows: int, cols: int, props, *tensors):
+    """``_launch_norm.norm_c8_plan``'s plan where every one of ``tensors`` is 16-byte aligned, else None."""
+    plan = _launch_norm.norm_c8_plan(rows, cols, tensors[0].element_size(), props)
     return plan if plan is not None and all(t.data_ptr() % 16 == 0 for t in tensors) else None
 
 
@@ -212,6 +220,8 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
         c4 = _launch_norm.norm_c4_plan(rows, cols, x.element_size(), props, 1)
         if c4 is not None:  # 16-bit rows of 2 to 16 KiB: 4 chunks a thread
             _kernel("norm.cu", "rms_norm_fwd_c4<{T}, {A}>", x).launch(_launch.launch_config(c4), *args)
+        elif (c8 := _c8_plan(rows, cols, props, x, w, y)) is not None:  # 16 to 32 KiB: 8 chunks, one pass
+            _kernel("norm.cu", "rms_norm_fwd_c8<{T}, {A}>", x).launch(_launch.launch_config(c8), *args)
         elif (l2 := _l2_plan(rows, cols, props, 1, x, w, y)) is not None:  # longer (float: from 16 KiB): 2 passes
             _kernel(_L2, "rms_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
         elif file == _CL:

@@ -43,7 +43,8 @@ ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000),
               (1024, 512), (200, 4096), (1000, 33),  # "small" (one launch) at its edges: rows, row width, lanes
               (700, 12000), (300, 16385),  # sm_90+: the cluster kernels' many trips (K = 2 and 8)
               (2, 131072),  # the norms' l2 forwards at 1,024 threads of many chunks
-              (1, 1000), (1, 8192)]  # one row: the split backwards write the weight gradients themselves
+              (1, 1000), (1, 8192),  # one row: the split backwards write the weight gradients themselves
+              (5, 8192), (4, 16384)]  # rows of 32 KiB in one pass (norm_c8_plan): float, 16-bit
 
 
 def _close(actual, expected, dtype, scale=1.0, what=""):
@@ -355,10 +356,11 @@ def test_layer_norm_wide_kernel_and_misaligned_rows(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES[:3], ids=DT_IDS[:3])
-@pytest.mark.parametrize("cols", [4096, 20000, 65536])
+@pytest.mark.parametrize("cols", [4096, 8192, 12288, 16384, 20000, 65536])
 def test_norm_l2_forwards_and_their_fallbacks_match_float64(cols, dtype):
     """Rows of 16 KiB or more in whole 16-byte vectors have an L2 plan (norm_l2.cu's forwards take them, but
-    the 16 KiB rows that norm_c4_plan serves: float layer_norm at 4,096 here); a misaligned view of the same
+    the 16 KiB rows that norm_c4_plan serves, float layer_norm at 4,096 here, and the rows past 16 KiB up to
+    32 KiB that norm_c8_plan serves: 8,192 float, 12,288 and 16,384 16-bit); a misaligned view of the same
     rows takes the other kernels; all match float64 torch, mean and rstd too, with and without weight and
     bias."""
     from opsmith.ops import _norms

@@ -83,6 +83,20 @@ layer_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ w, const T* __r
     layer_norm_fwd_any<1, T, A, 4>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
+// The forwards of 8 chunks a thread, one row a block of at most OPSMITH_C4_THREADS, 2 blocks an SM (128
+// registers; layer_norm's 16-bit rows spill 152 bytes): rows of 16 to 32 KiB in whole 16-byte vectors of 2- and
+// 4-byte types (_launch_norm.norm_c8_plan) in one pass, where the L2 rows (norm_l2.cu) read them twice. H100,
+// kernels alone (bench/results/ops-small-bwd-h100-2026-11-27/long1.json), GB/s L2 rows -> these: bf16 rms_norm
+// 4096 x 16384 2,869 -> 3,052 (Liger-Kernel 3,046), layer_norm 2,800 -> 2,873; float 8192 x 8192 rms_norm
+// 2,889 -> 3,039, layer_norm 2,866 -> 3,014. At 64 KiB (512 threads of 8 chunks) they gained 0.6-2.3 % for
+// rms_norm and lost 10 % for bf16 layer_norm (it spills 488 bytes): those rows keep the L2 rows.
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_C4_THREADS, 2)
+layer_norm_fwd_c8(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                  A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
+    layer_norm_fwd_any<1, T, A, 8>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+}
+
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
 layer_norm_fwd4(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
@@ -233,6 +247,13 @@ __global__ void __launch_bounds__(OPSMITH_C4_THREADS, (RowBlocks<T, 3, 3>::value
 rms_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
                 long long rows, int cols, A eps, int has_w) {
     rms_norm_fwd_any<T, A, 4>(x, w, y, rstd, rows, cols, eps, has_w);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_C4_THREADS, 2)
+rms_norm_fwd_c8(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
+                long long rows, int cols, A eps, int has_w) {
+    rms_norm_fwd_any<T, A, 8>(x, w, y, rstd, rows, cols, eps, has_w);
 }
 
 template <class T, class A>

@@ -40,10 +40,12 @@
     X(LN_FWD_WIDE, "norm.cu", "layer_norm_fwd_wide<{T}, {A}>")                \
     X(LN_FWD4, "norm.cu", "layer_norm_fwd4<{T}, {A}>")                        \
     X(LN_FWD_C4, "norm.cu", "layer_norm_fwd_c4<{T}, {A}>")                    \
+    X(LN_FWD_C8, "norm.cu", "layer_norm_fwd_c8<{T}, {A}>")                    \
     X(LN_BWD, "norm.cu", "layer_norm_bwd<{T}, {A}>")                          \
     X(LN_BWD_LONG, "norm_long.cu", "layer_norm_bwd_long<{T}, {A}>")           \
     X(RMS_FWD, "norm.cu", "rms_norm_fwd<{T}, {A}>")                           \
     X(RMS_FWD_C4, "norm.cu", "rms_norm_fwd_c4<{T}, {A}>")                     \
+    X(RMS_FWD_C8, "norm.cu", "rms_norm_fwd_c8<{T}, {A}>")                     \
     X(RMS_FWD_LONG, "norm_long.cu", "rms_norm_fwd_long<{T}, {A}>")            \
     X(RMS_BWD, "norm.cu", "rms_norm_bwd<{T}, {A}>")                           \
     X(RMS_BWD_LONG, "norm_long.cu", "rms_norm_bwd_long<{T}, {A}>")            \

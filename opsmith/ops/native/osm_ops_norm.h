@@ -65,7 +65,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev], 2);  // rows of 16 KiB or more
         const Plan four = layer_norm_fwd4_plan(r, c, x.element_size(), props[dev]);  // float rows of 4,097-8,192
         const Plan c4 = norm_c4_plan(r, c, x.element_size(), props[dev], 2);  // rows of 2 to 16 KiB: first
+        const Plan c8 = norm_c8_plan(r, c, x.element_size(), props[dev]);  // 16 to 32 KiB: one pass
         if (c4.strategy != S_NONE) launch(LN_FWD_C4, dt, dev, c4, params);
+        else if (c8.strategy != S_NONE && vec) launch(LN_FWD_C8, dt, dev, c8, params);  // (no cache either)
         else if (l2.strategy != S_NONE && vec) launch(LN_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
         else if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);
         else launch(k, dt, dev, p, params);
@@ -177,6 +179,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
         const Plan c4 = norm_c4_plan(r, c, x.element_size(), props[dev], 1);  // 16-bit rows of 2 to 16 KiB: first
         if (c4.strategy != S_NONE) {
             launch(RMS_FWD_C4, dt, dev, c4, params);
+            return {y, rstd};
+        }
+        const Plan c8 = norm_c8_plan(r, c, x.element_size(), props[dev]);  // 16 to 32 KiB: one pass
+        if (c8.strategy != S_NONE && aligned16(xp) && aligned16(wp) && aligned16(yp)) {
+            launch(RMS_FWD_C8, dt, dev, c8, params);  // (its kernel takes no cache)
             return {y, rstd};
         }
         const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev], 1);  // _norms._l2_plan
