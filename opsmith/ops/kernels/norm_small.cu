@@ -6,7 +6,9 @@
 // but nothing else: no partial sums written and read back, and no second launch. At these sizes a launch
 // and a round trip to memory are most of the time: the persistent backward and norm_col_sum took 4.5-6.5
 // us of kernels at 64 rows on an H100, eager's two kernels 3.2-4.1
-// (bench/results/ops-h100-2026-11-27/small-bwd.json).
+// (bench/results/ops-h100-2026-11-27/small-bwd.json). In one launch, bf16, GPU time a call with the L2 flushed:
+// layer_norm 64 x 1024 11.42 -> 7.55 us (eager 9.50), 1024 x 1024 16.77 -> 12.24 (eager 15.39); from 2,048 rows
+// its weight blocks take too many rows each and it lost (bench/results/ops-small-bwd-h100-2026-11-27/).
 //
 // Kernels: layer_norm_bwd_small<T, A>(grad_y, x, w, mean, rstd, grad_x, grad_w, grad_b, rows, cols, has_w,
 //          want_w, want_b, lanes), rms_norm_bwd_small<T, A>(grad_y, x, w, rstd, grad_x, grad_w, rows, cols,
