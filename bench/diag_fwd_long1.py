@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The norm forwards' rows of 32 and 64 KiB (bf16 16,384 and 32,768; float 8,192 and 16,384) in one pass, the
-row held in registers at 8 chunks a thread (256 threads a row for 32 KiB, 512 for 64 KiB: norm_fwd.cuh's rows
-compiled here as extra kernels), against the shipped plan (norm_l2.cu: two passes, the second from L2),
-Liger-Kernel's one-pass Triton rows and torch.compile(dynamic=False); kernels alone (torch.profiler, us a
-call) as GB/s of the bytes-moved floor, beside a copy of the same bytes; each result checked against the
-shipped one. Needs a GPU; Liger is optional (PYTHONPATH to its wheel's files).
+row held in registers at 8 chunks a thread (256 threads a row for 32 KiB, 512 for 64 KiB; layer_norm and rms_norm
+from norm_fwd.cuh's rows, add_rms_norm from fused_norm.cu's, compiled here as extra kernels), against the L2 rows
+(norm_l2.cu: two passes, the second from L2; norm_c8_plan declined for them, since 67fa1b9 ships the 32 KiB rows
+of layer_norm and rms_norm at 8 chunks), Liger-Kernel's one-pass Triton rows and torch.compile(dynamic=False);
+kernels alone (torch.profiler, us a call) as GB/s of the bytes-moved floor, beside a copy of the same bytes; each
+result checked against the L2 rows'. Needs a GPU; Liger is optional (PYTHONPATH to its wheel's files).
 
     python3 bench/diag_fwd_long1.py [--out FILE.json]
 """
@@ -22,9 +23,10 @@ sys.path.insert(0, ".")
 from diag_norm_split import per_kernel  # noqa: E402  (bench/, this script's folder)
 from opsmith._runtime import _driver  # noqa: E402
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
-from opsmith.ops import _launch, _norms, _sources  # noqa: E402
+from opsmith.ops import _fused, _launch, _launch_norm, _norms, _sources  # noqa: E402
 
 try:
+    from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
     from liger_kernel.ops.layer_norm import layer_norm_forward
     from liger_kernel.ops.rms_norm import rms_norm_forward
 except ImportError:
@@ -32,6 +34,7 @@ except ImportError:
 
 EXTRA = """
 #include "norm_fwd.cuh"
+#include "fused_norm.cu"
 using namespace opsmith;
 """
 for _name, _threads, _blocks in (("c8", 256, 2), ("c8k", 512, 1)):  # written out: opsmith reads the signatures
@@ -49,10 +52,35 @@ rms_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ w, T* __rest
                      long long rows, int cols, A eps, int has_w) {{
     rms_norm_fwd_any<T, A, 8>(x, w, y, rstd, rows, cols, eps, has_w);
 }}
+// every shape below is whole chunks of whole vectors (ROW_FULL): 8 x 16 bytes x tpr
+template <class T, class A>
+__global__ void __launch_bounds__({_threads}, {_blocks})
+add_rms_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                         T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows,
+                         int cols, A eps, int has_w) {{
+    add_rms_norm_fwd_row<ROW_FULL, T, A, 8>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+}}
 """
-NAMES = [f"{op}_fwd_{k}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in ("c8", "c8k")]
+NAMES = [f"{op}_fwd_{k}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm") for k in ("c8", "c8k")]
 SHAPES = [(torch.bfloat16, r, c) for r, c in ((4096, 16384), (8192, 16384), (2048, 32768), (4096, 32768))]
 SHAPES += [(torch.float32, r, c) for r, c in ((8192, 8192), (4096, 16384))]
+
+
+def _add_rms(x, r, w):
+    s = x + r
+    return F.rms_norm(s, (s.shape[-1],), w, 1e-6), s
+
+
+def _l2_rows(f):
+    """f with norm_c8_plan declined (since 67fa1b9 the 32 KiB rows take it): the L2 rows, as before it."""
+    def run():
+        c8 = _launch_norm.norm_c8_plan
+        _launch_norm.norm_c8_plan = lambda *a: None
+        try:
+            return f()
+        finally:
+            _launch_norm.norm_c8_plan = c8
+    return run
 
 
 def main():
@@ -86,6 +114,8 @@ def main():
         st2 = torch.empty_like(st)
         ln = mod.get_kernel(f"layer_norm_fwd_{kname}<{t}, {a}>")
         rms = mod.get_kernel(f"rms_norm_fwd_{kname}<{t}, {a}>")
+        add = mod.get_kernel(f"add_rms_norm_fwd_{kname}<{t}, {a}>")
+        res, s_out = torch.randn_like(x), torch.empty_like(x)
         cases = {
             "layer_norm": (lambda: _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)[0],
                            lambda: (ln.launch(cfg, x, w, b, y, st, st2, rows, cols, 1e-5, 1, 1), y)[1],
@@ -95,18 +125,26 @@ def main():
                          lambda: (rms.launch(cfg, x, w, y, st, rows, cols, 1e-6, 1), y)[1],
                          torch.compile(lambda x, w: F.rms_norm(x, (cols,), w, 1e-6), dynamic=False), (x, w),
                          layer_norm_forward and (lambda: rms_norm_forward(x, w, 1e-6, 0.0, "llama", None))),
+            "add_rms_norm": (lambda: _fused.add_rms_norm_cuda(x, res, [cols], w, 1e-6)[0],
+                             lambda: (add.launch(cfg, x, res, w, y, s_out, st, rows, cols, 1e-6, 1), y)[1],
+                             torch.compile(_add_rms, dynamic=False),
+                             (x, res, w), layer_norm_forward and (
+                                 lambda: fused_add_rms_norm_forward(x, res, w, 1e-6, 0.0, "llama"))),
         }
         torch._dynamo.reset()
         for op, (ours, one, comp, comp_args, liger) in cases.items():
+            ours = _l2_rows(ours)
             torch.testing.assert_close(one().clone(), ours(), rtol=2e-2, atol=2e-2)
+            k = 2 if op == "add_rms_norm" else 1  # its bytes: x and the residual read, y and s written
             rec = {"op": op, "dtype": dts, "rows": rows, "cols": cols, "copy": copy, "kernel": kname,
-                   "shipped": gb / sum(per_kernel(ours).values()), "one_pass": gb / sum(per_kernel(one).values()),
-                   "compile": gb / sum(per_kernel(lambda: comp(*comp_args)).values())}
+                   "l2_rows": k * gb / sum(per_kernel(ours).values()),
+                   "one_pass": k * gb / sum(per_kernel(one).values()),
+                   "compile": k * gb / sum(per_kernel(lambda: comp(*comp_args)).values())}
             if liger:
-                rec["liger"] = gb / sum(per_kernel(liger).values())
+                rec["liger"] = k * gb / sum(per_kernel(liger).values())
             records.append(rec)
-            print(f"{op:<10} {dts:<8} {rows:>5}x{cols:<5} GB/s shipped {rec['shipped']:5.0f} one pass ({kname}) "
-                  f"{rec['one_pass']:5.0f} ({rec['one_pass'] / rec['shipped']:5.3f}x) | compile {rec['compile']:5.0f}"
+            print(f"{op:<10} {dts:<8} {rows:>5}x{cols:<5} GB/s L2 rows {rec['l2_rows']:5.0f} one pass ({kname}) "
+                  f"{rec['one_pass']:5.0f} ({rec['one_pass'] / rec['l2_rows']:5.3f}x) | compile {rec['compile']:5.0f}"
                   f" liger {rec.get('liger', 0):5.0f} copy {copy:5.0f}", flush=True)
     regs = [line for line in mods[next(iter(mods))].binary.log.splitlines() if "registers" in line or "spill" in line]
     print("\n".join(regs[:16]))

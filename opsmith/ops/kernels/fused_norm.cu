@@ -15,15 +15,15 @@
 
 using namespace opsmith;
 
-// One row, bounds checks as mode M (rows.cuh's RowMode): x, residual and the weight as loaded
-// (zeros past the row's end), all read before the reduction; the row s = x + residual, rounded to
-// T as the residual stream holds it, replaces x and is written before the reduction.
-template <int M, class T, class A>
+// One row of CC 16-byte chunks a thread, bounds checks as mode M (rows.cuh's RowMode): x, residual and the weight
+// as loaded (zeros past the row's end), all read before the reduction; the row s = x + residual, rounded to T as
+// the residual stream holds it, replaces x and is written before the reduction.
+template <int M, class T, class A, int CC = OPSMITH_ROW_CHUNKS>
 __device__ __forceinline__ void add_rms_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ residual,
                                                      const T* __restrict__ w, T* __restrict__ y,
                                                      T* __restrict__ residual_out, A* __restrict__ rstd, long long rows,
                                                      int cols, A eps, int has_w) {
-    OPSMITH_ROW_SETUP
+    OPSMITH_ROW_SETUP_C(CC)
     Raw in[3][C];
     load_chunks<T, 3>({x + base, residual + base, w}, in, n, M != ROW_SCALAR, tpr, t, has_w ? 7u : 3u);
     A p[4] = {A(0), A(0), A(0), A(0)};
