@@ -13,13 +13,13 @@ import argparse
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, ".")
 from _kernel_timing import write_records  # noqa: E402  (bench/, this script's folder)
 from diag_norm_split import per_kernel  # noqa: E402
+from diag_small_bwd_plans import norm_bwd_cases  # noqa: E402
 from opsmith import ops  # noqa: E402
-from opsmith.ops import _launch, _launch_norm, _norms  # noqa: E402
+from opsmith.ops import _launch, _launch_norm  # noqa: E402
 
 ROWS = (2, 16, 64, 256, 512, 1024, 2048, 4096)
 COLS = (512, 1024, 2048, 4096)
@@ -40,25 +40,13 @@ def main():
     for dt in [getattr(torch, d) for d in args.dtypes.split(",")]:
         for cols in COLS:
             for rows in ROWS:
-                x = torch.randn(rows, cols, device="cuda", dtype=dt)
-                w, b = torch.randn(cols, device="cuda", dtype=dt), torch.randn(cols, device="cuda", dtype=dt)
-                g = torch.randn_like(x)
-                _, mean, rstd = _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)
-                _, rrstd = _norms.rms_norm_fwd(x, [cols], w, 1e-6)
-                xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
-                cases = {
-                    "layer_norm": (lambda: _norms.layer_norm_bwd(g, x, [cols], mean, rstd, True, True, w),
-                                   F.layer_norm(xg, (cols,), wg, bg, 1e-5), (xg, wg, bg)),
-                    "rms_norm": (lambda: _norms.rms_norm_bwd(g, x, [cols], rrstd, True, w),
-                                 F.rms_norm(xg, (cols,), wg, 1e-6), (xg, wg)),
-                }
-                for op, (ours, y, leaves) in cases.items():
+                x, cases = norm_bwd_cases(rows, cols, dt)
+                limit(1 << 30)
+                has_small = _launch_norm.norm_bwd_small_plan(rows, cols, x.element_size(),
+                                                             _launch.device_props(x.get_device())) is not None
+                limit(SHIPPED)
+                for op, (ours, eager) in cases.items():
                     out = {}
-                    eager = lambda y=y, leaves=leaves: torch.autograd.grad(y, leaves, g, retain_graph=True)  # noqa: E731
-                    props = _launch.device_props(x.get_device())
-                    limit(1 << 30)
-                    has_small = _launch_norm.norm_bwd_small_plan(rows, cols, x.element_size(), props) is not None
-                    limit(SHIPPED)
                     for variant in ("small", "without", "eager") if has_small else ("without", "eager"):
                         f = eager if variant == "eager" else ours
                         limit(1 << 30 if variant == "small" else 0)

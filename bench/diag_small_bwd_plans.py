@@ -46,27 +46,36 @@ def patch(variant):
     _launch.norm_bwd_plan, _launch.weight_grad_plan = bwd, wg
 
 
+def norm_bwd_cases(rows: int, cols: int, dtype):
+    """(x, {op: (ours, eager)}): layer_norm's and rms_norm's backward of random rows through opsmith.ops'
+    Python implementations (the plans as patched when called) and torch eager's autograd.grad over a graph built
+    once (as bench_ops.py); diag_small_bwd_one.py uses them too."""
+    x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+    w, b = torch.randn(cols, device="cuda", dtype=dtype), torch.randn(cols, device="cuda", dtype=dtype)
+    g = torch.randn_like(x)
+    _, mean, rstd = _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)
+    _, rrstd = _norms.rms_norm_fwd(x, [cols], w, 1e-6)
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+
+    def eager(y, leaves):
+        return lambda: torch.autograd.grad(y, leaves, g, retain_graph=True)
+    return x, {
+        "layer_norm": (lambda: _norms.layer_norm_bwd(g, x, [cols], mean, rstd, True, True, w),
+                       eager(F.layer_norm(xg, (cols,), wg, bg, 1e-5), (xg, wg, bg))),
+        "rms_norm": (lambda: _norms.rms_norm_bwd(g, x, [cols], rrstd, True, w),
+                     eager(F.rms_norm(xg, (cols,), wg, 1e-6), (xg, wg))),
+    }
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     args = ap.parse_args()
     records = []
     for rows, cols in SHAPES:
-        x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
-        w, b = torch.randn(cols, device="cuda", dtype=x.dtype), torch.randn(cols, device="cuda", dtype=x.dtype)
-        g = torch.randn_like(x)
-        _, mean, rstd = _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)
-        _, rrstd = _norms.rms_norm_fwd(x, [cols], w, 1e-6)
-        xg, wg_, bg = (t.clone().requires_grad_() for t in (x, w, b))
-        cases = {
-            "layer_norm": (lambda: _norms.layer_norm_bwd(g, x, [cols], mean, rstd, True, True, w),
-                           F.layer_norm(xg, (cols,), wg_, bg, 1e-5), (xg, wg_, bg)),
-            "rms_norm": (lambda: _norms.rms_norm_bwd(g, x, [cols], rrstd, True, w),
-                         F.rms_norm(xg, (cols,), wg_, 1e-6), (xg, wg_)),
-        }
-        for op, (ours, y, leaves) in cases.items():
+        x, cases = norm_bwd_cases(rows, cols, torch.bfloat16)
+        for op, (ours, eager) in cases.items():
             out = {}
-            eager = lambda y=y, leaves=leaves: torch.autograd.grad(y, leaves, g, retain_graph=True)  # noqa: E731
             for variant in ("shipped", "split", "split+cluster", "eager"):
                 f = eager if variant == "eager" else ours
                 patch(variant if variant != "eager" else "shipped")
