@@ -108,13 +108,17 @@ def _partials(plan, cols: int, rstd, wanted: bool):
 def _l2_plan(rows: int, cols: int, props, arrays: int, *tensors):
     """``_launch_norm.norm_l2_plan``'s plan (``arrays``: 2 layer_norm, 1 rms_norm and add_rms_norm) where
     every one of ``tensors`` is 16-byte aligned, else None."""
-    plan = _launch_norm.norm_l2_plan(rows, cols, tensors[0].element_size(), props, arrays)
-    return plan if plan is not None and all(t.data_ptr() % 16 == 0 for t in tensors) else None
+    return _if_aligned(_launch_norm.norm_l2_plan(rows, cols, tensors[0].element_size(), props, arrays), tensors)
 
 
 def _c8_plan(rows: int, cols: int, props, *tensors):
     """``_launch_norm.norm_c8_plan``'s plan where every one of ``tensors`` is 16-byte aligned, else None."""
-    plan = _launch_norm.norm_c8_plan(rows, cols, tensors[0].element_size(), props)
+    return _if_aligned(_launch_norm.norm_c8_plan(rows, cols, tensors[0].element_size(), props), tensors)
+
+
+def _if_aligned(plan, tensors):
+    """``plan`` where there is one and every one of ``tensors`` is 16-byte aligned (the L2 and 8-chunk rows' kernels
+    take whole 16-byte vectors), else None."""
     return plan if plan is not None and all(t.data_ptr() % 16 == 0 for t in tensors) else None
 
 
