@@ -7,7 +7,7 @@ of layer_norm and rms_norm at 8 chunks), Liger-Kernel's one-pass Triton rows and
 kernels alone (torch.profiler, us a call) as GB/s of the bytes-moved floor, beside a copy of the same bytes; each
 result checked against the L2 rows'. Needs a GPU; Liger is optional (PYTHONPATH to its wheel's files).
 
-    python3 bench/diag_fwd_long1.py [--out FILE.json]
+    python3 bench/diag_fwd_long1.py [--out FILE.json] [--no-compile]
 """
 import argparse
 import json
@@ -86,6 +86,7 @@ def _l2_rows(f):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its minutes of compiling)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     for f in _sources.KERNEL_DIR.iterdir():
@@ -139,7 +140,8 @@ def main():
             rec = {"op": op, "dtype": dts, "rows": rows, "cols": cols, "copy": copy, "kernel": kname,
                    "l2_rows": k * gb / sum(per_kernel(ours).values()),
                    "one_pass": k * gb / sum(per_kernel(one).values()),
-                   "compile": k * gb / sum(per_kernel(lambda: comp(*comp_args)).values())}
+                   "compile": 0.0 if args.no_compile else k * gb / sum(
+                       per_kernel(lambda: comp(*comp_args)).values())}
             if liger:
                 rec["liger"] = k * gb / sum(per_kernel(liger).values())
             records.append(rec)
