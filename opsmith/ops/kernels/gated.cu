@@ -117,28 +117,29 @@ __device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restri
                 Vec<T> a[R], b[R], gv[R];
 #pragma unroll
                 for (int k = 0; k < R; ++k) {  // every load of the trip first
-                    const long long rk = r + k * rstep;
+                    const long long rk = r + k * rstep, q = G ? bwd_row(rk, rows) : rk;
                     if (rk < rows) {
-                        a[k] = reinterpret_cast<const Vec<T>*>(gate + rk * gs)[c];
-                        b[k] = reinterpret_cast<const Vec<T>*>(up + rk * us)[c];
-                        if (G) gv[k] = reinterpret_cast<const Vec<T>*>(g + rk * d)[c];
+                        a[k] = reinterpret_cast<const Vec<T>*>(gate + q * gs)[c];
+                        b[k] = reinterpret_cast<const Vec<T>*>(up + q * us)[c];
+                        if (G) gv[k] = reinterpret_cast<const Vec<T>*>(g + q * d)[c];
                     }
                 }
 #pragma unroll
                 for (int k = 0; k < R; ++k) {
-                    const long long rk = r + k * rstep;
+                    const long long rk = r + k * rstep, q = G ? bwd_row(rk, rows) : rk;
                     if (rk < rows) {
                         Raw o0, o1;
                         gated_vec<Op, G, T>(gv[k], a[k], b[k], o0, o1);
-                        reinterpret_cast<Raw*>(out + rk * os)[c] = o0;
-                        if (G) reinterpret_cast<Raw*>(out1 + rk * os)[c] = o1;
+                        reinterpret_cast<Raw*>(out + q * os)[c] = o0;
+                        if (G) reinterpret_cast<Raw*>(out1 + q * os)[c] = o1;
                     }
                 }
             }
         }
         return;
     }
-    for (long long r = r0; r < rows; r += rstep) {  // unaligned, or d or a stride not a multiple of N
+    for (long long r1 = r0; r1 < rows; r1 += rstep) {  // unaligned, or d or a stride not a multiple of N
+        const long long r = G ? bwd_row(r1, rows) : r1;
         for (long long j = c0; j < d; j += cstep) {
             const A a = Elem<T>::load(gate[r * gs + j]), b = Elem<T>::load(up[r * us + j]);
             if (G) {
@@ -159,8 +160,9 @@ template <class Op, bool G, class T>
 __device__ __forceinline__ void gated_one(const T* __restrict__ g, const T* __restrict__ gate,
                                           const T* __restrict__ up, T* __restrict__ out, T* __restrict__ out1,
                                           int rows, int cols, int gs, int us, int os) {
-    const int r = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows || c >= cols) return;
+    const int r1 = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r1 >= rows || c >= cols) return;
+    const int r = G ? (int)bwd_row(r1, rows) : r1;
     const Vec<T> a = reinterpret_cast<const Vec<T>*>(gate + (long long)r * gs)[c];
     const Vec<T> b = reinterpret_cast<const Vec<T>*>(up + (long long)r * us)[c];
     Vec<T> gv;

@@ -154,10 +154,10 @@ __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, T* _
 #define OPSMITH_BWD_LOAD(dst, r_, s1, s2, m_out, r_out)                                     \
     {                                                                                    \
         const bool a_ = (r_) < rows;                                                     \
-        const long long b_ = (a_ ? (r_) : 0) * (long long)cols;                          \
+        const long long q_ = a_ ? bwd_row(r_, rows) : 0, b_ = q_ * (long long)cols;      \
         load_chunks<T, 2>({grad_y + b_, x + b_}, dst, a_ ? cols : 0, vec, tpr, t);       \
-        m_out = a_ ? s1[r_] : A(0);                                                      \
-        r_out = a_ ? s2[r_] : A(0);                                                      \
+        m_out = a_ ? s1[q_] : A(0);                                                      \
+        r_out = a_ ? s2[q_] : A(0);                                                      \
     }
 #define OPSMITH_BWD_FIRST(s1, s2)                                                        \
     Raw in[2][C]; /* this trip's grad_y and x as loaded */                               \
@@ -195,7 +195,7 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
     OPSMITH_ROW_LOOP {
         const long long row = row0 + threadIdx.y;
         const bool active = row < rows;
-        const long long n = active ? cols : 0, base = (active ? row : 0) * (long long)cols;
+        const long long n = active ? cols : 0, base = (active ? bwd_row(row, rows) : 0) * (long long)cols;
         OPSMITH_BWD_NEXT(mean, rstd)
         const A mu = m_now, r = r_now;
         Raw(&gr)[C] = in[0];
@@ -278,7 +278,7 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
     OPSMITH_ROW_LOOP {
         const long long row = row0 + threadIdx.y;
         const bool active = row < rows;
-        const long long n = active ? cols : 0, base = (active ? row : 0) * (long long)cols;
+        const long long n = active ? cols : 0, base = (active ? bwd_row(row, rows) : 0) * (long long)cols;
         OPSMITH_BWD_NEXT(rstd, rstd)
         const A r = r_now;
         Raw(&gr)[C] = in[0];

@@ -30,7 +30,7 @@ layer_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T
                   const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x, long long rows,
                   int cols, int has_w, T* __restrict__ grad_w, T* __restrict__ grad_b, int one_w, int one_b) {
     layer_norm_dx_rows<T, A>(grad_y, x, w, mean, rstd, grad_x, rows, cols, has_w, grad_w, grad_b, one_w, one_b,
-                             blockIdx.x);
+                             bwd_block(blockIdx.x, gridDim.x));
 }
 
 // grad_res (add_rms_norm's, has_res): the gradient that reached the new residual, added to grad_x; one_w:
@@ -41,7 +41,7 @@ rms_norm_bwd_dx(const T* __restrict__ grad_y, const T* __restrict__ x, const T* 
                 const A* __restrict__ rstd, T* __restrict__ grad_x, long long rows, int cols, int has_w,
                 const T* __restrict__ grad_res, int has_res, T* __restrict__ grad_w, int one_w) {
     rms_norm_dx_rows<T, A>(grad_y, x, w, rstd, grad_x, rows, cols, has_w, grad_res, has_res, grad_w, one_w,
-                           blockIdx.x);
+                           bwd_block(blockIdx.x, gridDim.x));
 }
 
 // -- grad_w and grad_b: column sums over the rows ---------------------------------------------------

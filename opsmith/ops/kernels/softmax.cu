@@ -254,7 +254,7 @@ __device__ __forceinline__ void softmax_bwd_row(const T* __restrict__ grad_y, co
     const long long row = blockIdx.x * (long long)blockDim.y + threadIdx.y;
     const bool active = row < rows;
     const int n = active ? cols : 0;
-    const long long base = (active ? row : 0) * (long long)cols;
+    const long long base = (active ? bwd_row(row, rows) : 0) * (long long)cols;
     Raw in[2][C];  // grad_y and y as loaded (zeros past the row's end)
     load_chunks<T, 2>({grad_y + base, y + base}, in, n, M != ROW_SCALAR, tpr, t);
     A p[4] = {A(0), A(0), A(0), A(0)};  // 4 chains instead of C * N
