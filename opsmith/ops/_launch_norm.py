@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, C8_MAX_ROW_BYTES, L2_CHUNKS,
+from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
+                                 C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS,
                                  L2_MIN_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FWD4_CHUNKS, LN_WIDE_TPR,
                                  NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES,
                                  WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least)
 
-__all__ = ["layer_norm_fwd4_plan", "layer_norm_kernel", "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan",
-           "norm_l2_plan"]
+__all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "layer_norm_fwd4_plan", "layer_norm_kernel", "norm_bwd_small_plan", "norm_c4_plan",
+           "norm_c8_plan", "norm_l2_plan"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -77,6 +78,28 @@ def norm_c8_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Pla
     if tpr > min(C4_THREADS, props.max_threads_per_block):
         return None
     return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def add_rms_c8_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
+    """fused_norm.cu's ``add_rms_norm_fwd_c8`` (blocks of up to ``C4_THREADS``) / ``add_rms_norm_fwd_c8k`` (up to
+    ``C8K_THREADS``): a block a row of 8 chunks a thread, the row read once, for add_rms_norm's rows of more than
+    ``L2_MIN_ROW_BYTES`` up to ``C8_FUSED_MAX_ROW_BYTES`` in whole 16-byte vectors of 2- and 4-byte types, else
+    None; the caller (which checks every pointer's alignment) tries it before ``norm_l2_plan``. H100, kernels alone
+    (bench/results/ops-c8-h100-2026-11-27/long1.json): 1.026-1.036x the L2 rows' GB/s at 32 and 64 KiB (128
+    registers, no spills; layer_norm and rms_norm keep the L2 rows at 64 KiB, where they spill or gain 1 %)."""
+    vec = 16 // itemsize
+    if itemsize not in (2, 4) or cols % vec or not L2_MIN_ROW_BYTES < cols * itemsize <= C8_FUSED_MAX_ROW_BYTES:
+        return None
+    tpr = _pow2_at_least(_cdiv(cols // vec, 8))
+    if tpr > min(C8K_THREADS, props.max_threads_per_block):
+        return None
+    return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)
+
+
+def add_rms_c8_kernel(plan: Plan) -> str:
+    """The kernel of ``add_rms_c8_plan``'s ``plan``: the 2-blocks-an-SM one up to ``C4_THREADS`` threads."""
+    return "add_rms_norm_fwd_c8" if plan.block[0] <= C4_THREADS else "add_rms_norm_fwd_c8k"
 
 
 @functools.lru_cache(maxsize=4096)

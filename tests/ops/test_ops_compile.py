@@ -392,8 +392,9 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         want -= {"softmax_fwd_cluster", "softmax_bwd_cluster"}
     if dtype != "float32":  # layer_norm_fwd4_plan: float rows only
         want -= {"layer_norm_fwd4"}
-    if dtype == "float64":  # norm_l2_plan and norm_c8_plan: 2- and 4-byte types only
-        want -= {"layer_norm_fwd_l2", "rms_norm_fwd_l2", "add_rms_norm_fwd_l2", "layer_norm_fwd_c8", "rms_norm_fwd_c8"}
+    if dtype == "float64":  # norm_l2_plan, norm_c8_plan and add_rms_c8_plan: 2- and 4-byte types only
+        want -= {"layer_norm_fwd_l2", "rms_norm_fwd_l2", "add_rms_norm_fwd_l2", "layer_norm_fwd_c8", "rms_norm_fwd_c8",
+                 "add_rms_norm_fwd_c8", "add_rms_norm_fwd_c8k"}
     if dtype != "bfloat16":  # norm_c4_plan: rms_norm's 2-byte rows, layer_norm's 2- and 4-byte ones
         want -= {"rms_norm_fwd_c4"} if dtype == "float32" else {"rms_norm_fwd_c4", "layer_norm_fwd_c4"}
     if dtype != "float64":  # the wide rows (2 KiB and more) of 2- and 4-byte types take layer_norm_fwd_c4 or l2

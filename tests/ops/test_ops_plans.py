@@ -294,6 +294,34 @@ def test_norm_c8_plan_takes_rows_past_16_kib_up_to_32_kib_in_whole_vectors(props
 
 
 @pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
+def test_add_rms_c8_plan_takes_rows_past_16_kib_up_to_64_kib_in_whole_vectors(props):
+    """add_rms_c8_plan: add_rms_norm's rows of more than L2_MIN_ROW_BYTES up to C8_FUSED_MAX_ROW_BYTES in whole
+    16-byte vectors of 2- and 4-byte types, a block a row of 8 chunks a thread: add_rms_norm_fwd_c8 up to
+    OPSMITH_C8_THREADS (C4_THREADS), add_rms_norm_fwd_c8k up to OPSMITH_C8K_THREADS (their launch bounds).
+    Everything else: None."""
+    seen = set()
+    for rows, cols, itemsize in itertools.product((1, 300, 65536), (4096, 8192, 8196, 12000, 16384, 16392, 24000,
+                                                                    32768, 32776, 65536), (2, 4, 8)):
+        p = _launch_norm.add_rms_c8_plan(rows, cols, itemsize, props)
+        vec = 16 // itemsize
+        if itemsize == 8 or cols % vec or not (_launch.L2_MIN_ROW_BYTES < cols * itemsize
+                                               <= _launch.C8_FUSED_MAX_ROW_BYTES):
+            assert p is None, (rows, cols, itemsize)
+            continue
+        tpr = p.block[0]
+        assert p.strategy == "block" and p.grid == (rows,) and p.block == (tpr, 1)
+        assert tpr & (tpr - 1) == 0 and tpr <= _launch.C8K_THREADS and (tpr // 2) * 8 * vec < cols <= tpr * 8 * vec
+        kernel = _launch_norm.add_rms_c8_kernel(p)
+        assert kernel == ("add_rms_norm_fwd_c8" if tpr <= _launch.C4_THREADS else "add_rms_norm_fwd_c8k")
+        seen.add(kernel)
+    assert seen == {"add_rms_norm_fwd_c8", "add_rms_norm_fwd_c8k"}
+    source = (_sources.KERNEL_DIR / "fused_norm.cu").read_text()
+    assert f"#define OPSMITH_C8_THREADS {_launch.C4_THREADS}" in source
+    assert f"#define OPSMITH_C8K_THREADS {_launch.C8K_THREADS}" in source
+    assert {"add_rms_norm_fwd_c8<{T}, {A}>", "add_rms_norm_fwd_c8k<{T}, {A}>"} <= set(_sources.FILES["fused_norm.cu"])
+
+
+@pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
 def test_norm_backward_of_few_rows_is_one_launch_of_grad_x_blocks_then_weight_blocks(props):
     """norm_bwd_small_plan: 1 to SMALL_BWD_ROWS rows whose row lane fits NORM_BWD_BLOCK threads (norm_small.cu's
     OPSMITH_SMALL_THREADS; its kernels trap on other blocks) take one launch: ceil(rows / rows a block) blocks of

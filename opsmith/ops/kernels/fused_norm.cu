@@ -79,3 +79,38 @@ add_rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const 
     else if (mode == ROW_VEC) add_rms_norm_fwd_row<ROW_VEC>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
     else add_rms_norm_fwd_scalar(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }
+
+// The 8-chunk rows (_launch_norm.add_rms_c8_plan: rows of 16 to 64 KiB in whole 16-byte vectors of 2- and 4-byte
+// types, every pointer 16-byte aligned), read once where the L2 rows (norm_l2.cu's add_rms_norm_fwd_l2) read them
+// twice: up to OPSMITH_C8_THREADS threads (32 KiB) at 2 blocks an SM, OPSMITH_C8K_THREADS (64 KiB) at 1; 128
+// registers, no spills (ptxas, sm_90). H100, kernels alone (bench/results/ops-c8-h100-2026-11-27/long1.json),
+// GB/s L2 rows -> these: bf16 4096 x 16384 2,860 -> 2,950, 2048 x 32768 2,854 -> 2,927, 4096 x 32768 2,885 ->
+// 2,978; float 8192 x 8192 2,883 -> 2,988 (Liger-Kernel 2,949-2,994 on the same shapes).
+#define OPSMITH_C8_THREADS 256
+#define OPSMITH_C8K_THREADS 512
+
+template <class T, class A>
+__device__ __forceinline__ void add_rms_norm_fwd_c8_any(const T* __restrict__ x, const T* __restrict__ residual,
+                                                        const T* __restrict__ w, T* __restrict__ y,
+                                                        T* __restrict__ residual_out, A* __restrict__ rstd,
+                                                        long long rows, int cols, A eps, int has_w) {
+    if (row_mode<T, 8>(true, cols) == ROW_FULL)
+        add_rms_norm_fwd_row<ROW_FULL, T, A, 8>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+    else add_rms_norm_fwd_row<ROW_VEC, T, A, 8>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_C8_THREADS, 2)
+add_rms_norm_fwd_c8(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                    T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
+                    A eps, int has_w) {
+    add_rms_norm_fwd_c8_any(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_C8K_THREADS, 1)
+add_rms_norm_fwd_c8k(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                     T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
+                     A eps, int has_w) {
+    add_rms_norm_fwd_c8_any(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+}
