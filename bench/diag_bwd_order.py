@@ -12,7 +12,7 @@ first row first, as before) and 1 ("reversed"): the forward and backward kernels
 + backward, GB/s of the bytes-moved floor (opsmith.ops.benchmark, median of 100). Each reversed result is checked
 against the forward order's. Needs a GPU; Liger is optional (PYTHONPATH to its wheel's files).
 
-    python3 bench/diag_bwd_order.py [--json FILE]
+    python3 bench/diag_bwd_order.py [--json FILE] [--ops softmax,layer_norm,...]
 """
 import argparse
 import sys
@@ -89,12 +89,13 @@ def _norm_cases():
         add_b = lambda y, w=w, g=g, c=cols: _norms.rms_norm_bwd(g, y[1], [c], y[2], True, w, g)[0]  # noqa: E731
         liger = {}
         if LigerSoftmaxFunction is not None:
-            xl, rl, wl, bl = (t.detach().clone().requires_grad_() for t in (x, res, w, b))
+            # (Liger's own copies: its rms_norm backward writes its input gradient over the upstream one)
+            xl, rl, wl, bl, gl = (t.detach().clone().requires_grad_(t is not g) for t in (x, res, w, b, g))
             liger = {"layer_norm": lambda: torch.autograd.grad(LigerLayerNormFunction.apply(xl, wl, bl, 1e-5),
-                                                               (xl, wl, bl), g),
-                     "rms_norm": lambda: torch.autograd.grad(LigerRMSNormFunction.apply(xl, wl, 1e-6), (xl, wl), g),
+                                                               (xl, wl, bl), gl),
+                     "rms_norm": lambda: torch.autograd.grad(LigerRMSNormFunction.apply(xl, wl, 1e-6), (xl, wl), gl),
                      "add_rms_norm": lambda: torch.autograd.grad(
-                         LigerFusedAddRMSNormFunction.apply(xl, rl, wl, 1e-6), (xl, rl, wl), (g, g))}
+                         LigerFusedAddRMSNormFunction.apply(xl, rl, wl, 1e-6), (xl, rl, wl), (gl, gl))}
         # bytes: fwd x (and the residual) read, y (and s) written; bwd g and x (s; and g again) read, dx written
         yield ("layer_norm", rows, cols, "norm", ln, ln_b, 2 * n, 5 * n, x, liger.get("layer_norm"))
         yield ("rms_norm", rows, cols, "norm", rms, rms_b, 2 * n, 5 * n, x, liger.get("rms_norm"))
@@ -104,10 +105,13 @@ def _norm_cases():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
+    ap.add_argument("--ops", help="a comma-separated subset of the ops (default: all)")
     args = ap.parse_args()
     records = []
     mods = {}
     for op, rows, cols, file, fwd, bwd, fwd_bytes, pair_bytes, x, liger in _cases():
+        if args.ops and op not in args.ops.split(","):
+            continue
         with torch.no_grad():
             y0 = fwd()
         keys = [(f, "bfloat16", 0) for f in FILES[file]]

@@ -19,9 +19,10 @@ TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.float16
 
 @pytest.mark.parametrize("dtype", sorted(TOL, key=str))
 # (5, 16384), (3, 12000), (4, 32768): add_rms_c8_plan's 8-chunk rows (16-bit: 256 threads, whole and checked
-# chunks, and 512 threads; float: 512 threads, then the L2 rows)
+# chunks, and 512 threads; float: 512 threads, then the L2 rows); (2048, 1024), (1536, 4096): more rows than
+# norm_bwd_small_plan's, the persistent and split backwards with the residual's gradient
 @pytest.mark.parametrize("shape", [(1, 8), (7, 100), (64, 4096), (3, 5, 2048), (2, 70000), (0, 16), (5, 16384),
-                                   (3, 12000), (4, 32768)])
+                                   (3, 12000), (4, 32768), (2048, 1024), (1536, 4096)])
 @pytest.mark.parametrize("weight", [True, False])
 def test_matches_torch(dtype, shape, weight):
     x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)

@@ -56,7 +56,7 @@ __device__ __forceinline__ void add_rms_norm_fwd_row(const T* __restrict__ x, co
         }
     }
     // an inf in s, as rms_norm_fwd: s is read back from residual_out (this thread's own chunks)
-    rms_inf_rows<T>(q, residual_out + base, y + base, rstd + (active ? row : 0), n, tpr);
+    rms_inf_rows<T, C>(q, residual_out + base, y + base, rstd + (active ? row : 0), n, tpr);
 }
 
 template <class T, class A>
