@@ -42,6 +42,15 @@ except ImportError:
 EXTRA = r"""
 #include "norm_fwd.cuh"
 namespace opsmith {
+// one butterfly step: this lane's (mean m, squared deviations q) of 2 * half elements merged with lane ^ o's
+template <class A> __device__ __forceinline__ void chan_merge(A& m, A& q, A& half, int o) {
+    const A mo = __shfl_xor_sync(0xffffffffu, m, o), qo = __shfl_xor_sync(0xffffffffu, q, o);
+    const A d = mo - m;
+    q = (q + qo) + d * d * half;
+    m = (m + mo) * A(0.5);
+    half *= A(2);
+}
+
 // layer_norm's row with one reduction: Chan's pairwise merge of (mean, squared deviations) at equal counts
 template <int LATE, class T, class A, int CC>
 __device__ __forceinline__ void ln_chan_row(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
@@ -71,26 +80,14 @@ __device__ __forceinline__ void ln_chan_row(const T* __restrict__ x, const T* __
     A q = (p[0] + p[1]) + (p[2] + p[3]);
     A half = A(C * N) * A(0.5);  // half the count of each side of a merge
     const int width = tpr < 32 ? tpr : 32;
-    for (int o = 1; o < width; o <<= 1) {
-        const A mo = __shfl_xor_sync(0xffffffffu, m, o), qo = __shfl_xor_sync(0xffffffffu, q, o);
-        const A d = mo - m;
-        q = (q + qo) + d * d * half;
-        m = (m + mo) * A(0.5);
-        half *= A(2);
-    }
+    for (int o = 1; o < width; o <<= 1) chan_merge(m, q, half, o);
     if (tpr > 32) {
         const int lane = t & 31, warps = tpr >> 5;
         if (lane == 0) { pm[t >> 5] = m; pq[t >> 5] = q; }
         __syncthreads();
         m = pm[lane < warps ? lane : 0];
         q = pq[lane < warps ? lane : 0];
-        for (int o = 1; o < warps; o <<= 1) {
-            const A mo = __shfl_xor_sync(0xffffffffu, m, o), qo = __shfl_xor_sync(0xffffffffu, q, o);
-            const A d = mo - m;
-            q = (q + qo) + d * d * half;
-            m = (m + mo) * A(0.5);
-            half *= A(2);
-        }
+        for (int o = 1; o < warps; o <<= 1) chan_merge(m, q, half, o);
         m = __shfl_sync(0xffffffffu, m, 0);
         q = __shfl_sync(0xffffffffu, q, 0);
     }

@@ -71,13 +71,7 @@ def norm_c8_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Pla
     ``norm_c4_plan`` and before ``norm_l2_plan`` (the row read twice, the second time from L2). H100, kernels
     alone (bench/diag_fwd_long1.py), the 32 KiB rows 1.01-1.06x the L2 rows'; at 64 KiB rms_norm 1.01-1.02x and
     bf16 layer_norm 0.90x (it spills), which keep the L2 rows."""
-    vec = 16 // itemsize
-    if itemsize not in (2, 4) or cols % vec or not L2_MIN_ROW_BYTES < cols * itemsize <= C8_MAX_ROW_BYTES:
-        return None
-    tpr = _pow2_at_least(_cdiv(cols // vec, 8))
-    if tpr > min(C4_THREADS, props.max_threads_per_block):
-        return None
-    return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)
+    return _c8(rows, cols, itemsize, props, C8_MAX_ROW_BYTES, C4_THREADS)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -88,11 +82,17 @@ def add_rms_c8_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> 
     None; the caller (which checks every pointer's alignment) tries it before ``norm_l2_plan``. H100, kernels alone
     (bench/results/ops-c8-h100-2026-11-27/long1.json): 1.026-1.036x the L2 rows' GB/s at 32 and 64 KiB (128
     registers, no spills; layer_norm and rms_norm keep the L2 rows at 64 KiB, where they spill or gain 1 %)."""
+    return _c8(rows, cols, itemsize, props, C8_FUSED_MAX_ROW_BYTES, C8K_THREADS)
+
+
+def _c8(rows: int, cols: int, itemsize: int, props: DeviceProps, top: int, threads: int) -> Plan | None:
+    """A block a row of 8 chunks a thread for rows of more than L2_MIN_ROW_BYTES up to ``top`` bytes in whole
+    16-byte vectors of 2- and 4-byte types within ``threads`` (the kernels' launch bounds), else None."""
     vec = 16 // itemsize
-    if itemsize not in (2, 4) or cols % vec or not L2_MIN_ROW_BYTES < cols * itemsize <= C8_FUSED_MAX_ROW_BYTES:
+    if itemsize not in (2, 4) or cols % vec or not L2_MIN_ROW_BYTES < cols * itemsize <= top:
         return None
     tpr = _pow2_at_least(_cdiv(cols // vec, 8))
-    if tpr > min(C8K_THREADS, props.max_threads_per_block):
+    if tpr > min(threads, props.max_threads_per_block):
         return None
     return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)
 
