@@ -106,4 +106,53 @@ __device__ __forceinline__ void rms_norm_dx_rows(const T* __restrict__ grad_y, c
     if (one_w && rows == 1) one_row_weights<T, A, C>(in, A(0), r, false, grad_w, grad_w, 1, 0, n, vec, tpr, t);
 }
 
+// The weight (and bias) gradient terms grad_y * xhat (xhat = (x - mean) * rstd, or x * rstd without has_mean)
+// and grad_y of column vector c0 (Vec<T>::N columns) added into dw / db over rows r, r + step, ... < end: four
+// rows' loads issued before any is used where the rows allow 16-byte access, then one at a time. The column
+// sums of norm_split.cu's norm_bwd_weight (step 8) and norm_small.cu's weight blocks (step: their row lanes).
+template <class T, class A>
+__device__ __forceinline__ void weight_terms(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                             const A* __restrict__ mean, const A* __restrict__ rstd, long long r,
+                                             long long end, long long step, long long c0, int cols, int has_mean,
+                                             A (&dw)[Vec<T>::N], A (&db)[Vec<T>::N]) {
+    constexpr int N = Vec<T>::N;
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x);
+#pragma unroll
+    for (int k = 0; k < N; ++k) dw[k] = db[k] = A(0);
+    if (c0 >= cols) return;
+    if (vec) {
+        for (; r + 3 * step < end; r += 4 * step) {
+            Raw gr[4], xr[4];
+            A mu[4], rs[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const long long ru = r + u * step;
+                gr[u] = *reinterpret_cast<const Raw*>(grad_y + ru * cols + c0);
+                xr[u] = *reinterpret_cast<const Raw*>(x + ru * cols + c0);
+                mu[u] = has_mean ? mean[ru] : A(0);
+                rs[u] = rstd[ru];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A g = raw_get<T>(gr[u], k);
+                    dw[k] += g * ((raw_get<T>(xr[u], k) - mu[u]) * rs[u]);
+                    db[k] += g;
+                }
+        }
+    }
+    for (; r < end; r += step) {  // the rest (and rows that allow no 16-byte access)
+        A g[N], v[N];
+        load_vec(grad_y + r * cols, c0, cols, vec, g, A(0));
+        load_vec(x + r * cols, c0, cols, vec, v, A(0));
+        const A mu = has_mean ? mean[r] : A(0), rs = rstd[r];
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            dw[k] += g[k] * ((v[k] - mu) * rs);
+            db[k] += g[k];
+        }
+    }
+}
+
 }  // namespace opsmith
