@@ -63,7 +63,8 @@ __device__ __forceinline__ void layer_norm_dx_rows(const T* __restrict__ grad_y,
         }
         store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
     }
-    if ((one_w | one_b) && rows == 1) one_row_weights<T, A, C>(in, mu, r, true, grad_w, grad_b, one_w, one_b, n, vec, tpr, t);
+    if ((one_w | one_b) && rows == 1)
+        one_row_weights<T, A, C>(in, mu, r, true, grad_w, grad_b, one_w, one_b, n, vec, tpr, t);
 }
 
 // rms_norm's grad_x of block `blk`'s rows; grad_res (add_rms_norm's, has_res): the gradient that reached the
