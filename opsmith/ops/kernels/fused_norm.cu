@@ -38,7 +38,8 @@ __device__ __forceinline__ void add_rms_norm_fwd_row(const T* __restrict__ x, co
             const A v = raw_get<T>(in[0][c], k);
             p[k & 3] += v * v;
         }
-        store_chunk<T>(residual_out + base, (long long)(c * tpr + t) * N, n, M != ROW_SCALAR, in[0][c]);  // idle rows: n = 0
+        // idle rows: n = 0
+        store_chunk<T>(residual_out + base, (long long)(c * tpr + t) * N, n, M != ROW_SCALAR, in[0][c]);
     }
     const A q = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
     const A r = m_rsqrt(q / A(cols) + eps);
@@ -76,7 +77,8 @@ add_rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const 
                      aligned16(residual_out) && aligned16(w);
     const int mode = row_mode<T>(vec, cols);
     if (mode == ROW_FULL) add_rms_norm_fwd_row<ROW_FULL>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
-    else if (mode == ROW_VEC) add_rms_norm_fwd_row<ROW_VEC>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+    else if (mode == ROW_VEC)
+        add_rms_norm_fwd_row<ROW_VEC>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
     else add_rms_norm_fwd_scalar(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }
 
