@@ -49,10 +49,10 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
     rows, cols = fn._rows_cols(x, normalized_shape, "add_rms_norm")
     plan, file = _norms._fwd_plan(rows, cols, x) if rows and cols else (None, "")
     w = weight.contiguous() if weight is not None else x
-    # rows past the register strategy (16 KiB or more): up to 64 KiB one pass of 8 chunks a thread
-    # (add_rms_c8_plan), else two passes, the second from L2 (norm_l2.cu); y and s are new: aligned. The L2 rows
-    # on an H200 (bench/diag_norm_l2.py): bf16 4096x16384 3,629 -> 3,777 GB/s, 1024x65536 2,704 -> 3,629, fp32
-    # 8192x8192 3,245 -> 3,828; on register rows of 16 KiB they ran slower (bf16 8192x8192 4,116 against 3,856)
+    # rows past the register strategy (16 KiB or more): up to 64 KiB one pass of 8 chunks a thread (add_rms_c8_plan),
+    # else two passes, the second from L2 (norm_l2.cu); y and s are new: aligned. The L2 rows on an H200 (bench/diag_norm_l2.py): bf16 4096x16384 3,629 -> 3,777 GB/s, 1024x65536 2,704 ->
+    # 3,629, fp32 8192x8192 3,245 -> 3,828; on register rows of 16 KiB it ran slower (bf16 8192x8192 4,116
+    # against 3,856), which keep the one-pass kernel
     props = _launch.device_props(x.get_device())
     c8 = None if file in ("norm.cu", "") else _norms._if_aligned(
         _launch_norm.add_rms_c8_plan(rows, cols, x.element_size(), props), (x, residual, w))
@@ -61,10 +61,8 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
         plan, file, name = c8, "fused_norm.cu", _launch_norm.add_rms_c8_kernel(c8) + "<{T}, {A}>"
     elif l2 is not None:
         plan, file, name = l2, "norm_l2.cu", "add_rms_norm_fwd_l2<{T}, {A}>"
-    elif file == "norm.cu":  # the register rows: of 2 to 16 KiB at 4 chunks a thread, as rms_norm's
-        c4 = _norms._if_aligned(_launch_norm.norm_c4_plan(rows, cols, x.element_size(), props, 1), (x, residual, w))
-        plan, file = c4 or plan, "fused_norm.cu"
-        name = "add_rms_norm_fwd_c4<{T}, {A}>" if c4 else "add_rms_norm_fwd<{T}, {A}>"
+    elif file == "norm.cu":  # the register rows
+        file, name = "fused_norm.cu", "add_rms_norm_fwd<{T}, {A}>"
     elif file == "norm_cluster.cu":  # a cluster a row (sm_90+)
         name = f"add_rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>"
     else:  # the long rows, or an empty input: an add and rms_norm

@@ -91,15 +91,14 @@ add_rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const 
 #define OPSMITH_C8_THREADS 256
 #define OPSMITH_C8K_THREADS 512
 
-// A row of CC chunks a thread, every pointer 16-byte aligned and cols whole vectors (the caller's plan)
-template <int CC, class T, class A>
-__device__ __forceinline__ void add_rms_norm_fwd_vec(const T* __restrict__ x, const T* __restrict__ residual,
-                                                     const T* __restrict__ w, T* __restrict__ y,
-                                                     T* __restrict__ residual_out, A* __restrict__ rstd,
-                                                     long long rows, int cols, A eps, int has_w) {
-    if (row_mode<T, CC>(true, cols) == ROW_FULL)
-        add_rms_norm_fwd_row<ROW_FULL, T, A, CC>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
-    else add_rms_norm_fwd_row<ROW_VEC, T, A, CC>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+template <class T, class A>
+__device__ __forceinline__ void add_rms_norm_fwd_c8_any(const T* __restrict__ x, const T* __restrict__ residual,
+                                                        const T* __restrict__ w, T* __restrict__ y,
+                                                        T* __restrict__ residual_out, A* __restrict__ rstd,
+                                                        long long rows, int cols, A eps, int has_w) {
+    if (row_mode<T, 8>(true, cols) == ROW_FULL)
+        add_rms_norm_fwd_row<ROW_FULL, T, A, 8>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+    else add_rms_norm_fwd_row<ROW_VEC, T, A, 8>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }
 
 template <class T, class A>
@@ -107,7 +106,7 @@ __global__ void __launch_bounds__(OPSMITH_C8_THREADS, 2)
 add_rms_norm_fwd_c8(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                     T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
                     A eps, int has_w) {
-    add_rms_norm_fwd_vec<8>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+    add_rms_norm_fwd_c8_any(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }
 
 template <class T, class A>
@@ -115,16 +114,5 @@ __global__ void __launch_bounds__(OPSMITH_C8K_THREADS, 1)
 add_rms_norm_fwd_c8k(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                      T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
                      A eps, int has_w) {
-    add_rms_norm_fwd_vec<8>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
-}
-
-// The 4-chunk rows (_launch_norm.norm_c4_plan's, as rms_norm_fwd_c4: rows of 2 to 16 KiB in whole 16-byte vectors
-// of 2-byte types, every pointer 16-byte aligned): half the threads a row of add_rms_norm_fwd's 2 chunks, 3 blocks
-// of OPSMITH_C8_THREADS an SM.
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_C8_THREADS, 3)
-add_rms_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
-                    T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
-                    A eps, int has_w) {
-    add_rms_norm_fwd_vec<4>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+    add_rms_norm_fwd_c8_any(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }
