@@ -49,10 +49,10 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
     rows, cols = fn._rows_cols(x, normalized_shape, "add_rms_norm")
     plan, file = _norms._fwd_plan(rows, cols, x) if rows and cols else (None, "")
     w = weight.contiguous() if weight is not None else x
-    # rows past the register strategy (16 KiB or more): up to 64 KiB one pass of 8 chunks a thread (add_rms_c8_plan),
-    # else two passes, the second from L2 (norm_l2.cu); y and s are new: aligned. The L2 rows on an H200 (bench/diag_norm_l2.py): bf16 4096x16384 3,629 -> 3,777 GB/s, 1024x65536 2,704 ->
-    # 3,629, fp32 8192x8192 3,245 -> 3,828; on register rows of 16 KiB it ran slower (bf16 8192x8192 4,116
-    # against 3,856), which keep the one-pass kernel
+    # rows past the register strategy (16 KiB or more): up to 64 KiB one pass of 8 chunks a thread
+    # (add_rms_c8_plan), else two passes, the second from L2 (norm_l2.cu); y and s are new: aligned. The L2 rows
+    # on an H200 (bench/diag_norm_l2.py): bf16 4096x16384 3,629 -> 3,777 GB/s, 1024x65536 2,704 -> 3,629, fp32
+    # 8192x8192 3,245 -> 3,828; on register rows of 16 KiB they ran slower (bf16 8192x8192 4,116 against 3,856)
     props = _launch.device_props(x.get_device())
     c8 = None if file in ("norm.cu", "") else _norms._if_aligned(
         _launch_norm.add_rms_c8_plan(rows, cols, x.element_size(), props), (x, residual, w))

@@ -14,8 +14,8 @@ from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, 
                                  NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES,
                                  WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least)
 
-__all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "layer_norm_fwd4_plan", "layer_norm_kernel", "norm_bwd_small_plan", "norm_c4_plan",
-           "norm_c8_plan", "norm_l2_plan"]
+__all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "layer_norm_fwd4_plan", "layer_norm_kernel", "norm_bwd_small_plan",
+           "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
 
 
 @functools.lru_cache(maxsize=4096)
