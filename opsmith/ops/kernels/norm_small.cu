@@ -37,8 +37,46 @@ __device__ __forceinline__ void weight_cols(const T* __restrict__ grad_y, const 
     const int tid = threadIdx.y * blockDim.x + threadIdx.x;
     const int lane = tid % lanes, rl = tid / lanes, rls = B / lanes, W = lanes * N;
     const long long first = (long long)cb * W, c0 = first + (long long)lane * N;
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x);
     A dw[N], db[N];
-    weight_terms<T, A>(grad_y, x, mean, rstd, rl, rows, rls, c0, cols, has_mean, dw, db);
+#pragma unroll
+    for (int k = 0; k < N; ++k) dw[k] = db[k] = A(0);
+    long long r = rl;
+    if (vec && c0 < cols) {
+        for (; r + 3 * rls < rows; r += 4 * rls) {
+            Raw gr[4], xr[4];
+            A mu[4], rs[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const long long ru = r + (long long)u * rls;
+                gr[u] = *reinterpret_cast<const Raw*>(grad_y + ru * cols + c0);
+                xr[u] = *reinterpret_cast<const Raw*>(x + ru * cols + c0);
+                mu[u] = has_mean ? mean[ru] : A(0);
+                rs[u] = rstd[ru];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A g = raw_get<T>(gr[u], k);
+                    dw[k] += g * ((raw_get<T>(xr[u], k) - mu[u]) * rs[u]);
+                    db[k] += g;
+                }
+        }
+    }
+    if (c0 < cols) {
+        for (; r < rows; r += rls) {  // the rest (and rows that allow no 16-byte access)
+            A g[N], v[N];
+            load_vec(grad_y + r * cols, c0, cols, vec, g, A(0));
+            load_vec(x + r * cols, c0, cols, vec, v, A(0));
+            const A mu = has_mean ? mean[r] : A(0), rs = rstd[r];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                dw[k] += g[k] * ((v[k] - mu) * rs);
+                db[k] += g[k];
+            }
+        }
+    }
 #pragma unroll
     for (int k = 0; k < N; ++k) {
         sw[rl * W + k * lanes + lane] = dw[k];

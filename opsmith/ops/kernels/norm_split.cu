@@ -58,8 +58,45 @@ __device__ __forceinline__ void weight_lane_sums(const T* __restrict__ grad_y, c
                                                  long long r0, long long r1, long long c0, int cols, int has_mean,
                                                  A (&sw)[8][W], A (&sb)[8][W]) {
     constexpr int N = Vec<T>::N;
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x);
     A dw[N], db[N];
-    weight_terms<T, A>(grad_y, x, mean, rstd, r0 + threadIdx.y, r1, 8, c0, cols, has_mean, dw, db);
+#pragma unroll
+    for (int k = 0; k < N; ++k) dw[k] = db[k] = A(0);
+    long long r = r0 + threadIdx.y;
+    if (vec && c0 < cols) {  // whole 16-byte vectors: four rows' loads issued before any is used
+        for (; r + 24 < r1; r += 32) {
+            Raw gr[4], xr[4];
+            A mu[4], rs[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                gr[u] = *reinterpret_cast<const Raw*>(grad_y + (r + 8 * u) * cols + c0);
+                xr[u] = *reinterpret_cast<const Raw*>(x + (r + 8 * u) * cols + c0);
+                mu[u] = has_mean ? mean[r + 8 * u] : A(0);
+                rs[u] = rstd[r + 8 * u];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const A g = raw_get<T>(gr[u], k);
+                    dw[k] += g * ((raw_get<T>(xr[u], k) - mu[u]) * rs[u]);
+                    db[k] += g;
+                }
+        }
+    }
+    if (c0 < cols) {
+        for (; r < r1; r += 8) {  // the rest (and rows that allow no 16-byte access)
+            A g[N], v[N];
+            load_vec(grad_y + r * cols, c0, cols, vec, g, A(0));
+            load_vec(x + r * cols, c0, cols, vec, v, A(0));
+            const A mu = has_mean ? mean[r] : A(0), rs = rstd[r];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                dw[k] += g[k] * ((v[k] - mu) * rs);
+                db[k] += g[k];
+            }
+        }
+    }
 #pragma unroll
     for (int k = 0; k < N; ++k) {  // consecutive lanes, consecutive banks
         sw[threadIdx.y][k * 32 + threadIdx.x] = dw[k];
