@@ -21,8 +21,7 @@ struct __align__(2) __nv_bfloat16 { unsigned short __x; };
 #define OPSMITH_ROW_CHUNKS 2
 #endif
 
-#ifndef OPSMITH_BWD_REVERSE
-// 1: the backwards that call bwd_row take their rows last first (bwd_row below); 0: first first
+#ifndef OPSMITH_BWD_REVERSE  // 1: the backwards take their rows last first (bwd_row below); 0: first first
 #define OPSMITH_BWD_REVERSE 1
 #endif
 
@@ -30,18 +29,12 @@ namespace opsmith {
 
 typedef unsigned long long u64;
 
-// Row r of `rows` as a backward takes it: the last row first where OPSMITH_BWD_REVERSE, so that the rows a
-// forward just left in L2 (its last) are read before the backward's own traffic evicts them (a forward then
-// its backward: recomputed activations, the last layers of a model, the benchmarks' fwd+bwd). softmax's and
-// the gated backwards; H100, the two kernels after an L2 flush (bench/results/ops-c8-h100-2026-11-27/
-// bwd-order.json), GB/s first first -> last first: bf16 softmax 4096 x 4096 2,519 -> 2,707, 16384 x 4096
-// 2,912 -> 2,975; silu_and_mul 2048 x 2048 2,209 -> 2,399, 4096 x 4096 2,769 -> 2,866. A backward alone
-// runs as fast either way.
+// Row r of `rows` (block b of `blocks`) as a backward takes it: last first, so that the rows a forward just left
+// in L2 are read before the backward's own traffic evicts them (docs/ops.md, "Backward row order"; H100, bf16
+// softmax 4096 x 4096 fwd+bwd 2,519 -> 2,707 GB/s: bench/results/ops-c8-h100-2026-11-27/bwd-order.json).
 __device__ __forceinline__ long long bwd_row(long long r, long long rows) {
     return OPSMITH_BWD_REVERSE ? rows - 1 - r : r;
 }
-
-// block b of `blocks` as a backward takes it (a block of whole rows), as bwd_row
 __device__ __forceinline__ unsigned bwd_block(unsigned b, unsigned blocks) {
     return OPSMITH_BWD_REVERSE ? blocks - 1 - b : b;
 }
