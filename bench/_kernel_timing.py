@@ -2,11 +2,15 @@
 flushed before each run (a 256 MiB buffer zeroed), the median of ``runs`` after two warm-ups, in
 microseconds. Unlike :func:`opsmith.ops.benchmark` there is no spin kernel ahead of the launch:
 the host's launch latency is inside the events, which these scripts' comparisons share. Also what
-several of them share around it: a same-size copy's GB/s and their ``--json`` file."""
+several of them share around it: a same-size copy's GB/s, their ``--json`` file and the folder their extra kernels
+compile in."""
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -49,3 +53,14 @@ def write_records(path, records: list) -> None:
         with open(path, "w") as fh:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records}, fh,
                       indent=1)
+
+
+def beside_kernels(name: str, source: str) -> Path:
+    """``source`` written as ``name`` into a new folder holding a copy of opsmith.ops' kernel files, so that its
+    ``#include "norm_fwd.cuh"`` finds them as shipped: a diag script's extra kernels. Returns the file's path."""
+    from opsmith.ops import _sources
+    tmp = Path(tempfile.mkdtemp())
+    for f in _sources.KERNEL_DIR.iterdir():
+        shutil.copy(f, tmp / f.name)
+    (tmp / name).write_text(source)
+    return tmp / name

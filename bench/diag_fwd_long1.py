@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The norm forwards' rows of 32 and 64 KiB (bf16 16,384 and 32,768; float 8,192 and 16,384) in one pass, the
-row held in registers at 8 chunks a thread (256 threads a row for 32 KiB, 512 for 64 KiB; layer_norm and rms_norm
-from norm_fwd.cuh's rows, add_rms_norm from fused_norm.cu's, compiled here as extra kernels), against the L2 rows
-(norm_l2.cu: two passes, the second from L2; norm_c8_plan declined for them, since 67fa1b9 ships the 32 KiB rows
-of layer_norm and rms_norm at 8 chunks), Liger-Kernel's one-pass Triton rows and torch.compile(dynamic=False);
+"""The norm forwards' rows of 32 and 64 KiB (bf16 16,384 and 32,768; float 8,192 and 16,384) in one pass, the row held
+in registers at 8 chunks a thread (256 threads a row for 32 KiB, 512 for 64 KiB; layer_norm and rms_norm from
+norm_fwd.cuh's rows, add_rms_norm from fused_norm.cu's, compiled here as extra kernels, diag_*), against the L2 rows
+(norm_l2.cu: two passes, the second from L2; norm_c8_plan and add_rms_c8_plan declined for them, since 67fa1b9 and
+2ecdfc0 ship some of these rows at 8 chunks), Liger-Kernel's one-pass Triton rows and torch.compile(dynamic=False);
 kernels alone (torch.profiler, us a call) as GB/s of the bytes-moved floor, beside a copy of the same bytes; each
 result checked against the L2 rows'. Needs a GPU; Liger is optional (PYTHONPATH to its wheel's files).
 
@@ -11,16 +11,15 @@ result checked against the L2 rows'. Needs a GPU; Liger is optional (PYTHONPATH 
 """
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, ".")
-from diag_norm_split import per_kernel  # noqa: E402  (bench/, this script's folder)
+from _kernel_timing import beside_kernels  # noqa: E402  (bench/, this script's folder)
+from diag_norm_split import per_kernel  # noqa: E402
 from opsmith._runtime import _driver  # noqa: E402
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
 from opsmith.ops import _fused, _launch, _launch_norm, _norms, _sources  # noqa: E402
@@ -41,27 +40,27 @@ for _name, _threads, _blocks in (("c8", 256, 2), ("c8k", 512, 1)):  # written ou
     EXTRA += f"""
 template <class T, class A>
 __global__ void __launch_bounds__({_threads}, {_blocks})
-layer_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
-                       A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
-                       int has_b) {{
+diag_layer_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                       T* __restrict__ y, A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols,
+                       A eps, int has_w, int has_b) {{
     layer_norm_fwd_any<1, T, A, 8>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }}
 template <class T, class A>
 __global__ void __launch_bounds__({_threads}, {_blocks})
-rms_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
+diag_rms_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
                      long long rows, int cols, A eps, int has_w) {{
     rms_norm_fwd_any<T, A, 8>(x, w, y, rstd, rows, cols, eps, has_w);
 }}
 // every shape below is whole chunks of whole vectors (ROW_FULL): 8 x 16 bytes x tpr
 template <class T, class A>
 __global__ void __launch_bounds__({_threads}, {_blocks})
-add_rms_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+diag_add_rms_norm_fwd_{_name}(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                          T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows,
                          int cols, A eps, int has_w) {{
     add_rms_norm_fwd_row<ROW_FULL, T, A, 8>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }}
 """
-NAMES = [f"{op}_fwd_{k}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm") for k in ("c8", "c8k")]
+NAMES = [f"diag_{op}_fwd_{k}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm") for k in ("c8", "c8k")]
 SHAPES = [(torch.bfloat16, r, c) for r, c in ((4096, 16384), (8192, 16384), (2048, 32768), (4096, 32768))]
 SHAPES += [(torch.float32, r, c) for r, c in ((8192, 8192), (4096, 16384))]
 
@@ -72,14 +71,15 @@ def _add_rms(x, r, w):
 
 
 def _l2_rows(f):
-    """f with norm_c8_plan declined (since 67fa1b9 the 32 KiB rows take it): the L2 rows, as before it."""
+    """f with norm_c8_plan and add_rms_c8_plan declined (67fa1b9 and 2ecdfc0 ship these rows at 8 chunks, which
+    this script's own kernels time): the L2 rows, as before them."""
     def run():
-        c8 = _launch_norm.norm_c8_plan
-        _launch_norm.norm_c8_plan = lambda *a: None
+        c8, add_c8 = _launch_norm.norm_c8_plan, _launch_norm.add_rms_c8_plan
+        _launch_norm.norm_c8_plan = _launch_norm.add_rms_c8_plan = lambda *a: None
         try:
             return f()
         finally:
-            _launch_norm.norm_c8_plan = c8
+            _launch_norm.norm_c8_plan, _launch_norm.add_rms_c8_plan = c8, add_c8
     return run
 
 
@@ -88,16 +88,13 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its minutes of compiling)")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp())
-    for f in _sources.KERNEL_DIR.iterdir():
-        shutil.copy(f, tmp / f.name)
-    (tmp / "norm_rows1.cu").write_text(EXTRA)
+    src = beside_kernels("norm_rows1.cu", EXTRA)
     mods = {}
     records = []
     for dt, rows, cols in SHAPES:
         dts = str(dt)[6:]
         if dts not in mods:
-            mods[dts] = CudaModule(tmp / "norm_rows1.cu", name_expressions=[n.format(T=_sources.DTYPES[dts][0],
+            mods[dts] = CudaModule(src, name_expressions=[n.format(T=_sources.DTYPES[dts][0],
                                    A=_sources.DTYPES[dts][1]) for n in NAMES], arch=_driver.device_arch(0),
                                    name="diag/norm_rows1.cu", options=["--ptxas-options=-v"])
         mod = mods[dts]
@@ -113,9 +110,9 @@ def main():
         y = torch.empty_like(x)
         st = torch.empty(rows, device="cuda", dtype=torch.float32)
         st2 = torch.empty_like(st)
-        ln = mod.get_kernel(f"layer_norm_fwd_{kname}<{t}, {a}>")
-        rms = mod.get_kernel(f"rms_norm_fwd_{kname}<{t}, {a}>")
-        add = mod.get_kernel(f"add_rms_norm_fwd_{kname}<{t}, {a}>")
+        ln = mod.get_kernel(f"diag_layer_norm_fwd_{kname}<{t}, {a}>")
+        rms = mod.get_kernel(f"diag_rms_norm_fwd_{kname}<{t}, {a}>")
+        add = mod.get_kernel(f"diag_add_rms_norm_fwd_{kname}<{t}, {a}>")
         res, s_out = torch.randn_like(x), torch.empty_like(x)
         cases = {
             "layer_norm": (lambda: _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)[0],

@@ -19,15 +19,13 @@ against the shipped op's. Needs a GPU; Liger is optional (PYTHONPATH to its whee
 """
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, ".")
-from _kernel_timing import copy_gbps  # noqa: E402  (bench/, this script's folder)
+from _kernel_timing import beside_kernels, copy_gbps  # noqa: E402  (bench/, this script's folder)
 from opsmith import ops  # noqa: E402
 from opsmith._runtime import _driver  # noqa: E402
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
@@ -144,16 +142,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp())
-    for f in _sources.KERNEL_DIR.iterdir():
-        shutil.copy(f, tmp / f.name)
-    (tmp / "norm_waves.cu").write_text(EXTRA)
+    src = beside_kernels("norm_waves.cu", EXTRA)
     mods, records, logs = {}, [], {}
     for dt, rows, cols in SHAPES:
         dts = str(dt)[6:]
         t, a = _sources.DTYPES[dts]
         if dts not in mods:
-            mods[dts] = CudaModule(tmp / "norm_waves.cu", name_expressions=[f"v_{n}<{t}, {a}>" for n in VARIANTS],
+            mods[dts] = CudaModule(src, name_expressions=[f"v_{n}<{t}, {a}>" for n in VARIANTS],
                                    arch=_driver.device_arch(0), name="diag/norm_waves.cu",
                                    options=["--ptxas-options=-v"])
             logs[dts] = [ln for ln in mods[dts].binary.log.splitlines() if "Used" in ln or "spill" in ln]

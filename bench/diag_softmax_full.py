@@ -11,15 +11,12 @@ kernel may take). Not yet run: prepared for a stop with device time. Needs a GPU
     python3 bench/diag_softmax_full.py [--json FILE]
 """
 import argparse
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 
 import torch
 
 sys.path.insert(0, ".")
-from _kernel_timing import write_records  # noqa: E402  (bench/, this script's folder)
+from _kernel_timing import beside_kernels, write_records  # noqa: E402  (bench/, this script's folder)
 from opsmith import ops  # noqa: E402
 from opsmith._runtime import _driver  # noqa: E402
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
@@ -41,12 +38,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp())
-    for f in _sources.KERNEL_DIR.iterdir():
-        shutil.copy(f, tmp / f.name)
-    (tmp / "softmax_full.cu").write_text(EXTRA)
+    src = beside_kernels("softmax_full.cu", EXTRA)
     t = _sources.DTYPES["bfloat16"][0]
-    mod = CudaModule(tmp / "softmax_full.cu", name_expressions=[f"softmax_fwd_full<{t}>", f"softmax_fwd<{t}>"],
+    mod = CudaModule(src, name_expressions=[f"softmax_fwd_full<{t}>", f"softmax_fwd<{t}>"],
                      arch=_driver.device_arch(0), name="diag/softmax_full.cu", options=["--ptxas-options=-v"])
     full = mod.get_kernel(f"softmax_fwd_full<{t}>")
     log = [ln for ln in mod.binary.log.splitlines() if "Compiling entry" in ln or "Used" in ln]
