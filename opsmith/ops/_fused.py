@@ -39,8 +39,8 @@ def _check(x, residual, op: str = "add_rms_norm") -> None:
 def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | None = None):
     """(y, residual_out, rstd) on CUDA: one pass where the row fits in registers (fused_norm.cu: up to 64 KiB in
     whole 16-byte vectors at 8 chunks a thread); longer rows in whole 16-byte vectors, two passes over the row in
-    L2 (norm_l2.cu); a cluster's (sm_90+: norm_cluster.cu, the rows
-    rms_norm's cluster forward takes); else torch's add, then rms_norm."""
+    L2 (norm_l2.cu); a cluster's (sm_90+: norm_cluster.cu, the rows rms_norm's cluster forward takes); else
+    torch's add, then rms_norm."""
     import torch
     _check(x, residual)
     if eps is None:
@@ -54,12 +54,11 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
     # on an H200 (bench/diag_norm_l2.py): bf16 4096x16384 3,629 -> 3,777 GB/s, 1024x65536 2,704 -> 3,629, fp32
     # 8192x8192 3,245 -> 3,828; on register rows of 16 KiB they ran slower (bf16 8192x8192 4,116 against 3,856)
     props = _launch.device_props(x.get_device())
-    c8 = None if file in ("norm.cu", "") else _norms._if_aligned(
-        _launch_norm.add_rms_c8_plan(rows, cols, x.element_size(), props), (x, residual, w))
-    l2 = None if file in ("norm.cu", "") else _norms._l2_plan(rows, cols, props, 1, x, residual, w)
-    if c8 is not None:  # 16 to 64 KiB: the row read once, 8 chunks a thread
+    past = file not in ("norm.cu", "")
+    if past and (c8 := _norms._if_aligned(_launch_norm.add_rms_c8_plan(rows, cols, x.element_size(), props),
+                                          (x, residual, w))) is not None:  # to 64 KiB: read once, 8 chunks a thread
         plan, file, name = c8, "fused_norm.cu", _launch_norm.add_rms_c8_kernel(c8) + "<{T}, {A}>"
-    elif l2 is not None:
+    elif past and (l2 := _norms._l2_plan(rows, cols, props, 1, x, residual, w)) is not None:
         plan, file, name = l2, "norm_l2.cu", "add_rms_norm_fwd_l2<{T}, {A}>"
     elif file == "norm.cu":  # the register rows
         file, name = "fused_norm.cu", "add_rms_norm_fwd<{T}, {A}>"
