@@ -208,10 +208,13 @@ def softmax_fwd(x):
             _kernel("softmax_cluster.cu", f"softmax_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", x).launch(
                 _launch.launch_config(plan), x, y, rows, cols)
         else:
+            aligned = (x.data_ptr() | y.data_ptr()) % 16 == 0
             name = "softmax_fwd_wide<{T}>" if plan.strategy == "wide" else "softmax_fwd<{T}>"
-            wide3 = _launch.softmax_fwd_wide3(plan, cols, x.element_size(), (x.data_ptr() | y.data_ptr()) % 16 == 0)
+            wide3 = _launch.softmax_fwd_wide3(plan, cols, x.element_size(), aligned)
             if wide3:
                 name = wide3 + "<{T}>"
+            elif _launch.softmax_fwd_full(plan, cols, x.element_size(), aligned):
+                name = "softmax_fwd_full<{T}>"
             _kernel("softmax.cu", name, x).launch(_launch.launch_config(plan), x, y, rows, cols)
     return y
 

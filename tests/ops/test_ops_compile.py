@@ -371,6 +371,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         for op in ("silu", "gelu", "gelu_tanh"):
             y2 = fn.gated_fwd(op, x2)
             assert y2.shape == (3, cols) and fn.gated_bwd(op, y2, x2).shape == x2.shape
+    assert fn.softmax_cuda(torch.randn(2, 64, dtype=dt), -1).shape == (2, 64)  # softmax_fwd_full's warp rows
     full = _launch.WIDE3_THREADS * _launch.WIDE_CHUNKS * (16 // dt.itemsize)  # softmax_fwd_wide3_full's rows
     assert fn.softmax_cuda(torch.randn(2, full, dtype=dt), -1).shape == (2, full)
     for cols in (2048, 4096, 8192):  # more rows than one chunk, rows too wide for "small" (from 2 KiB of bf16

@@ -166,6 +166,17 @@ def test_softmax_rows_that_fill_wide3_aligned_or_not(dtype):
         _close(ops.softmax(x, -1), torch.softmax(x.double(), -1), dtype, what=f"softmax {tuple(x.stride())}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", [(1, 64), (37, 128), (5, 1024)])
+def test_softmax_register_rows_that_fill_their_chunks_aligned_or_not(dtype, shape):
+    """softmax_fwd_full takes the register rows that fill their threads' chunks (warp rows, and a block's for
+    float and double at 1,024) when x is 16-byte aligned; a view one element in takes softmax_fwd's element path."""
+    rows, cols = shape
+    flat = _rand((rows * cols + 1,), dtype, 10) * 4
+    for x in (flat[:-1].view(rows, cols), flat[1:].view(rows, cols)):
+        _close(ops.softmax(x, -1), torch.softmax(x.double(), -1), dtype, what=f"softmax {shape} {tuple(x.stride())}")
+
+
 @pytest.mark.parametrize("cols", [12288, 9001, 2048, 16384])
 def test_softmax_of_values_near_the_bf16_limit(cols):
     """softmax_fwd_wide3 takes exp2(x log2e - m log2e) for 16-bit rows only where m log2e is finite: a

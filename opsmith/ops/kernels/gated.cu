@@ -48,8 +48,26 @@
 #ifndef OPSMITH_GATED_BLOCKS16
 #define OPSMITH_GATED_BLOCKS16 6
 #endif
+// 1: the backwards read grad_y evict-first (ld.global.cs: its last use), so that L2 gives up its lines before
+// those of gate and up the backward has yet to read; 2: gate and up too; 0: plain loads. H100, forward + backward
+// kernels after an L2 flush (bench/diag_bwd_hints.py, bf16 silu_and_mul, GB/s 0 / 1 / 2, Liger-Kernel's): 2048 x
+// 2048 2,268 / 2,367 / 2,527 (2,307), 4096 x 4096 2,843 / 2,865 / 2,814, 8192 x 8192 2,995 / 3,001 / 2,981; the
+// backward alone within 1 % at 1 and up to 1.7 % slower at 2, which stays a diagnostic.
+#ifndef OPSMITH_BWD_LAST_USE
+#define OPSMITH_BWD_LAST_USE 1
+#endif
 
 namespace opsmith {
+
+// vector c of p, evict-first where `last` (the backward's last read of it: OPSMITH_BWD_LAST_USE)
+template <class T> __device__ __forceinline__ Vec<T> ld_vec(const T* p, long long c, bool last) {
+    const Vec<T>* q = reinterpret_cast<const Vec<T>*>(p) + c;
+    if (!last) return *q;
+    Raw r;
+    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(q));
+    return *reinterpret_cast<const Vec<T>*>(&r);
+}
 
 template <class Op, class T> struct GatedShape {
     static constexpr bool fast = sizeof(T) == 2 && Op::cheap;  // the 16-bit forms of activations.cuh
@@ -119,9 +137,9 @@ __device__ __forceinline__ void gated(const T* __restrict__ g, const T* __restri
                 for (int k = 0; k < R; ++k) {  // every load of the trip first
                     const long long rk = r + k * rstep, q = G ? bwd_row(rk, rows) : rk;
                     if (rk < rows) {
-                        a[k] = reinterpret_cast<const Vec<T>*>(gate + q * gs)[c];
-                        b[k] = reinterpret_cast<const Vec<T>*>(up + q * us)[c];
-                        if (G) gv[k] = reinterpret_cast<const Vec<T>*>(g + q * d)[c];
+                        a[k] = ld_vec(gate + q * gs, c, G && OPSMITH_BWD_LAST_USE > 1);
+                        b[k] = ld_vec(up + q * us, c, G && OPSMITH_BWD_LAST_USE > 1);
+                        if (G) gv[k] = ld_vec(g + q * d, c, OPSMITH_BWD_LAST_USE > 0);
                     }
                 }
 #pragma unroll
@@ -163,10 +181,10 @@ __device__ __forceinline__ void gated_one(const T* __restrict__ g, const T* __re
     const int r1 = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
     if (r1 >= rows || c >= cols) return;
     const int r = G ? (int)bwd_row(r1, rows) : r1;
-    const Vec<T> a = reinterpret_cast<const Vec<T>*>(gate + (long long)r * gs)[c];
-    const Vec<T> b = reinterpret_cast<const Vec<T>*>(up + (long long)r * us)[c];
+    const Vec<T> a = ld_vec(gate + (long long)r * gs, c, G && OPSMITH_BWD_LAST_USE > 1);
+    const Vec<T> b = ld_vec(up + (long long)r * us, c, G && OPSMITH_BWD_LAST_USE > 1);
     Vec<T> gv;
-    if (G) gv = reinterpret_cast<const Vec<T>*>(g + (long long)r * cols * Vec<T>::N)[c];
+    if (G) gv = ld_vec(g + (long long)r * cols * Vec<T>::N, c, OPSMITH_BWD_LAST_USE > 0);
     Raw o0, o1;
     gated_vec<Op, G, T>(gv, a, b, o0, o1);
     reinterpret_cast<Raw*>(out + (long long)r * os)[c] = o0;

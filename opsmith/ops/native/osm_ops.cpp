@@ -102,11 +102,15 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         // the rows that fill their chunks, x and y 16-byte aligned
         const int64_t isz = x.element_size();
         const bool wide3 = p.strategy == S_WIDE && p.bx == K[C_WIDE3_THREADS] && (isz == 2 || isz == 4);
-        const bool full = c == K[C_WIDE3_THREADS] * K[C_WIDE_CHUNKS] * (16 / isz) && aligned16(xp) && aligned16(yp);
+        const bool aligned = aligned16(xp) && aligned16(yp);
+        const bool full = c == K[C_WIDE3_THREADS] * K[C_WIDE_CHUNKS] * (16 / isz) && aligned;
+        // _launch.softmax_fwd_full: the register rows that fill their threads' chunks, x and y 16-byte aligned
+        const bool reg_full = c == p.bx * K[C_ROW_CHUNKS] * (16 / isz) && aligned;
         launch(p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
                : wide3                   ? (full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
                : p.strategy == S_WIDE    ? SOFTMAX_FWD_WIDE
                : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2 : SOFTMAX_FWD_CL2W)
+               : reg_full                ? SOFTMAX_FWD_FULL
                                          : SOFTMAX_FWD,
                dt, dev, p, params);
     }

@@ -24,6 +24,7 @@
     X(SILU_FWD, "elementwise.cu", "silu_fwd<{T}>")                            \
     X(SILU_BWD, "elementwise.cu", "silu_bwd<{T}>")                            \
     X(SOFTMAX_FWD, "softmax.cu", "softmax_fwd<{T}>")                          \
+    X(SOFTMAX_FWD_FULL, "softmax.cu", "softmax_fwd_full<{T}>")                \
     X(SOFTMAX_FWD_LONG, "softmax.cu", "softmax_fwd_long<{T}>")                \
     X(SOFTMAX_FWD_WIDE, "softmax.cu", "softmax_fwd_wide<{T}>")                \
     X(SOFTMAX_FWD_WIDE3, "softmax.cu", "softmax_fwd_wide3<{T}>")              \
