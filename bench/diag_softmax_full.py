@@ -42,7 +42,7 @@ def main():
         x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
         y, y3 = torch.empty_like(x), torch.empty_like(x)
         plan = _launch.softmax_plan(rows, cols, 2, 1, _launch.device_props(0))
-        if not _launch.softmax_fwd_full(plan, cols, 2, True):
+        if not _launch.full_rows(plan, cols, 2, True):
             continue  # not a whole-chunk register row: the full kernel may not take it
         cfg = _launch.launch_config(plan)
         three.launch(cfg, x, y3, rows, cols)

@@ -29,7 +29,7 @@ __all__ = [
     "EW_THREADS", "LN_WIDE_TPR", "LONG_THREADS", "ROW_BWD_BLOCKS", "ROW_CHUNKS", "ROW_THREADS", "WIDE_CHUNKS",
     "CLUSTER_FWD_BLOCKS", "CLUSTER_MAX", "CLUSTER_THREADS", "DeviceProps", "Plan", "col_sum_plan", "device_props",
     "elementwise_plan", "ew_unrolled", "launch_config", "norm_bwd_plan", "norm_cluster_plan", "row_plan",
-    "softmax_fwd_full", "softmax_fwd_wide3", "softmax_plan", "weight_grad_plan"
+    "full_rows", "softmax_fwd_wide3", "softmax_plan", "weight_grad_plan"
 ]
 
 # The kernels' compile-time numbers (common.cuh, rows.cuh, elementwise.cu, softmax.cu, norm.cu).
@@ -232,11 +232,12 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
 
 
-def softmax_fwd_full(plan: Plan, cols: int, itemsize: int, aligned: bool) -> bool:
-    """Whether softmax's forward of ``plan``'s register rows ("warp", "block") takes ``softmax_fwd_full``, the
-    unchecked row alone: each row fills its threads' chunks exactly and ``aligned`` (x and y 16-byte aligned).
-    H100, L2 flushed (bench/diag_softmax_full.py): 0.07-0.16 us less a call than softmax_fwd's three row modes,
-    bf16 1x64 4.86 -> 4.70 us (torch eager 4.74)."""
+def full_rows(plan: Plan, cols: int, itemsize: int, aligned: bool) -> bool:
+    """Whether ``plan``'s register rows ("warp", "block") take the kernel of the unchecked row alone
+    (softmax_fwd_full, add_rms_norm_fwd_full): each row fills its threads' chunks exactly and ``aligned`` (every
+    pointer 16-byte aligned). Without the other row modes' code (the element path out of line, with a stack),
+    H100, L2 flushed: softmax 0.07-0.16 us less a call (bench/diag_softmax_full.py: bf16 1x64 4.86 -> 4.70 us,
+    torch eager 4.74), add_rms_norm 1.006-1.032x the GB/s (bench/diag_add_rms_full.py: bf16 512x1024 623 -> 643)."""
     return aligned and plan.strategy in ("warp", "block") and cols == plan.block[0] * ROW_CHUNKS * (16 // itemsize)
 
 

@@ -46,7 +46,8 @@ FILES: dict[str, tuple[str, ...]] = {
     "norm_small.cu": ("layer_norm_bwd_small<{T}, {A}>", "rms_norm_bwd_small<{T}, {A}>"),
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd"))
     + tuple(f"{op}_and_mul_{d}_one<{{T}}>" for op in ("silu", "gelu_tanh") for d in ("fwd", "bwd")),
-    "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>", "add_rms_norm_fwd_c8<{T}, {A}>", "add_rms_norm_fwd_c8k<{T}, {A}>"),
+    "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>", "add_rms_norm_fwd_full<{T}, {A}>", "add_rms_norm_fwd_c8<{T}, {A}>",
+                      "add_rms_norm_fwd_c8k<{T}, {A}>"),
     "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),
     "cross_entropy.cu": tuple(f"cross_entropy_{k}<{{T}}, {{A}}>" for k in ("fwd", "finish", "bwd")),
 }

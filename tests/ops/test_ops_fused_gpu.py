@@ -50,6 +50,21 @@ def test_matches_torch(dtype, shape, weight):
 
 
 @pytest.mark.parametrize("dtype", sorted(TOL, key=str))
+@pytest.mark.parametrize("cols", [256, 1024])
+def test_rows_that_fill_their_chunks_aligned_or_not(dtype, cols):
+    """add_rms_norm_fwd_full takes the register rows that fill their threads' chunks when x, the residual and the
+    weight are 16-byte aligned; a view one element in takes add_rms_norm_fwd's element path: both match torch."""
+    flat = torch.randn(5 * cols + 1, device="cuda", dtype=dtype)
+    r = torch.randn(5, cols, device="cuda", dtype=dtype)
+    w = torch.randn(cols, device="cuda", dtype=dtype)
+    atol, rtol = TOL[dtype]
+    for x in (flat[:-1].view(5, cols), flat[1:].view(5, cols)):
+        y, s = O.add_rms_norm(x, r, cols, w, 1e-6)
+        assert torch.equal(s, x + r)
+        torch.testing.assert_close(y.double(), F.rms_norm(s.double(), [cols], w.double(), 1e-6), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", sorted(TOL, key=str))
 # element checks, full warp rows, vectors, a full block row, sm_90+'s clusters (2 and 4 chunks a thread)
 @pytest.mark.parametrize("cols", [7, 256, 1000, 4096, 12000, 32768])
 def test_inf_nan_make_the_row_nan(dtype, cols):

@@ -423,13 +423,13 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
 
 def test_softmax_forward_takes_the_full_kernel_for_register_rows_that_fill_their_chunks():
     def full(rows, cols, itemsize, aligned=True):
-        return _launch.softmax_fwd_full(_launch.softmax_plan(rows, cols, itemsize, 1, H100), cols, itemsize, aligned)
+        return _launch.full_rows(_launch.softmax_plan(rows, cols, itemsize, 1, H100), cols, itemsize, aligned)
 
     assert full(1, 64, 2) and full(1024, 64, 2) and full(7, 256, 2) and full(3, 64, 8)  # warp rows
     assert full(5, 1024, 4) and full(9, 2048, 4) and full(2, 1024, 8)  # rows of a block (128-256 threads)
     assert not full(1, 64, 2, aligned=False) and not full(1, 100, 2) and not full(1, 48, 2)  # a view; checked rows
     assert not full(4, 2048, 2) and not full(4, 16384, 2)  # bf16 from 2 KiB: "wide" (and wide3)
-    assert not _launch.softmax_fwd_full(_launch.softmax_plan(1, 64, 2, 2, H100), 96, 2, True)  # not its row
+    assert not _launch.full_rows(_launch.softmax_plan(1, 64, 2, 2, H100), 96, 2, True)  # not its row
 
 
 def test_softmax_forward_takes_wide3_for_rows_of_its_threads():

@@ -82,6 +82,18 @@ add_rms_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const 
     else add_rms_norm_fwd_scalar(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }
 
+// add_rms_norm_fwd's rows where every pointer is 16-byte aligned and cols fills the threads' chunks exactly (the
+// caller's test: _launch.full_rows): the unchecked row alone, without the other modes' code. H100, L2 flushed
+// (bench/diag_add_rms_full.py), bf16 GB/s: 512 x 1024 623 -> 643, 2048 x 2048 1,938 -> 1,982 (Liger-Kernel 672,
+// 1,986), 4096 x 4096 2,656 -> 2,673.
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
+add_rms_norm_fwd_full(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                      T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
+                      A eps, int has_w) {
+    add_rms_norm_fwd_row<ROW_FULL>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+}
+
 // The 8-chunk rows (_launch_norm.add_rms_c8_plan: rows of 16 to 64 KiB in whole 16-byte vectors of 2- and 4-byte
 // types, every pointer 16-byte aligned), read once where the L2 rows (norm_l2.cu's add_rms_norm_fwd_l2) read them
 // twice: up to OPSMITH_C8_THREADS threads (32 KiB) at 2 blocks an SM, OPSMITH_C8K_THREADS (64 KiB) at 1; 128

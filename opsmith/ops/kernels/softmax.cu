@@ -145,7 +145,7 @@ softmax_fwd(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols
 }
 
 // softmax_fwd's rows where x and y are 16-byte aligned and cols fills the threads' chunks exactly (the caller's
-// test: _launch.softmax_fwd_full): the unchecked row alone, without the other modes' code and the element path's
+// test: _launch.full_rows): the unchecked row alone, without the other modes' code and the element path's
 // stack. H100, L2 flushed (bench/diag_softmax_full.py): 0.07-0.16 us less a call, bf16 1x64 4.86 -> 4.70 us
 // (torch eager 4.74).
 template <class T>

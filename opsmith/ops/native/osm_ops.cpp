@@ -104,7 +104,7 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         const bool wide3 = p.strategy == S_WIDE && p.bx == K[C_WIDE3_THREADS] && (isz == 2 || isz == 4);
         const bool aligned = aligned16(xp) && aligned16(yp);
         const bool full = c == K[C_WIDE3_THREADS] * K[C_WIDE_CHUNKS] * (16 / isz) && aligned;
-        // _launch.softmax_fwd_full: the register rows that fill their threads' chunks, x and y 16-byte aligned
+        // _launch.full_rows: the register rows that fill their threads' chunks, x and y 16-byte aligned
         const bool reg_full = c == p.bx * K[C_ROW_CHUNKS] * (16 / isz) && aligned;
         launch(p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
                : wide3                   ? (full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
