@@ -213,7 +213,10 @@ def softmax_fwd(x):
             wide3 = _launch.softmax_fwd_wide3(plan, cols, x.element_size(), aligned)
             if wide3:
                 name = wide3 + "<{T}>"
-            elif _launch.full_rows(plan, cols, x.element_size(), aligned):
+            elif plan.strategy == "wide" and _launch.full_rows(plan, cols, x.element_size(), aligned,
+                                                               _launch.WIDE_CHUNKS):
+                name = "softmax_fwd_wide_full<{T}>"
+            elif plan.strategy != "wide" and _launch.full_rows(plan, cols, x.element_size(), aligned):
                 name = "softmax_fwd_full<{T}>"
             _kernel("softmax.cu", name, x).launch(_launch.launch_config(plan), x, y, rows, cols)
     return y

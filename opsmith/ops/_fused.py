@@ -61,7 +61,7 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
     elif past and (l2 := _norms._l2_plan(rows, cols, props, 1, x, residual, w)) is not None:
         plan, file, name = l2, "norm_l2.cu", "add_rms_norm_fwd_l2<{T}, {A}>"
     elif file == "norm.cu":  # the register rows (those that fill their chunks: the unchecked row alone)
-        full = _launch.full_rows(plan, cols, x.element_size(), all(t.data_ptr() % 16 == 0 for t in (x, residual, w)))
+        full = _launch.full_rows(plan, cols, x.element_size(), _norms._aligned(x, residual, w))
         file, name = "fused_norm.cu", "add_rms_norm_fwd_full<{T}, {A}>" if full else "add_rms_norm_fwd<{T}, {A}>"
     elif file == "norm_cluster.cu":  # a cluster a row (sm_90+)
         name = f"add_rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>"

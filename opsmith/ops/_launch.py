@@ -55,7 +55,7 @@ L2_THREADS = 1024     # OPSMITH_L2_THREADS in norm_l2.cu: the most threads a blo
 L2_CHUNKS = 4         # norm_l2_plan: 16-byte chunks a thread a row, about
 L2_MIN_ROW_BYTES = 16384  # norm_l2_plan: rows of at least this many bytes
 L2_RMS_THREADS = 512  # norm_l2_plan: rms_norm's blocks take at least this many threads (up to 2 chunks each)
-C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu: the most threads a block of layer_norm_fwd_c4 / rms_norm_fwd_c4
+C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu (softmax.cu): the most threads a block of *_fwd_c4 (wide_full)
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
 C4_FULL_SM_GBPS = 30  # norm_c4_plan: rows of exactly L2_MIN_ROW_BYTES too, on devices of at most this DRAM GB/s an SM
 SMALL_BWD_ROWS = 1024  # norm_bwd_small_plan: the norm backwards of 1 to this many rows take norm_small.cu's one launch
@@ -232,13 +232,20 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
 
 
-def full_rows(plan: Plan, cols: int, itemsize: int, aligned: bool) -> bool:
-    """Whether ``plan``'s register rows ("warp", "block") take the kernel of the unchecked row alone
-    (softmax_fwd_full, add_rms_norm_fwd_full): each row fills its threads' chunks exactly and ``aligned`` (every
-    pointer 16-byte aligned). Without the other row modes' code (the element path out of line, with a stack),
-    H100, L2 flushed: softmax 0.07-0.16 us less a call (bench/diag_softmax_full.py: bf16 1x64 4.86 -> 4.70 us,
-    torch eager 4.74), add_rms_norm 1.006-1.032x the GB/s (bench/diag_add_rms_full.py: bf16 512x1024 623 -> 643)."""
-    return aligned and plan.strategy in ("warp", "block") and cols == plan.block[0] * ROW_CHUNKS * (16 // itemsize)
+def full_rows(plan: Plan, cols: int, itemsize: int, aligned: bool, chunks: int = ROW_CHUNKS) -> bool:
+    """Whether ``plan``'s register rows ("warp", "block"; "wide" or norm_c4_plan's at ``chunks`` 4, up to
+    ``C4_THREADS`` threads a row) take the kernel of the unchecked row alone (softmax_fwd_full, add_rms_norm_fwd_full;
+    softmax_fwd_wide_full, layer_norm_fwd_c4_full, rms_norm_fwd_c4_full): each row fills its threads' chunks exactly
+    and ``aligned`` (every pointer 16-byte aligned). Without the other row modes' code (the element path out of line,
+    with a stack), H100, L2 flushed: softmax 0.07-0.16 us less a call (bench/diag_softmax_full.py: bf16 1x64 4.86 ->
+    4.70 us, torch eager 4.74), add_rms_norm 1.006-1.032x the GB/s (bench/diag_add_rms_full.py: bf16 512x1024 623
+    -> 643); at 4 chunks (bench/diag_full_rows.py) softmax 1.003-1.016x, rms_norm 1.00-1.04x, layer_norm
+    1.00-1.02x."""
+    if not aligned or plan.strategy not in ("warp", "block", "wide"):
+        return False
+    if chunks != ROW_CHUNKS and plan.block[0] > C4_THREADS:
+        return False
+    return cols == plan.block[0] * chunks * (16 // itemsize)
 
 
 def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int, aligned: bool) -> str | None:

@@ -26,8 +26,10 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
         props = _launch.device_props(x.get_device())
         c4 = _launch_norm.norm_c4_plan(rows, cols, x.element_size(), props, 2)
-        if c4 is not None:  # rows of 2 to 16 KiB: 4 chunks a thread
-            _kernel("norm.cu", "layer_norm_fwd_c4<{T}, {A}>", x).launch(_launch.launch_config(c4), *args)
+        if c4 is not None:  # rows of 2 to 16 KiB: 4 chunks a thread (the unchecked row alone where it fills them)
+            full = _launch.full_rows(c4, cols, x.element_size(), _aligned(x, w, b, y), 4)
+            _kernel("norm.cu", f"layer_norm_fwd_c4{'_full' * full}<{{T}}, {{A}}>", x).launch(
+                _launch.launch_config(c4), *args)
         elif (c8 := _c8_plan(rows, cols, props, x, w, b, y)) is not None:  # 16 to 32 KiB: 8 chunks, one pass
             _kernel("norm.cu", "layer_norm_fwd_c8<{T}, {A}>", x).launch(_launch.launch_config(c8), *args)
         elif (l2 := _l2_plan(rows, cols, props, 2, x, w, b, y)) is not None:  # longer rows: 2 passes, the 2nd from L2
@@ -116,10 +118,15 @@ def _c8_plan(rows: int, cols: int, props, *tensors):
     return _if_aligned(_launch_norm.norm_c8_plan(rows, cols, tensors[0].element_size(), props), tensors)
 
 
+def _aligned(*tensors) -> bool:
+    """Whether every one of ``tensors`` starts 16-byte aligned."""
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
 def _if_aligned(plan, tensors):
     """``plan`` where there is one and every one of ``tensors`` is 16-byte aligned (the L2 and 8-chunk rows' kernels
     take whole 16-byte vectors), else None."""
-    return plan if plan is not None and all(t.data_ptr() % 16 == 0 for t in tensors) else None
+    return plan if plan is not None and _aligned(*tensors) else None
 
 
 def _fwd_plan(rows: int, cols: int, x):
@@ -222,8 +229,10 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
         args = (x, w, y, rstd, rows, cols, float(eps), int(weight is not None))
         props = _launch.device_props(x.get_device())
         c4 = _launch_norm.norm_c4_plan(rows, cols, x.element_size(), props, 1)
-        if c4 is not None:  # 16-bit rows of 2 to 16 KiB: 4 chunks a thread
-            _kernel("norm.cu", "rms_norm_fwd_c4<{T}, {A}>", x).launch(_launch.launch_config(c4), *args)
+        if c4 is not None:  # 16-bit rows of 2 to 16 KiB: 4 chunks a thread (full rows: the unchecked row alone)
+            full = _launch.full_rows(c4, cols, x.element_size(), _aligned(x, w, y), 4)
+            _kernel("norm.cu", f"rms_norm_fwd_c4{'_full' * full}<{{T}}, {{A}}>", x).launch(
+                _launch.launch_config(c4), *args)
         elif (c8 := _c8_plan(rows, cols, props, x, w, y)) is not None:  # 16 to 32 KiB: 8 chunks, one pass
             _kernel("norm.cu", "rms_norm_fwd_c8<{T}, {A}>", x).launch(_launch.launch_config(c8), *args)
         elif (l2 := _l2_plan(rows, cols, props, 1, x, w, y)) is not None:  # longer (float: from 16 KiB): 2 passes

@@ -396,8 +396,10 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     if dtype == "float64":  # norm_l2_plan, norm_c8_plan and add_rms_c8_plan: 2- and 4-byte types only
         want -= {"layer_norm_fwd_l2", "rms_norm_fwd_l2", "add_rms_norm_fwd_l2", "layer_norm_fwd_c8", "rms_norm_fwd_c8",
                  "add_rms_norm_fwd_c8", "add_rms_norm_fwd_c8k"}
-    if dtype != "bfloat16":  # norm_c4_plan: rms_norm's 2-byte rows, layer_norm's 2- and 4-byte ones
-        want -= {"rms_norm_fwd_c4"} if dtype == "float32" else {"rms_norm_fwd_c4", "layer_norm_fwd_c4"}
+    if dtype != "bfloat16":  # norm_c4_plan: rms_norm's 2-byte rows, layer_norm's 2- and 4-byte ones (and full)
+        want -= ({"rms_norm_fwd_c4", "rms_norm_fwd_c4_full"} if dtype == "float32" else
+                 {"rms_norm_fwd_c4", "layer_norm_fwd_c4", "rms_norm_fwd_c4_full", "layer_norm_fwd_c4_full"})
+        want -= {"softmax_fwd_wide_full"}  # softmax_plan's "wide" forward rows of up to C4_THREADS: 16-bit
     if dtype != "float64":  # the wide rows (2 KiB and more) of 2- and 4-byte types take layer_norm_fwd_c4 or l2
         want -= {"layer_norm_fwd_wide"}
     if dtype == "float64":  # _launch.softmax_fwd_wide3: 2- and 4-byte types

@@ -167,14 +167,31 @@ def test_softmax_rows_that_fill_wide3_aligned_or_not(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("shape", [(1, 64), (37, 128), (5, 1024)])
+@pytest.mark.parametrize("shape", [(1, 64), (37, 128), (5, 1024), (3, 2048), (2, 4096)])
 def test_softmax_register_rows_that_fill_their_chunks_aligned_or_not(dtype, shape):
     """softmax_fwd_full takes the register rows that fill their threads' chunks (warp rows, and a block's for
-    float and double at 1,024) when x is 16-byte aligned; a view one element in takes softmax_fwd's element path."""
+    float and double at 1,024), softmax_fwd_wide_full 16-bit rows of 2 to 8 KiB at 4 chunks a thread, when x is
+    16-byte aligned; a view one element in takes softmax_fwd's (softmax_fwd_wide's) element path."""
     rows, cols = shape
     flat = _rand((rows * cols + 1,), dtype, 10) * 4
     for x in (flat[:-1].view(rows, cols), flat[1:].view(rows, cols)):
         _close(ops.softmax(x, -1), torch.softmax(x.double(), -1), dtype, what=f"softmax {shape} {tuple(x.stride())}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", [(5, 1024), (3, 2048), (2, 4096), (4, 3000)])
+def test_norm_rows_of_four_chunks_that_fill_them_aligned_or_not(dtype, shape):
+    """layer_norm_fwd_c4_full / rms_norm_fwd_c4_full take norm_c4_plan's rows that fill their threads' chunks when
+    every pointer is 16-byte aligned; a view one element in (and 3,000 columns) take the checked c4 kernels."""
+    rows, cols = shape
+    flat = _rand((rows * cols + 1,), dtype, 11) * 3 + 1
+    w, b = _rand((cols,), dtype, 12), _rand((cols,), dtype, 13)
+    for x in (flat[:-1].view(rows, cols), flat[1:].view(rows, cols)):
+        x64 = x.double()
+        _close(ops.layer_norm(x, [cols], w, b), F.layer_norm(x64, [cols], w.double(), b.double()), dtype,
+               what=f"layer_norm {shape} {x.data_ptr() % 16}")
+        _close(ops.rms_norm(x, [cols], w, 1e-6), F.rms_norm(x64, [cols], w.double(), 1e-6), dtype,
+               what=f"rms_norm {shape} {x.data_ptr() % 16}")
 
 
 @pytest.mark.parametrize("cols", [12288, 9001, 2048, 16384])

@@ -430,6 +430,16 @@ def test_softmax_forward_takes_the_full_kernel_for_register_rows_that_fill_their
     assert not full(1, 64, 2, aligned=False) and not full(1, 100, 2) and not full(1, 48, 2)  # a view; checked rows
     assert not full(4, 2048, 2) and not full(4, 16384, 2)  # bf16 from 2 KiB: "wide" (and wide3)
     assert not _launch.full_rows(_launch.softmax_plan(1, 64, 2, 2, H100), 96, 2, True)  # not its row
+    wide = _launch.softmax_plan(8, 2048, 2, 1, H100)  # bf16 from 2 KiB: "wide", 4 chunks a thread
+    assert wide.strategy == "wide" and _launch.full_rows(wide, 2048, 2, True, _launch.WIDE_CHUNKS)
+    assert not _launch.full_rows(wide, 2048, 2, True)  # not at 2 chunks
+    assert not _launch.full_rows(_launch.softmax_plan(8, 3000, 2, 1, H100), 3000, 2, True, _launch.WIDE_CHUNKS)
+    big = _launch.softmax_plan(8, 32768, 2, 1, _launch.DeviceProps(108, 1024, 2048, 166912, 167936))  # 1,024 threads
+    assert big.strategy == "wide" and not _launch.full_rows(big, 32768, 2, True, _launch.WIDE_CHUNKS)
+    c4 = _launch_norm.norm_c4_plan(64, 4096, 2, H100)  # norm_c4_plan's rows: layer_norm_fwd_c4_full's
+    assert _launch.full_rows(c4, 4096, 2, True, 4) and not _launch.full_rows(c4, 4096, 2, False, 4)
+    source = (_sources.KERNEL_DIR / "softmax.cu").read_text()
+    assert f"#define OPSMITH_C4_THREADS {_launch.C4_THREADS}" in source  # softmax_fwd_wide_full's bound
 
 
 def test_softmax_forward_takes_wide3_for_rows_of_its_threads():

@@ -83,6 +83,16 @@ layer_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ w, const T* __r
     layer_norm_fwd_any<1, T, A, 4>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
+// layer_norm_fwd_c4's rows that fill their threads' chunks, every pointer 16-byte aligned (the caller's test:
+// _launch.full_rows): the unchecked row alone. H100, L2 flushed (bench/diag_full_rows.py): bf16 1.00-1.02x.
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_C4_THREADS, (RowBlocks<T, 3, 3>::value))
+layer_norm_fwd_c4_full(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                       A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+                       int has_b) {
+    layer_norm_fwd_row<ROW_FULL, 1, T, A, 4>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+}
+
 // The forwards of 8 chunks a thread, one row a block of at most OPSMITH_C4_THREADS, 2 blocks an SM (128
 // registers; layer_norm's 16-bit rows spill 152 bytes): rows of 16 to 32 KiB in whole 16-byte vectors of 2- and
 // 4-byte types (_launch_norm.norm_c8_plan) in one pass, where the L2 rows (norm_l2.cu) read them twice. H100,
@@ -247,6 +257,14 @@ __global__ void __launch_bounds__(OPSMITH_C4_THREADS, (RowBlocks<T, 3, 3>::value
 rms_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
                 long long rows, int cols, A eps, int has_w) {
     rms_norm_fwd_any<T, A, 4>(x, w, y, rstd, rows, cols, eps, has_w);
+}
+
+// rms_norm_fwd_c4's full rows, as layer_norm_fwd_c4_full's: bf16 1.00-1.04x (bench/diag_full_rows.py)
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_C4_THREADS, (RowBlocks<T, 3, 3>::value))
+rms_norm_fwd_c4_full(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
+                     long long rows, int cols, A eps, int has_w) {
+    rms_norm_fwd_row<ROW_FULL, T, A, 4>(x, w, y, rstd, rows, cols, eps, has_w);
 }
 
 template <class T, class A>

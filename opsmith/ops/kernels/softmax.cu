@@ -164,6 +164,15 @@ softmax_fwd_wide(const T* __restrict__ x, T* __restrict__ y, long long rows, int
     softmax_fwd_any<OPSMITH_WIDE_CHUNKS>(x, y, rows, cols);
 }
 
+// softmax_fwd_wide's rows of up to OPSMITH_C4_THREADS that fill their chunks, x and y aligned (_launch.full_rows):
+// the unchecked row alone, 47 registers (4 blocks an SM) where the three modes take 64. H100 diag_full_rows.py.
+#define OPSMITH_C4_THREADS 256  // norm.cu's, _launch.C4_THREADS
+template <class T>
+__global__ void __launch_bounds__(OPSMITH_C4_THREADS, 4)
+softmax_fwd_wide_full(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
+    softmax_fwd_row<ROW_FULL, OPSMITH_WIDE_CHUNKS>(x, y, rows, cols);
+}
+
 // The wide forward's row for blocks of OPSMITH_WIDE3_THREADS at 3 blocks an SM (40 registers a thread):
 // the chunks stay packed as loaded (raw_get converts an element where it is used) and each exp is
 // computed twice, for the sum and for the output, instead of held. The kernel is issue-bound: 16-bit

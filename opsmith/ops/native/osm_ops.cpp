@@ -106,9 +106,10 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         const bool full = c == K[C_WIDE3_THREADS] * K[C_WIDE_CHUNKS] * (16 / isz) && aligned;
         // _launch.full_rows: the register rows that fill their threads' chunks, x and y 16-byte aligned
         const bool reg_full = c == p.bx * K[C_ROW_CHUNKS] * (16 / isz) && aligned;
+        const bool wide_full = c == p.bx * K[C_WIDE_CHUNKS] * (16 / isz) && aligned && p.bx <= K[C_C4_THREADS];
         launch(p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
                : wide3                   ? (full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
-               : p.strategy == S_WIDE    ? SOFTMAX_FWD_WIDE
+               : p.strategy == S_WIDE    ? (wide_full ? SOFTMAX_FWD_WIDEF : SOFTMAX_FWD_WIDE)
                : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2 : SOFTMAX_FWD_CL2W)
                : reg_full                ? SOFTMAX_FWD_FULL
                                          : SOFTMAX_FWD,

@@ -27,6 +27,7 @@
     X(SOFTMAX_FWD_FULL, "softmax.cu", "softmax_fwd_full<{T}>")                \
     X(SOFTMAX_FWD_LONG, "softmax.cu", "softmax_fwd_long<{T}>")                \
     X(SOFTMAX_FWD_WIDE, "softmax.cu", "softmax_fwd_wide<{T}>")                \
+    X(SOFTMAX_FWD_WIDEF, "softmax.cu", "softmax_fwd_wide_full<{T}>")          \
     X(SOFTMAX_FWD_WIDE3, "softmax.cu", "softmax_fwd_wide3<{T}>")              \
     X(SOFTMAX_FWD_WIDE3F, "softmax.cu", "softmax_fwd_wide3_full<{T}>")        \
     X(SOFTMAX_BWD, "softmax.cu", "softmax_bwd<{T}>")                          \
@@ -41,11 +42,13 @@
     X(LN_FWD_WIDE, "norm.cu", "layer_norm_fwd_wide<{T}, {A}>")                \
     X(LN_FWD4, "norm.cu", "layer_norm_fwd4<{T}, {A}>")                        \
     X(LN_FWD_C4, "norm.cu", "layer_norm_fwd_c4<{T}, {A}>")                    \
+    X(LN_FWD_C4F, "norm.cu", "layer_norm_fwd_c4_full<{T}, {A}>")              \
     X(LN_FWD_C8, "norm.cu", "layer_norm_fwd_c8<{T}, {A}>")                    \
     X(LN_BWD, "norm.cu", "layer_norm_bwd<{T}, {A}>")                          \
     X(LN_BWD_LONG, "norm_long.cu", "layer_norm_bwd_long<{T}, {A}>")           \
     X(RMS_FWD, "norm.cu", "rms_norm_fwd<{T}, {A}>")                           \
     X(RMS_FWD_C4, "norm.cu", "rms_norm_fwd_c4<{T}, {A}>")                     \
+    X(RMS_FWD_C4F, "norm.cu", "rms_norm_fwd_c4_full<{T}, {A}>")               \
     X(RMS_FWD_C8, "norm.cu", "rms_norm_fwd_c8<{T}, {A}>")                     \
     X(RMS_FWD_LONG, "norm_long.cu", "rms_norm_fwd_long<{T}, {A}>")            \
     X(RMS_BWD, "norm.cu", "rms_norm_bwd<{T}, {A}>")                           \
