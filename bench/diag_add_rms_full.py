@@ -4,9 +4,9 @@
 add_rms_norm_fwd compiles three row modes (the element one out of line) and picks one at run time; softmax's
 forward gained 0.07-0.16 us a call from a kernel of the unchecked row alone (softmax_fwd_full). Here, bf16, L2
 flushed (opsmith.ops.benchmark, median of 300), GB/s of the bytes-moved floor (x and the residual read, y and s
-written): the shipped op, ``diag_add_rms_full2`` (the unchecked row alone, 2 chunks a thread: the shipped plan; shipped since as
+written): the shipped op, ``diag_add_rms_full<2>`` (the unchecked row alone, 2 chunks a thread: the shipped plan; shipped since as
 add_rms_norm_fwd_full, which the op now takes on these rows: bench/results/ops-hints-h100-2026-11-27/),
-``diag_add_rms_full1`` (1 chunk, twice the threads a row, where they fit 512), Liger's fused_add_rms_norm forward
+``diag_add_rms_full<1>`` (1 chunk, twice the threads a row, where they fit 512), Liger's fused_add_rms_norm forward
 and a same-size copy; each kernel's outputs checked against the op's. Needs a GPU; Liger is optional.
 
     python3 bench/diag_add_rms_full.py [--json FILE]
@@ -30,19 +30,12 @@ except ImportError:
 
 EXTRA = """
 #include "fused_norm.cu"
-template <class T, class A>
+template <int CC, class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
-diag_add_rms_full2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
-                    T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
-                    A eps, int has_w) {
-    add_rms_norm_fwd_row<ROW_FULL, T, A, 2>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
-}
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
-diag_add_rms_full1(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
-                    T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
-                    A eps, int has_w) {
-    add_rms_norm_fwd_row<ROW_FULL, T, A, 1>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+diag_add_rms_full(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                  T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
+                  A eps, int has_w) {
+    add_rms_norm_fwd_row<ROW_FULL, T, A, CC>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }
 """
 SHAPES = [(512, 1024), (2048, 1024), (65536, 1024), (512, 2048), (2048, 2048), (4096, 4096), (16384, 4096),
@@ -54,7 +47,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     t, a = _sources.DTYPES["bfloat16"]
-    names = [f"diag_add_rms_full{c}<{t}, {a}>" for c in (2, 1)]
+    names = [f"diag_add_rms_full<{c}, {t}, {a}>" for c in (2, 1)]
     mod = CudaModule(beside_kernels("add_rms_full.cu", EXTRA), name_expressions=names, arch=_driver.device_arch(0),
                      name="diag/add_rms_full.cu", options=["--ptxas-options=-v"])
     log = [ln for ln in mod.binary.log.splitlines() if "Compiling entry" in ln or "Used" in ln]

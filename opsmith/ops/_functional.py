@@ -208,17 +208,15 @@ def softmax_fwd(x):
             _kernel("softmax_cluster.cu", f"softmax_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", x).launch(
                 _launch.launch_config(plan), x, y, rows, cols)
         else:
-            aligned = (x.data_ptr() | y.data_ptr()) % 16 == 0
-            name = "softmax_fwd_wide<{T}>" if plan.strategy == "wide" else "softmax_fwd<{T}>"
+            aligned, wide = (x.data_ptr() | y.data_ptr()) % 16 == 0, plan.strategy == "wide"
+            name = "softmax_fwd_wide" if wide else "softmax_fwd"
             wide3 = _launch.softmax_fwd_wide3(plan, cols, x.element_size(), aligned)
             if wide3:
-                name = wide3 + "<{T}>"
-            elif plan.strategy == "wide" and _launch.full_rows(plan, cols, x.element_size(), aligned,
-                                                               _launch.WIDE_CHUNKS):
-                name = "softmax_fwd_wide_full<{T}>"
-            elif plan.strategy != "wide" and _launch.full_rows(plan, cols, x.element_size(), aligned):
-                name = "softmax_fwd_full<{T}>"
-            _kernel("softmax.cu", name, x).launch(_launch.launch_config(plan), x, y, rows, cols)
+                name = wide3
+            elif _launch.full_rows(plan, cols, x.element_size(), aligned,
+                                   _launch.WIDE_CHUNKS if wide else _launch.ROW_CHUNKS):
+                name += "_full"  # the unchecked row alone
+            _kernel("softmax.cu", name + "<{T}>", x).launch(_launch.launch_config(plan), x, y, rows, cols)
     return y
 
 
