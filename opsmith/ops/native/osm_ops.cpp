@@ -98,18 +98,17 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         void *xp = x.data_ptr(), *yp = y.data_ptr();
         int cache = p.cache;
         void *params[] = {&xp, &yp, &rows, &cols, &cache};
-        // _launch.softmax_fwd_wide3: the wide rows of WIDE3_THREADS threads, 2- and 4-byte types; the full kernel for
-        // the rows that fill their chunks, x and y 16-byte aligned
+        // _launch.softmax_fwd_wide3: the wide rows of WIDE3_THREADS threads, 2- and 4-byte types. _launch.full_rows:
+        // the rows that fill their threads' chunks, x and y 16-byte aligned, take the kernel of the unchecked row
+        // alone (softmax_fwd_wide's up to C4_THREADS threads a row)
         const int64_t isz = x.element_size();
         const bool wide3 = p.strategy == S_WIDE && p.bx == K[C_WIDE3_THREADS] && (isz == 2 || isz == 4);
         const bool aligned = aligned16(xp) && aligned16(yp);
-        const bool full = c == K[C_WIDE3_THREADS] * K[C_WIDE_CHUNKS] * (16 / isz) && aligned;
-        // _launch.full_rows: the register rows that fill their threads' chunks, x and y 16-byte aligned
-        const bool reg_full = c == p.bx * K[C_ROW_CHUNKS] * (16 / isz) && aligned;
-        const bool wide_full = c == p.bx * K[C_WIDE_CHUNKS] * (16 / isz) && aligned && p.bx <= K[C_C4_THREADS];
+        const bool wide_full = aligned && fills_chunks(p, c, isz, K[C_WIDE_CHUNKS]);
+        const bool reg_full = aligned && fills_chunks(p, c, isz, K[C_ROW_CHUNKS]);
         launch(p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
-               : wide3                   ? (full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
-               : p.strategy == S_WIDE    ? (wide_full ? SOFTMAX_FWD_WIDEF : SOFTMAX_FWD_WIDE)
+               : wide3                   ? (wide_full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
+               : p.strategy == S_WIDE    ? (wide_full && p.bx <= K[C_C4_THREADS] ? SOFTMAX_FWD_WIDEF : SOFTMAX_FWD_WIDE)
                : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2 : SOFTMAX_FWD_CL2W)
                : reg_full                ? SOFTMAX_FWD_FULL
                                          : SOFTMAX_FWD,

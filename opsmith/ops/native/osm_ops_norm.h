@@ -67,7 +67,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         const Plan c4 = norm_c4_plan(r, c, x.element_size(), props[dev], 2);  // rows of 2 to 16 KiB: first
         const Plan c8 = norm_c8_plan(r, c, x.element_size(), props[dev]);  // 16 to 32 KiB: one pass
         // _launch.full_rows: the 4-chunk rows that fill their threads' chunks, every pointer aligned
-        const bool c4_full = vec && c == c4.bx * 4 * (16 / x.element_size());
+        const bool c4_full = vec && fills_chunks(c4, c, x.element_size(), 4);
         if (c4.strategy != S_NONE) launch(c4_full ? LN_FWD_C4F : LN_FWD_C4, dt, dev, c4, params);
         else if (c8.strategy != S_NONE && vec) launch(LN_FWD_C8, dt, dev, c8, params);  // (no cache either)
         else if (l2.strategy != S_NONE && vec) launch(LN_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
@@ -180,8 +180,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
         void *params[] = {&xp, &wp, &yp, &rp, &rows, &cols, &e, &has_w, &cache};
         const Plan c4 = norm_c4_plan(r, c, x.element_size(), props[dev], 1);  // 16-bit rows of 2 to 16 KiB: first
         if (c4.strategy != S_NONE) {
-            const bool full = c == c4.bx * 4 * (16 / x.element_size()) && aligned16(xp) && aligned16(wp) &&
-                              aligned16(yp);  // _launch.full_rows
+            const bool full = aligned16(xp) && aligned16(wp) && aligned16(yp) &&
+                              fills_chunks(c4, c, x.element_size(), 4);  // _launch.full_rows
             launch(full ? RMS_FWD_C4F : RMS_FWD_C4, dt, dev, c4, params);
             return {y, rstd};
         }

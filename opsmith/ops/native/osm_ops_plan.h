@@ -35,6 +35,12 @@ struct Plan {
     int64_t chunks = 0;   // S_CLUSTER: 16-byte chunks a thread
 };
 
+// _launch.full_rows' width test: rows of `cols` elements fill p's threads at `chunks` 16-byte chunks each (the
+// callers add the pointers' alignment and the strategy); such rows take the kernels of the unchecked row alone
+bool fills_chunks(const Plan &p, int64_t cols, int64_t itemsize, int64_t chunks) {
+    return cols == p.bx * chunks * (16 / itemsize);
+}
+
 int64_t cdiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 int64_t pow2_at_least(int64_t n) { return n <= 1 ? 1 : int64_t(1) << (64 - __builtin_clzll((uint64_t)(n - 1))); }
 
