@@ -55,6 +55,9 @@ KERNELS = {"ln_full2": (LN, 2, "512, (RowBlocks<T, 2, 2>::value)", 0), "ln_full2
            "ln_full4": (LN, 4, "256, (RowBlocks<T, 3, 3>::value)", 1),
            "rms_full2": (RMS, 2, "512, (RowBlocks<T, 3, 3>::value)", 0), "rms_full4": (RMS, 4, "256, 3", 0),
            "sm_full2": (SM, 2, "512, 4", 0), "sm_full4": (SM, 4, "256, 4", 0)}
+# --bounds: the 4-chunk rows again under tighter register caps (more blocks an SM: ncu.txt's occupancy limit)
+BOUNDED = {"ln_full4b": (LN, 4, "256, 4", 1), "ln_full4c": (LN, 4, "256, 5", 1), "rms_full4b": (RMS, 4, "256, 4", 0),
+           "rms_full4c": (RMS, 4, "256, 5", 0), "sm_full4b": (SM, 4, "256, 5", 0), "sm_full4c": (SM, 4, "256, 6", 0)}
 SHAPES = [(2048, 2048), (4096, 4096), (8192, 4096), (16384, 4096), (4096, 8192), (65536, 1024), (16384, 2048)]
 
 
@@ -69,7 +72,12 @@ def _source():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
+    ap.add_argument("--bounds", action="store_true", help="also BOUNDED's kernels")
+    ap.add_argument("--shapes", help="rowsxcols,... (default: SHAPES)")
     args = ap.parse_args()
+    if args.bounds:
+        KERNELS.update(BOUNDED)
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
     t, a = _sources.DTYPES["bfloat16"]
     names = {k: (f"{k}<{t}, {a}>" if v[0] is not SM else f"{k}<{t}>") for k, v in KERNELS.items()}
     mod = CudaModule(beside_kernels("full_rows.cu", _source()), name_expressions=list(names.values()),
@@ -81,9 +89,12 @@ def main():
         r = re.search(r"Used (\d+) registers", line)
         if r and fn_name:
             regs[fn_name] = int(r.group(1))
+        sp = re.search(r"(\d+) bytes spill stores", line)
+        if sp and fn_name and int(sp.group(1)):
+            regs[fn_name + " spill"] = int(sp.group(1))
     print("registers:", regs)
     records = []
-    for rows, cols in SHAPES:
+    for rows, cols in shapes:
         x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16) * 2 + 0.5
         w, b = torch.randn(cols, device="cuda", dtype=x.dtype), torch.randn(cols, device="cuda", dtype=x.dtype)
         y = torch.empty_like(x)

@@ -10,12 +10,13 @@ import functools
 
 from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS,
-                                 L2_MIN_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FWD4_CHUNKS, LN_WIDE_TPR,
-                                 NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES,
-                                 WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least)
+                                 L2_MIN_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES, LN_FWD4_CHUNKS,
+                                 LN_WIDE_TPR, NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS,
+                                 SMALL_MIN_LANES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least,
+                                 full_rows, row_plan)
 
-__all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "layer_norm_fwd4_plan", "layer_norm_kernel", "norm_bwd_small_plan",
-           "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
+__all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "layer_norm_full2_plan", "layer_norm_fwd4_plan", "layer_norm_kernel",
+           "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -61,6 +62,20 @@ def norm_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     if tpr > min(C4_THREADS, props.max_threads_per_block):
         return None
     return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def layer_norm_full2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
+    """norm.cu's ``layer_norm_fwd_full``: layer_norm's 16-bit rows of ``C4_MIN_ROW_BYTES`` to
+    ``LN_FULL2_MAX_ROW_BYTES`` that fill :func:`~opsmith.ops._launch.row_plan`'s threads at ``ROW_CHUNKS`` chunks
+    each (the power-of-two widths), else None; the caller adds the pointers' alignment and tries it before
+    :func:`norm_c4_plan`. The unchecked row at 2 chunks holds 56 registers where the 4-chunk one holds 80. H100, L2
+    flushed (bench/diag_full_rows.py, two runs), against layer_norm_fwd_c4_full: bf16 2048x2048 1.09-1.12x, 2048x1024
+    1.04x, 65536x1024 1.01x, 16384x2048 1.00x, 512x1024 0.98x; from 4,096 columns 0.82-0.94x."""
+    if itemsize != 2 or not C4_MIN_ROW_BYTES <= cols * itemsize <= LN_FULL2_MAX_ROW_BYTES:
+        return None
+    p = row_plan(rows, cols, itemsize, 1, props)
+    return p if full_rows(p, cols, itemsize, True) else None
 
 
 @functools.lru_cache(maxsize=4096)

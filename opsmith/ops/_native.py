@@ -35,7 +35,7 @@ def consts() -> list[int]:
     EW_THREADS, EW_UNROLL, STATIC_SMEM, ROW_BWD_BLOCKS, LN_WIDE_TPR, WIDE_CHUNKS, CLUSTER_MAX,
     CLUSTER_THREADS, CLUSTER_FWD_BLOCKS, NORM_SPLIT_BYTES, WEIGHT_LANE_ROWS, WEIGHT_CLUSTER,
     WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, C4_THREADS,
-    C4_MIN_ROW_BYTES, WIDE3_THREADS, C4_FULL_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES):
+    C4_MIN_ROW_BYTES, WIDE3_THREADS, C4_FULL_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES, LN_FULL2_MAX_ROW_BYTES):
     :mod:`opsmith.ops._launch`
     is their one source."""
     from opsmith.ops import _launch
@@ -45,7 +45,8 @@ def consts() -> list[int]:
             _launch.NORM_SPLIT_BYTES, _launch.WEIGHT_LANE_ROWS, _launch.WEIGHT_CLUSTER, _launch.WEIGHT_CLUSTER_BYTES,
             _launch.LN_FWD4_CHUNKS, _launch.L2_THREADS, _launch.L2_CHUNKS, _launch.L2_MIN_ROW_BYTES,
             _launch.L2_RMS_THREADS, _launch.C4_THREADS, _launch.C4_MIN_ROW_BYTES, _launch.WIDE3_THREADS,
-            _launch.C4_FULL_SM_GBPS, _launch.SMALL_BWD_ROWS, _launch.SMALL_MIN_LANES, _launch.C8_MAX_ROW_BYTES]
+            _launch.C4_FULL_SM_GBPS, _launch.SMALL_BWD_ROWS, _launch.SMALL_MIN_LANES, _launch.C8_MAX_ROW_BYTES,
+            _launch.LN_FULL2_MAX_ROW_BYTES]
 
 
 def _props(p):
@@ -108,16 +109,17 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
     """The C++ plan (``"elementwise"`` with ``rows`` = n and ``cols`` = 1 for the unrolled one, ``"row"``,
     ``"weight"``, ``"norm_bwd"``, ``"softmax"``, ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``,
-    ``"c4"``, ``"small"``, ``"c8"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid,
+    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid,
     block, smem, cache, per_chunk, cluster, chunks),
-    strategy None where a cluster plan (or ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``) has
+    strategy None where a cluster plan (or ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``) has
     none;
     before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
     _init(lib, cuda=False)
     out = (ctypes.c_int64 * 10)()
     which_id = {"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3, "softmax": 4, "cluster_fwd": 5,
-                "cluster_bwd": 6, "ln_fwd4": 7, "l2": 8, "c4": 9, "small": 10, "c8": 11}[which]
+                "cluster_bwd": 6, "ln_fwd4": 7, "l2": 8, "c4": 9, "small": 10, "c8": 11,
+                "ln_full2": 12}[which]
     if lib.osm_ops_plan(which_id, rows, cols, itemsize, arrays, _props(props), out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
     names = {-1: None, 0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide",

@@ -33,6 +33,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "norm.cu": tuple(f"{op}_{d}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for d in ("fwd", "bwd"))
     + ("layer_norm_fwd_wide<{T}, {A}>", "layer_norm_fwd4<{T}, {A}>", "layer_norm_fwd_c4<{T}, {A}>",
        "rms_norm_fwd_c4<{T}, {A}>", "layer_norm_fwd_c4_full<{T}, {A}>", "rms_norm_fwd_c4_full<{T}, {A}>",
+       "layer_norm_fwd_full<{T}, {A}>",
        "layer_norm_fwd_c8<{T}, {A}>", "rms_norm_fwd_c8<{T}, {A}>"),
     "softmax_cluster.cu": tuple(f"softmax_{d}_cluster<2, {c}, {{T}}>" for d in ("fwd", "bwd") for c in (2, 4)),
     "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")

@@ -182,7 +182,8 @@ def test_softmax_register_rows_that_fill_their_chunks_aligned_or_not(dtype, shap
 @pytest.mark.parametrize("shape", [(5, 1024), (3, 2048), (2, 4096), (4, 3000)])
 def test_norm_rows_of_four_chunks_that_fill_them_aligned_or_not(dtype, shape):
     """layer_norm_fwd_c4_full / rms_norm_fwd_c4_full take norm_c4_plan's rows that fill their threads' chunks when
-    every pointer is 16-byte aligned; a view one element in (and 3,000 columns) take the checked c4 kernels."""
+    every pointer is 16-byte aligned (16-bit layer_norm rows of 1,024 and 2,048: layer_norm_fwd_full, 2 chunks); a
+    view one element in (and 3,000 columns) take the checked c4 kernels."""
     rows, cols = shape
     flat = _rand((rows * cols + 1,), dtype, 11) * 3 + 1
     w, b = _rand((cols,), dtype, 12), _rand((cols,), dtype, 13)

@@ -393,6 +393,25 @@ def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_
     assert f"#define OPSMITH_C4_THREADS {_launch.C4_THREADS}" in source
 
 
+@pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
+def test_layer_norm_full2_plan_takes_16_bit_rows_of_2_to_4_kib_that_fill_two_chunks(props):
+    """norm.cu's layer_norm_fwd_full: 16-bit rows of C4_MIN_ROW_BYTES to LN_FULL2_MAX_ROW_BYTES whose width fills
+    row_plan's threads at ROW_CHUNKS chunks each (bf16 1,024 and 2,048: 64 and 128 threads a row) take row_plan's
+    plan; every other row (checked widths, float, 512 or 4,096 bf16 columns) keeps norm_c4_plan's (None here)."""
+    for rows, cols, itemsize in itertools.product((1, 300, 65536), (512, 1000, 1024, 1032, 1536, 2048, 2056, 3000,
+                                                                    4096), (2, 4, 8)):
+        p = _launch_norm.layer_norm_full2_plan(rows, cols, itemsize, props)
+        tpr = cols // 16
+        if itemsize != 2 or cols not in (1024, 2048):  # 1,536: 96 threads, not row_plan's power of two
+            assert p is None, (rows, cols, itemsize)
+            continue
+        assert p == _launch.row_plan(rows, cols, itemsize, 1, props) == _launch.Plan("block", (rows,), (tpr, 1), 0, 0)
+        assert _launch.full_rows(p, cols, itemsize, True) and not _launch.full_rows(p, cols, itemsize, True, 4)
+    assert (_launch.LN_FULL2_MAX_ROW_BYTES, _launch.ROW_CHUNKS) == (4096, 2)
+    source = (_sources.KERNEL_DIR / "norm.cu").read_text()
+    assert "layer_norm_fwd_row<ROW_FULL, 0, T, A>(x, w, b, y" in source  # layer_norm_fwd_full: 2 chunks (the default)
+
+
 @pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
 def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks_a_thread(props):
     """norm_l2.cu's forwards: 2- and 4-byte rows of L2_MIN_ROW_BYTES or more in whole 16-byte vectors, up to

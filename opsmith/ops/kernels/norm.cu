@@ -93,6 +93,19 @@ layer_norm_fwd_c4_full(const T* __restrict__ x, const T* __restrict__ w, const T
     layer_norm_fwd_row<ROW_FULL, 1, T, A, 4>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
+// layer_norm_fwd's 16-bit rows of 2 to 4 KiB that fill its 2 chunks a thread, every pointer 16-byte aligned
+// (_launch_norm.layer_norm_full2_plan, where norm_c4_plan would give them layer_norm_fwd_c4_full): the unchecked row
+// alone, w and b read with x, 56 registers (80 at 4 chunks). H100, L2 flushed (bench/diag_full_rows.py, ln_full2
+// against the op's c4 kernel, two runs): bf16 2048 x 2048 1.09-1.12x, 2048 x 1024 1.04x, 65536 x 1024 1.01x,
+// 16384 x 2048 1.00x, 512 x 1024 0.98x (a 6 us call); from 4 KiB it ran 0.82-0.94x.
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
+layer_norm_fwd_full(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                    A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+                    int has_b) {
+    layer_norm_fwd_row<ROW_FULL, 0, T, A>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+}
+
 // The forwards of 8 chunks a thread, one row a block of at most OPSMITH_C4_THREADS, 2 blocks an SM (128
 // registers; layer_norm's 16-bit rows spill 152 bytes): rows of 16 to 32 KiB in whole 16-byte vectors of 2- and
 // 4-byte types (_launch_norm.norm_c8_plan) in one pass, where the L2 rows (norm_l2.cu) read them twice. H100,
@@ -259,9 +272,11 @@ rms_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
     rms_norm_fwd_any<T, A, 4>(x, w, y, rstd, rows, cols, eps, has_w);
 }
 
-// rms_norm_fwd_c4's full rows, as layer_norm_fwd_c4_full's: bf16 1.00-1.04x (bench/diag_full_rows.py)
+// rms_norm_fwd_c4's full rows, as layer_norm_fwd_c4_full's: bf16 1.00-1.04x (bench/diag_full_rows.py), at 4 blocks of
+// 256 an SM (63 registers, no spills; 72 at 3): H100, L2 flushed, 1.00-1.012x on nine shapes from 512 x 1024 to
+// 16384 x 4096 (bench/results/ops-c4-bounds-h100-2026-11-27/, rms_full4b against rms_full4)
 template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_C4_THREADS, (RowBlocks<T, 3, 3>::value))
+__global__ void __launch_bounds__(OPSMITH_C4_THREADS, (RowBlocks<T, 4, 4>::value))
 rms_norm_fwd_c4_full(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
                      long long rows, int cols, A eps, int has_w) {
     rms_norm_fwd_row<ROW_FULL, T, A, 4>(x, w, y, rstd, rows, cols, eps, has_w);

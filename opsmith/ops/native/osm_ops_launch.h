@@ -43,6 +43,7 @@
     X(LN_FWD4, "norm.cu", "layer_norm_fwd4<{T}, {A}>")                        \
     X(LN_FWD_C4, "norm.cu", "layer_norm_fwd_c4<{T}, {A}>")                    \
     X(LN_FWD_C4F, "norm.cu", "layer_norm_fwd_c4_full<{T}, {A}>")              \
+    X(LN_FWD_FULL, "norm.cu", "layer_norm_fwd_full<{T}, {A}>")                \
     X(LN_FWD_C8, "norm.cu", "layer_norm_fwd_c8<{T}, {A}>")                    \
     X(LN_BWD, "norm.cu", "layer_norm_bwd<{T}, {A}>")                          \
     X(LN_BWD_LONG, "norm_long.cu", "layer_norm_bwd_long<{T}, {A}>")           \

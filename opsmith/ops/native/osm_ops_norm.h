@@ -68,7 +68,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         const Plan c8 = norm_c8_plan(r, c, x.element_size(), props[dev]);  // 16 to 32 KiB: one pass
         // _launch.full_rows: the 4-chunk rows that fill their threads' chunks, every pointer aligned
         const bool c4_full = vec && fills_chunks(c4, c, x.element_size(), 4);
-        if (c4.strategy != S_NONE) launch(c4_full ? LN_FWD_C4F : LN_FWD_C4, dt, dev, c4, params);
+        const Plan two = layer_norm_full2_plan(r, c, x.element_size(), props[dev]);  // 16-bit rows of 2 to 4 KiB
+        if (two.strategy != S_NONE && vec) launch(LN_FWD_FULL, dt, dev, two, params);
+        else if (c4.strategy != S_NONE) launch(c4_full ? LN_FWD_C4F : LN_FWD_C4, dt, dev, c4, params);
         else if (c8.strategy != S_NONE && vec) launch(LN_FWD_C8, dt, dev, c8, params);  // (no cache either)
         else if (l2.strategy != S_NONE && vec) launch(LN_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
         else if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);

@@ -14,7 +14,7 @@ enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C
        C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
        C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS, C_C4_THREADS,
        C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_C4_FULL_SM_GBPS, C_SMALL_BWD_ROWS, C_SMALL_MIN_LANES,
-       C_C8_MAX_ROW_BYTES, N_CONSTS };
+       C_C8_MAX_ROW_BYTES, C_LN_FULL2_MAX_ROW_BYTES, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -166,6 +166,17 @@ Plan norm_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     const int64_t tpr = pow2_at_least(cdiv(cols / vec, 4));
     if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
+}
+
+// _launch_norm.layer_norm_full2_plan: layer_norm's 16-bit rows of C4_MIN_ROW_BYTES to LN_FULL2_MAX_ROW_BYTES that fill
+// row_plan's threads at ROW_CHUNKS chunks (the caller adds the alignment): layer_norm_fwd_full
+Plan layer_norm_full2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
+    const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
+    if (itemsize != 2 || cols * itemsize < K[C_C4_MIN_ROW_BYTES] || cols * itemsize > K[C_LN_FULL2_MAX_ROW_BYTES])
+        return none;
+    const Plan r = row_plan(rows, cols, itemsize, 1, p);
+    return (r.strategy == S_WARP || r.strategy == S_BLOCK) && fills_chunks(r, cols, itemsize, K[C_ROW_CHUNKS]) ? r
+                                                                                                                : none;
 }
 
 // _launch_norm.norm_c8_plan: the norm forwards of 8 chunks a thread, rows past L2_MIN_ROW_BYTES up to C8_MAX_ROW_BYTES
