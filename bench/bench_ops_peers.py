@@ -6,7 +6,7 @@ Every figure is GB/s of the bytes-moved floor over the median of CUDA-event-time
 L2 flushed (opsmith.ops.benchmark); "fwd+bwd" times one forward and one backward
 (torch.autograd.grad) together, against the sum of both floors. Each case prints ours / the
 best peer (time ratio: > 1 means ours is faster); each forward also times a device copy of the same
-bytes ("copy", not a peer), and the summary gives the forwards from 64 MiB as a share of the
+bytes ("copy", not a peer; at least COPY_RUNS runs), and the summary gives the forwards from 64 MiB as a share of the
 device's copy bandwidth and of that same-size copy. torch.compile is reset and recompiled for
 every shape (its default would recompile once with dynamic shapes and understate it). Liger is
 used when importable (pure Python over Triton: carry its wheel, pip install --no-deps).
@@ -44,6 +44,10 @@ from opsmith import ops
 MIB = 1 << 20
 SHAPES = [(512, 1024), (2048, 2048), (4096, 4096), (16384, 4096), (65536, 1024), (4096, 16384), (2048, 32768),
           (8192, 8192), (32768, 8192), (65536, 8192)]
+# the same-size copy's runs, at least: at 20 its median read 238 against 379-398 GB/s at 2 MiB in one run, and 895
+# against 2,953-2,960 at 256 MiB (bench/results/ops-c4-bounds-h100-2026-11-27/peers-table.txt), which put a
+# forward at 299 % "of a copy of the same bytes"
+COPY_RUNS = 100
 CE_SHAPES = [(4096, 32000), (8192, 32000), (16384, 32000), (4096, 128256), (8192, 128256)]  # rows x vocabulary
 
 
@@ -264,7 +268,7 @@ def main() -> int:
                         except Exception as exc:  # noqa: BLE001 -- one peer failing must not end the run
                             res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                     if direction == "fwd" and args.device != "cpu":  # the target's reference at this size
-                        res["copy"] = _copy(nbytes, args.runs, args.device)
+                        res["copy"] = _copy(nbytes, max(args.runs, COPY_RUNS), args.device)
                     peers = [r["ms"] for k, r in res.items() if k not in ("opsmith", "copy") and "ms" in r]
                     ratio = (min(peers) / res["opsmith"]["ms"]) if peers and "ms" in res["opsmith"] else None
                     records.append({"op": op, "dtype": dtype_name, "shape": [rows, cols], "dir": direction,
