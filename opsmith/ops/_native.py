@@ -35,7 +35,8 @@ def consts() -> list[int]:
     EW_THREADS, EW_UNROLL, STATIC_SMEM, ROW_BWD_BLOCKS, LN_WIDE_TPR, WIDE_CHUNKS, CLUSTER_MAX,
     CLUSTER_THREADS, CLUSTER_FWD_BLOCKS, NORM_SPLIT_BYTES, WEIGHT_LANE_ROWS, WEIGHT_CLUSTER,
     WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, C4_THREADS,
-    C4_MIN_ROW_BYTES, WIDE3_THREADS, C4_FULL_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES, LN_FULL2_MAX_ROW_BYTES):
+    C4_MIN_ROW_BYTES, WIDE3_THREADS, C4_FULL_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES,
+    LN_FULL2_MAX_ROW_BYTES):
     :mod:`opsmith.ops._launch`
     is their one source."""
     from opsmith.ops import _launch
@@ -109,10 +110,9 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
     """The C++ plan (``"elementwise"`` with ``rows`` = n and ``cols`` = 1 for the unrolled one, ``"row"``,
     ``"weight"``, ``"norm_bwd"``, ``"softmax"``, ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``,
-    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`), as (strategy, grid,
-    block, smem, cache, per_chunk, cluster, chunks),
-    strategy None where a cluster plan (or ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``) has
-    none;
+    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`),
+    as (strategy, grid, block, smem, cache, per_chunk, cluster, chunks), strategy None where a cluster plan (or
+    ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``) has none;
     before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
     _init(lib, cuda=False)

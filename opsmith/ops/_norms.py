@@ -26,11 +26,12 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         args = (x, w, b, y, mean, rstd, rows, cols, float(eps), int(weight is not None), int(bias is not None))
         props = _launch.device_props(x.get_device())
         c4 = _launch_norm.norm_c4_plan(rows, cols, x.element_size(), props, 2)
-        two = _launch_norm.layer_norm_full2_plan(rows, cols, x.element_size(), props) if _aligned(x, w, b, y) else None
+        aligned = _aligned(x, w, b, y)
+        two = _launch_norm.layer_norm_full2_plan(rows, cols, x.element_size(), props) if aligned else None
         if two is not None:  # 16-bit rows of 2 to 4 KiB that fill 2 chunks a thread: the unchecked row alone
             _kernel("norm.cu", "layer_norm_fwd_full<{T}, {A}>", x).launch(_launch.launch_config(two), *args)
         elif c4 is not None:  # rows of 2 to 16 KiB: 4 chunks a thread (the unchecked row alone where it fills them)
-            full = _launch.full_rows(c4, cols, x.element_size(), _aligned(x, w, b, y), 4)
+            full = _launch.full_rows(c4, cols, x.element_size(), aligned, 4)
             _kernel("norm.cu", f"layer_norm_fwd_c4{'_full' * full}<{{T}}, {{A}}>", x).launch(
                 _launch.launch_config(c4), *args)
         elif (c8 := _c8_plan(rows, cols, props, x, w, b, y)) is not None:  # 16 to 32 KiB: 8 chunks, one pass

@@ -216,8 +216,8 @@ __attribute__((visibility("default"))) void osm_ops_set_error(const char *messag
 
 /* A plan, for tests: which 0 elementwise (rows = n, cols = 1: unrolled), 1 row, 2 weight gradients, 3 norm backward, 4 softmax, 5 and 6
    the norms' clusters (forward, backward), 7 layer_norm_fwd4, 8 the norms' l2 forwards, 9 their forwards of 4 chunks a thread, 10 their backwards of few rows, 11 their
-   forwards of 8 chunks a thread, 12 layer_norm's full rows of 2 chunks. props: the seven numbers of osm_ops_set_device. out: strategy, gx, gy, bx,
-   by, smem, cache, per_chunk, cluster, chunks. */
+   forwards of 8 chunks a thread, 12 layer_norm's full rows of 2 chunks. props: the seven numbers of
+   osm_ops_set_device. out: strategy, gx, gy, bx, by, smem, cache, per_chunk, cluster, chunks. */
 __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows, int64_t cols, int64_t itemsize,
                                                        int64_t arrays, const int64_t *p, int64_t *out) {
     const Props d{p[0], p[1], p[2], p[3], p[4], p[5], p[6]};
