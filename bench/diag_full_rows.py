@@ -5,7 +5,9 @@ holds 80 registers, 6 blocks of 128 threads an SM (37.5 % occupancy) against Lig
 (62.5 %); our softmax_fwd_wide 64 registers, 50 %, against Liger's 32 registers, 100 %. Kernels of the unchecked row
 alone (ROW_FULL: no element path compiled in) at 2 and 4 chunks a thread, against the shipped op and Liger, bf16,
 GB/s of the bytes-moved floor, L2 flushed (opsmith.ops.benchmark, median of 200), each checked against the op; and
-their registers (ptxas). Needs a GPU; Liger is optional.
+their registers (ptxas). ``ln_full4`` is the op's 4-chunk layer_norm row as it was (w and b read after the
+reductions, LATE = 1); the op reads them a chunk at a time in its output loop since (LATE = 2, as ``ln_full4w``).
+Needs a GPU; Liger is optional.
 
     python3 bench/diag_full_rows.py [--json FILE]
 """
@@ -37,60 +39,6 @@ NAME(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, 
     layer_norm_fwd_row<ROW_FULL, LATE, T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 """
-# layer_norm's 4-chunk full row with w and b read a chunk at a time in the output loop (the shipped row reads them
-# all after the reductions: 32 more registers live at once)
-LNW_ROW = """template <class T, class A, int K4>
-__device__ __forceinline__ void ln_row_w(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                                         T* __restrict__ y, A* __restrict__ mean, A* __restrict__ rstd, long long rows,
-                                         int cols, A eps, int has_w, int has_b) {
-    OPSMITH_ROW_SETUP_C(K4)
-    Raw in[1][C];
-    load_chunks<T, 1>({x + base}, in, n, true, tpr, t);
-    A p[4] = {A(0), A(0), A(0), A(0)};
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int k = 0; k < N; ++k) p[k & 3] += OPSMITH_E(in[0], c, k);
-    const A mu = row_allreduce<(C >= 4)>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) p[i] = A(0);
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            const A d = OPSMITH_E(in[0], c, k) - mu;
-            p[k & 3] += d * d;
-        }
-    const A r = m_rsqrt(row_allreduce<(C >= 4)>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols) + eps);
-    if (!active) return;
-    if (t == 0) {
-        mean[row] = mu;
-        rstd[row] = r;
-    }
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-        const long long j = (long long)(c * tpr + t) * N;
-        Raw wc = {{0u, 0u, 0u, 0u}}, bc = {{0u, 0u, 0u, 0u}};
-        if (has_w) wc = *reinterpret_cast<const Raw*>(w + j);
-        if (has_b) bc = *reinterpret_cast<const Raw*>(b + j);
-        A o[N];
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            o[k] = (OPSMITH_E(in[0], c, k) - mu) * r;
-            if (has_w) o[k] *= raw_get<T>(wc, k);
-            if (has_b) o[k] += raw_get<T>(bc, k);
-        }
-        store_vals<ROW_FULL>(y + base, (c * tpr + t) * N, n, o);
-    }
-}
-"""
-LNW = """template <class T, class A>
-__global__ void __launch_bounds__(BOUNDS)
-NAME(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
-     A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
-    ln_row_w<T, A, CC>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
-}
-"""
 RMS = """template <class T, class A>
 __global__ void __launch_bounds__(BOUNDS)
 NAME(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd, long long rows,
@@ -110,16 +58,14 @@ KERNELS = {"ln_full2": (LN, 2, "512, (RowBlocks<T, 2, 2>::value)", 0), "ln_full2
            "rms_full2": (RMS, 2, "512, (RowBlocks<T, 3, 3>::value)", 0), "rms_full4": (RMS, 4, "256, 3", 0),
            "sm_full2": (SM, 2, "512, 4", 0), "sm_full4": (SM, 4, "256, 4", 0)}
 # --bounds: the 4-chunk rows again under tighter register caps (more blocks an SM: ncu.txt's occupancy limit)
-BOUNDED = {"ln_full4w": (LNW, 4, "256, (RowBlocks<T, 3, 3>::value)", 1), "ln_full4wb": (LNW, 4, "256, 4", 1),
-           "ln_full4wc": (LNW, 4, "256, 5", 1), "ln_full4b": (LN, 4, "256, 4", 1), "ln_full4c": (LN, 4, "256, 5", 1), "rms_full4b": (RMS, 4, "256, 4", 0),
+BOUNDED = {"ln_full4w": (LN, 4, "256, (RowBlocks<T, 3, 3>::value)", 2), "ln_full4wb": (LN, 4, "256, 4", 2),
+           "ln_full4wc": (LN, 4, "256, 5", 2), "ln_full4b": (LN, 4, "256, 4", 1), "ln_full4c": (LN, 4, "256, 5", 1), "rms_full4b": (RMS, 4, "256, 4", 0),
            "rms_full4c": (RMS, 4, "256, 5", 0), "sm_full4b": (SM, 4, "256, 5", 0), "sm_full4c": (SM, 4, "256, 6", 0)}
 SHAPES = [(2048, 2048), (4096, 4096), (8192, 4096), (16384, 4096), (4096, 8192), (65536, 1024), (16384, 2048)]
 
 
 def _source():
     out = ['#include "norm.cu"', '#include "softmax.cu"']
-    if any(v[0] is LNW for v in KERNELS.values()):
-        out.append(LNW_ROW)
     for name, (tpl, cc, bounds, late) in KERNELS.items():
         out.append(tpl.replace("NAME", name).replace("BOUNDS", bounds).replace("CC", str(cc))
                    .replace("LATE", str(late)))

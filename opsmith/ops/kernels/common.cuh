@@ -172,28 +172,37 @@ template <bool U = false, class A, class Op> __device__ __forceinline__ A warp_a
 // Reduce across the `tpr` threads of a row (threadIdx.x < tpr), every thread gets the result.
 // Above 32 threads a row's warps meet in shared memory (blockDim.y rows a block, each its own
 // tpr / 32 slots). Every thread of the block must call this (it synchronises). U: as warp_allreduce.
-template <bool U = false, class A, class Op>
+// NARROW: the warps' partials are combined in groups of the next power of two lanes, each group
+// reading them all: log2 of that shuffles, not 5 (2 warps a row: 1), the same values (the other
+// lanes add the identity). Opt-in: across all kernels it moved registers both ways (ptxas, sm_90).
+template <bool U = false, bool NARROW = false, class A, class Op>
 __device__ __forceinline__ A row_allreduce(A v, Op op, A identity, int tpr) {
     __shared__ A partial[32];
     v = warp_allreduce<U>(v, op, tpr < 32 ? tpr : 32);
     if (tpr <= 32) return v;
     const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
+    const int width = !NARROW ? 32 : warps > 1 ? 1 << (32 - __clz(warps - 1)) : 1, slot = lane & (width - 1);
     if (U) {  // this warp's slot and the one this lane reads, before the barriers (after them, their address
               // arithmetic sat between a barrier and the shared-memory store, SASS)
         A* const mine = &partial[first + (threadIdx.x >> 5)];
-        const A* const theirs = &partial[first + (lane < warps ? lane : 0)];
+        const A* const theirs = &partial[first + (slot < warps ? slot : 0)];
         __syncthreads();  // the previous call's readers are done with `partial`
         if (lane == 0) *mine = v;
         __syncthreads();
-        v = lane < warps ? *theirs : identity;
+        v = slot < warps ? *theirs : identity;
     } else {  // the backwards as they were: rms_norm's 8-block cluster backward (bf16 2048 x 32768) ran 3 %
               // slower with the addresses before the barriers
         __syncthreads();
         if (lane == 0) partial[first + (threadIdx.x >> 5)] = v;
         __syncthreads();
-        v = lane < warps ? partial[first + lane] : identity;
+        v = slot < warps ? partial[first + slot] : identity;
     }
-    return warp_allreduce<true>(v, op, 32);
+    if constexpr (NARROW) {
+        for (int o = width >> 1; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+        return v;
+    } else {
+        return warp_allreduce<true>(v, op, 32);
+    }
 }
 
 // Two sums over the threads of a row at once (one pair of barriers instead of two), as row_allreduce
@@ -327,44 +336,6 @@ template <class T, class A> __device__ __forceinline__ Raw raw_pack(const A* in)
         }
     }
     return r;
-}
-
-// A thread's chunks of the same row of K arrays, as loaded (chunk c holds columns
-// (c * tpr + t) * N .. + N; past the row's end, and for an array whose bit in `on` is clear:
-// zeros). Every load is issued before any value is used, so that all of a thread's loads are in
-// flight together: the vector decision is made once for all of them (`vec`: n % N == 0 and every
-// pointer aligned, so a chunk is wholly inside the row or wholly past it). Loading chunk by chunk
-// through a per-chunk helper compiled (cuobjdump, sm_90) into a branch per chunk holding its load
-// and the unpacking that waits for it: one 16-byte load in flight per thread at a time.
-template <class T, int K, int C>
-__device__ __forceinline__ void load_chunks(const T* const (&src)[K], Raw (&dst)[K][C], long long n, bool vec,
-                                            int tpr, int t, unsigned on = ~0u) {
-    constexpr int N = Vec<T>::N;
-    if (vec) {
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            const long long j = (long long)(c * tpr + t) * N;
-#pragma unroll
-            for (int s = 0; s < K; ++s) {
-                Raw z = {{0u, 0u, 0u, 0u}};
-                if (j < n && ((on >> s) & 1u)) z = *reinterpret_cast<const Raw*>(src[s] + j);
-                dst[s][c] = z;
-            }
-        }
-    } else {
-        const T zero = Elem<T>::store(typename Elem<T>::acc(0));
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            const long long j = (long long)(c * tpr + t) * N;
-#pragma unroll
-            for (int s = 0; s < K; ++s) {
-                Raw z = {{0u, 0u, 0u, 0u}};
-#pragma unroll
-                for (int k = 0; k < N; ++k) raw_put<T>(z, k, (j + k < n && ((on >> s) & 1u)) ? src[s][j + k] : zero);
-                dst[s][c] = z;
-            }
-        }
-    }
 }
 
 // The long-row kernels read a row more than once. The first read can copy the raw elements

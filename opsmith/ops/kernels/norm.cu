@@ -84,13 +84,15 @@ layer_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ w, const T* __r
 }
 
 // layer_norm_fwd_c4's rows that fill their threads' chunks, every pointer 16-byte aligned (the caller's test:
-// _launch.full_rows): the unchecked row alone. H100, L2 flushed (bench/diag_full_rows.py): bf16 1.00-1.02x.
+// _launch.full_rows): the unchecked row alone. H100, L2 flushed (bench/diag_full_rows.py): bf16 1.00-1.02x. w and b
+// are read a chunk at a time in the output loop (LATE = 2: 56 registers where reading them all after the reductions
+// holds 80; one H100 run, ln_full4w: 4096 x 4096 1.016x, 2048 x 8192 1.006x, 16384 x 4096 0.995x).
 template <class T, class A>
 __global__ void __launch_bounds__(OPSMITH_C4_THREADS, (RowBlocks<T, 3, 3>::value))
 layer_norm_fwd_c4_full(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                        A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                        int has_b) {
-    layer_norm_fwd_row<ROW_FULL, 1, T, A, 4>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
+    layer_norm_fwd_row<ROW_FULL, 2, T, A, 4>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b);
 }
 
 // layer_norm_fwd's 16-bit rows of 2 to 4 KiB that fill its 2 chunks a thread, every pointer 16-byte aligned

@@ -8,18 +8,19 @@
 namespace opsmith {
 
 // One row of layer_norm's register forward, bounds checks as mode M (rows.cuh's RowMode), sums in 4
-// partials a thread (chains of 4, not C * N). w and b are loaded with x (LATE = 0) or after the
-// reductions (1: only x lives through them, which lets layer_norm_fwd_wide hold 3 blocks an SM).
+// partials a thread (chains of 4, not C * N). w and b are loaded with x (LATE = 0), after the
+// reductions (1: only x lives through them, which lets layer_norm_fwd_wide hold 3 blocks an SM), or a
+// chunk at a time in the output loop (2: 56 registers at 4 chunks where 1 holds 80; layer_norm_fwd_c4_full).
 template <int M, int LATE, class T, class A, int CC = OPSMITH_ROW_CHUNKS>
 __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w,
                                                    const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
                                                    A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                                                    int has_b) {
     OPSMITH_ROW_SETUP_C(CC)
-    Raw in[1][C], wb[2][C];  // x, w, b as loaded (zeros past the row's end)
+    Raw in[1][C], wb[2][LATE == 2 ? 1 : C];  // x, w, b as loaded (zeros past the row's end)
     const unsigned on = (has_w ? 1u : 0u) | (has_b ? 2u : 0u);
     load_chunks<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
-    if (!LATE) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
+    if constexpr (LATE == 0) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
     A p[4] = {A(0), A(0), A(0), A(0)};
 #pragma unroll
     for (int c = 0; c < C; ++c)
@@ -39,19 +40,29 @@ __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, cons
     }
     const A r = m_rsqrt(row_allreduce<(C >= 4)>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr) / A(cols) + eps);
     if (!active) return;  // no reduction follows
-    if (LATE) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
+    if constexpr (LATE == 1) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
     if (t == 0) {
         mean[row] = mu;
         rstd[row] = r;
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
+        const int cw = LATE == 2 ? 0 : c;  // w and b's chunk: chunk c, loaded here when LATE = 2
+        if constexpr (LATE == 2 && M == ROW_FULL) {  // active rows only: no bounds
+            const int j = (c * tpr + t) * N;
+            wb[0][0] = wb[1][0] = Raw{{0u, 0u, 0u, 0u}};
+            if (has_w) wb[0][0] = *reinterpret_cast<const Raw*>(w + j);
+            if (has_b) wb[1][0] = *reinterpret_cast<const Raw*>(b + j);
+        } else if constexpr (LATE == 2) {
+            const int off = c * tpr * N;  // chunk c as chunk 0 of the row from column off
+            load_chunks<T, 2>({w + off, b + off}, wb, n - off, M != ROW_SCALAR, tpr, t, on);
+        }
         A o[N];
 #pragma unroll
         for (int k = 0; k < N; ++k) {
             o[k] = (OPSMITH_E(in[0], c, k) - mu) * r;
-            if (has_w) o[k] *= OPSMITH_E(wb[0], c, k);
-            if (has_b) o[k] += OPSMITH_E(wb[1], c, k);
+            if (has_w) o[k] *= OPSMITH_E(wb[0], cw, k);
+            if (has_b) o[k] += OPSMITH_E(wb[1], cw, k);
         }
         store_vals<M>(y + base, (c * tpr + t) * N, n, o);
     }

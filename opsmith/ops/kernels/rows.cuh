@@ -107,6 +107,44 @@ __device__ __forceinline__ void rms_inf_rows(typename Elem<T>::acc q, const T* _
     if (t == 0) *rstd_row = nan;
 }
 
+// A thread's chunks of the same row of K arrays, as loaded (chunk c holds columns
+// (c * tpr + t) * N .. + N; past the row's end, and for an array whose bit in `on` is clear:
+// zeros). Every load is issued before any value is used, so that all of a thread's loads are in
+// flight together: the vector decision is made once for all of them (`vec`: n % N == 0 and every
+// pointer aligned, so a chunk is wholly inside the row or wholly past it). Loading chunk by chunk
+// through a per-chunk helper compiled (cuobjdump, sm_90) into a branch per chunk holding its load
+// and the unpacking that waits for it: one 16-byte load in flight per thread at a time.
+template <class T, int K, int C>
+__device__ __forceinline__ void load_chunks(const T* const (&src)[K], Raw (&dst)[K][C], long long n, bool vec,
+                                            int tpr, int t, unsigned on = ~0u) {
+    constexpr int N = Vec<T>::N;
+    if (vec) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const long long j = (long long)(c * tpr + t) * N;
+#pragma unroll
+            for (int s = 0; s < K; ++s) {
+                Raw z = {{0u, 0u, 0u, 0u}};
+                if (j < n && ((on >> s) & 1u)) z = *reinterpret_cast<const Raw*>(src[s] + j);
+                dst[s][c] = z;
+            }
+        }
+    } else {
+        const T zero = Elem<T>::store(typename Elem<T>::acc(0));
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const long long j = (long long)(c * tpr + t) * N;
+#pragma unroll
+            for (int s = 0; s < K; ++s) {
+                Raw z = {{0u, 0u, 0u, 0u}};
+#pragma unroll
+                for (int k = 0; k < N; ++k) raw_put<T>(z, k, (j + k < n && ((on >> s) & 1u)) ? src[s][j + k] : zero);
+                dst[s][c] = z;
+            }
+        }
+    }
+}
+
 // chunk `c` of a thread's register row back to memory (as load_chunks: wholly or not at all when vec)
 template <class T>
 __device__ __forceinline__ void store_chunk(T* row, long long j, long long n, bool vec, const Raw& in) {
