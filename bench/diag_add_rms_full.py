@@ -7,9 +7,9 @@ flushed (opsmith.ops.benchmark, median of 300), GB/s of the bytes-moved floor (x
 written): the shipped op, ``diag_add_rms_full<2>`` (the unchecked row alone, 2 chunks a thread: the shipped plan; shipped since as
 add_rms_norm_fwd_full, which the op now takes on these rows: bench/results/ops-hints-h100-2026-11-27/),
 ``diag_add_rms_full<1>`` (1 chunk, twice the threads a row, where they fit 512), Liger's fused_add_rms_norm forward
-and a same-size copy; each kernel's outputs checked against the op's. ``full{c}_{opt}``: c chunks a thread, opt the
-row's OPT bits (fused_norm.cu: 1 the weight read a chunk at a time after the reduction, 2 the narrow final reduce;
-ptxas, sm_90, bf16: 60, 54, 56, 54 registers at 2 chunks). Needs a GPU; Liger is optional.
+and a same-size copy; each kernel's outputs checked against the op's. Needs a GPU; Liger is optional. Commit bb2f4b0's
+version also timed the row with the weight read after the reduction and with fewer shuffles in the reduce: no gain
+(bench/results/ops-ln-late2-h100-2026-11-27/).
 
     python3 bench/diag_add_rms_full.py [--json FILE]
 """
@@ -32,15 +32,14 @@ except ImportError:
 
 EXTRA = """
 #include "fused_norm.cu"
-template <int CC, int OPT, class T, class A>
+template <int CC, class T, class A>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
 diag_add_rms_full(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                   T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
                   A eps, int has_w) {
-    add_rms_norm_fwd_row<ROW_FULL, T, A, CC, OPT>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+    add_rms_norm_fwd_row<ROW_FULL, T, A, CC>(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
 }
 """
-VARIANTS = [(2, 0), (2, 1), (2, 2), (2, 3), (1, 0), (1, 3)]  # (chunks a thread, OPT)
 SHAPES = [(512, 1024), (2048, 1024), (65536, 1024), (512, 2048), (2048, 2048), (4096, 4096), (16384, 4096),
           (1024, 8192)]
 
@@ -50,7 +49,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     t, a = _sources.DTYPES["bfloat16"]
-    names = [f"diag_add_rms_full<{c}, {o}, {t}, {a}>" for c, o in VARIANTS]
+    names = [f"diag_add_rms_full<{c}, {t}, {a}>" for c in (2, 1)]
     mod = CudaModule(beside_kernels("add_rms_full.cu", EXTRA), name_expressions=names, arch=_driver.device_arch(0),
                      name="diag/add_rms_full.cu", options=["--ptxas-options=-v"])
     log = [ln for ln in mod.binary.log.splitlines() if "Compiling entry" in ln or "Used" in ln]
@@ -65,7 +64,7 @@ def main():
         rec = {"rows": rows, "cols": cols,
                "op": ops.benchmark(lambda: _fused.add_rms_norm_cuda(x, res, [cols], w, 1e-6), bytes_moved=nbytes,
                                    runs=300).gbps}
-        for (c, o), name in zip(VARIANTS, names):
+        for c, name in zip((2, 1), names):
             tpr = cols // 8 // c
             if tpr > _launch.ROW_THREADS:
                 continue
@@ -76,7 +75,7 @@ def main():
             tol = 0 if c == 2 else 1e-2  # 1 chunk: another summation order (rstd and y within rounding)
             for got, exp in ((y, want[0]), (s, want[1]), (st, want[2])):
                 torch.testing.assert_close(got, exp, rtol=tol, atol=tol)
-            rec[f"full{c}_{o}"] = ops.benchmark(launch, bytes_moved=nbytes, runs=300).gbps
+            rec[f"full{c}"] = ops.benchmark(launch, bytes_moved=nbytes, runs=300).gbps
         if fused_add_rms_norm_forward is not None:
             rec["liger"] = ops.benchmark(lambda: fused_add_rms_norm_forward(x, res, w, 1e-6, 0.0, "llama"),
                                          bytes_moved=nbytes, runs=300).gbps

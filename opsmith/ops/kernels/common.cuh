@@ -172,37 +172,28 @@ template <bool U = false, class A, class Op> __device__ __forceinline__ A warp_a
 // Reduce across the `tpr` threads of a row (threadIdx.x < tpr), every thread gets the result.
 // Above 32 threads a row's warps meet in shared memory (blockDim.y rows a block, each its own
 // tpr / 32 slots). Every thread of the block must call this (it synchronises). U: as warp_allreduce.
-// NARROW: the warps' partials are combined in groups of the next power of two lanes, each group
-// reading them all: log2 of that shuffles, not 5 (2 warps a row: 1), the same values (the other
-// lanes add the identity). Opt-in: across all kernels it moved registers both ways (ptxas, sm_90).
-template <bool U = false, bool NARROW = false, class A, class Op>
+template <bool U = false, class A, class Op>
 __device__ __forceinline__ A row_allreduce(A v, Op op, A identity, int tpr) {
     __shared__ A partial[32];
     v = warp_allreduce<U>(v, op, tpr < 32 ? tpr : 32);
     if (tpr <= 32) return v;
     const int lane = threadIdx.x & 31, warps = tpr >> 5, first = threadIdx.y * warps;
-    const int width = !NARROW ? 32 : warps > 1 ? 1 << (32 - __clz(warps - 1)) : 1, slot = lane & (width - 1);
     if (U) {  // this warp's slot and the one this lane reads, before the barriers (after them, their address
               // arithmetic sat between a barrier and the shared-memory store, SASS)
         A* const mine = &partial[first + (threadIdx.x >> 5)];
-        const A* const theirs = &partial[first + (slot < warps ? slot : 0)];
+        const A* const theirs = &partial[first + (lane < warps ? lane : 0)];
         __syncthreads();  // the previous call's readers are done with `partial`
         if (lane == 0) *mine = v;
         __syncthreads();
-        v = slot < warps ? *theirs : identity;
+        v = lane < warps ? *theirs : identity;
     } else {  // the backwards as they were: rms_norm's 8-block cluster backward (bf16 2048 x 32768) ran 3 %
               // slower with the addresses before the barriers
         __syncthreads();
         if (lane == 0) partial[first + (threadIdx.x >> 5)] = v;
         __syncthreads();
-        v = slot < warps ? partial[first + slot] : identity;
+        v = lane < warps ? partial[first + lane] : identity;
     }
-    if constexpr (NARROW) {
-        for (int o = width >> 1; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-        return v;
-    } else {
-        return warp_allreduce<true>(v, op, 32);
-    }
+    return warp_allreduce<true>(v, op, 32);
 }
 
 // Two sums over the threads of a row at once (one pair of barriers instead of two), as row_allreduce

@@ -17,20 +17,15 @@ using namespace opsmith;
 
 // One row of CC 16-byte chunks a thread, bounds checks as mode M (rows.cuh's RowMode): x, residual and the weight
 // as loaded (zeros past the row's end), all read before the reduction; the row s = x + residual, rounded to T as
-// the residual stream holds it, replaces x and is written before the reduction. OPT (bench/diag_add_rms_full.py's
-// variants): bit 0 (ROW_FULL only) reads the weight a chunk at a time in the output loop instead (fewer registers
-// live through the reduction); bit 1 reduces with common.cuh's row_allreduce<false, true> (fewer shuffles).
-template <int M, class T, class A, int CC = OPSMITH_ROW_CHUNKS, int OPT = 0>
+// the residual stream holds it, replaces x and is written before the reduction.
+template <int M, class T, class A, int CC = OPSMITH_ROW_CHUNKS>
 __device__ __forceinline__ void add_rms_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ residual,
                                                      const T* __restrict__ w, T* __restrict__ y,
                                                      T* __restrict__ residual_out, A* __restrict__ rstd, long long rows,
                                                      int cols, A eps, int has_w) {
-    constexpr bool LATE_W = OPT & 1;
-    static_assert(!LATE_W || M == ROW_FULL, "the late weight reads are unchecked");
     OPSMITH_ROW_SETUP_C(CC)
     Raw in[3][C];
-    const unsigned on = has_w && !LATE_W ? 7u : 3u;
-    load_chunks<T, 3>({x + base, residual + base, w}, in, n, M != ROW_SCALAR, tpr, t, on);
+    load_chunks<T, 3>({x + base, residual + base, w}, in, n, M != ROW_SCALAR, tpr, t, has_w ? 7u : 3u);
     A p[4] = {A(0), A(0), A(0), A(0)};
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -46,13 +41,12 @@ __device__ __forceinline__ void add_rms_norm_fwd_row(const T* __restrict__ x, co
         // idle rows: n = 0
         store_chunk<T>(residual_out + base, (long long)(c * tpr + t) * N, n, M != ROW_SCALAR, in[0][c]);
     }
-    const A q = row_allreduce<false, (OPT & 2) != 0>((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
+    const A q = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
     const A r = m_rsqrt(q / A(cols) + eps);
     if (active) {
         if (t == 0) rstd[row] = r;
 #pragma unroll
         for (int c = 0; c < C; ++c) {
-            if (LATE_W && has_w) in[2][c] = *reinterpret_cast<const Raw*>(w + (c * tpr + t) * N);
             A o[N];
 #pragma unroll
             for (int k = 0; k < N; ++k) {
