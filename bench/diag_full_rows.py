@@ -9,7 +9,7 @@ their registers (ptxas). ``ln_full4`` is the op's 4-chunk layer_norm row as it w
 reductions, LATE = 1); the op reads them a chunk at a time in its output loop since (LATE = 2, as ``ln_full4w``).
 Needs a GPU; Liger is optional.
 
-    python3 bench/diag_full_rows.py [--json FILE]
+    cd bench && python3 diag_full_rows.py [--bounds] [--long] [--shapes RxC,...] [--json FILE]
 """
 import argparse
 import re
@@ -61,6 +61,9 @@ KERNELS = {"ln_full2": (LN, 2, "512, (RowBlocks<T, 2, 2>::value)", 0), "ln_full2
 BOUNDED = {"ln_full4w": (LN, 4, "256, (RowBlocks<T, 3, 3>::value)", 2), "ln_full4wb": (LN, 4, "256, 4", 2),
            "ln_full4wc": (LN, 4, "256, 5", 2), "ln_full4b": (LN, 4, "256, 4", 1), "ln_full4c": (LN, 4, "256, 5", 1), "rms_full4b": (RMS, 4, "256, 4", 0),
            "rms_full4c": (RMS, 4, "256, 5", 0), "sm_full4b": (SM, 4, "256, 5", 0), "sm_full4c": (SM, 4, "256, 6", 0)}
+# --long: softmax's rows of 32 and 64 KiB in one block (the op takes a 2-block cluster at 4 chunks for 16,385-32,768
+# columns, softmax_fwd_wide3 at 512 threads for 16,384): 8 chunks of 512 threads (1 or 2 blocks an SM), 4 of 1,024
+LONG = {"sm_full8": (SM, 8, "512, 1", 0), "sm_full8b": (SM, 8, "512, 2", 0), "sm_full4k": (SM, 4, "1024, 1", 0)}
 SHAPES = [(2048, 2048), (4096, 4096), (8192, 4096), (16384, 4096), (4096, 8192), (65536, 1024), (16384, 2048)]
 
 
@@ -76,10 +79,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--bounds", action="store_true", help="also BOUNDED's kernels")
+    ap.add_argument("--long", action="store_true", help="also LONG's kernels")
     ap.add_argument("--shapes", help="rowsxcols,... (default: SHAPES)")
     args = ap.parse_args()
     if args.bounds:
         KERNELS.update(BOUNDED)
+    if args.long:
+        KERNELS.update(LONG)
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
     t, a = _sources.DTYPES["bfloat16"]
     names = {k: (f"{k}<{t}, {a}>" if v[0] is not SM else f"{k}<{t}>") for k, v in KERNELS.items()}
