@@ -10,12 +10,14 @@ namespace opsmith {
 // One row of layer_norm's register forward, bounds checks as mode M (rows.cuh's RowMode), sums in 4
 // partials a thread (chains of 4, not C * N). w and b are loaded with x (LATE = 0), after the
 // reductions (1: only x lives through them, which lets layer_norm_fwd_wide hold 3 blocks an SM), or a
-// chunk at a time in the output loop (2: 56 registers at 4 chunks where 1 holds 80; layer_norm_fwd_c4_full).
+// chunk at a time in the output loop (2, ROW_FULL only: 56 registers at 4 chunks where 1 holds 80;
+// layer_norm_fwd_c4_full).
 template <int M, int LATE, class T, class A, int CC = OPSMITH_ROW_CHUNKS>
 __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w,
                                                    const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
                                                    A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
                                                    int has_b) {
+    static_assert(LATE != 2 || M == ROW_FULL, "LATE = 2 reads w and b unchecked");
     OPSMITH_ROW_SETUP_C(CC)
     Raw in[1][C], wb[2][LATE == 2 ? 1 : C];  // x, w, b as loaded (zeros past the row's end)
     const unsigned on = (has_w ? 1u : 0u) | (has_b ? 2u : 0u);
@@ -48,14 +50,11 @@ __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, cons
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         const int cw = LATE == 2 ? 0 : c;  // w and b's chunk: chunk c, loaded here when LATE = 2
-        if constexpr (LATE == 2 && M == ROW_FULL) {  // active rows only: no bounds
+        if constexpr (LATE == 2) {  // ROW_FULL, active rows only: no bounds
             const int j = (c * tpr + t) * N;
             wb[0][0] = wb[1][0] = Raw{{0u, 0u, 0u, 0u}};
             if (has_w) wb[0][0] = *reinterpret_cast<const Raw*>(w + j);
             if (has_b) wb[1][0] = *reinterpret_cast<const Raw*>(b + j);
-        } else if constexpr (LATE == 2) {
-            const int off = c * tpr * N;  // chunk c as chunk 0 of the row from column off
-            load_chunks<T, 2>({w + off, b + off}, wb, n - off, M != ROW_SCALAR, tpr, t, on);
         }
         A o[N];
 #pragma unroll
