@@ -9,7 +9,7 @@ their registers (ptxas). ``ln_full4`` is the op's 4-chunk layer_norm row as it w
 reductions, LATE = 1); the op reads them a chunk at a time in its output loop since (LATE = 2, as ``ln_full4w``).
 Needs a GPU; Liger is optional.
 
-    cd bench && python3 diag_full_rows.py [--bounds] [--long] [--shapes RxC,...] [--json FILE]
+    cd bench && python3 diag_full_rows.py [--bounds] [--long] [--cluster] [--shapes RxC,...] [--json FILE]
 """
 import argparse
 import re
@@ -64,6 +64,9 @@ BOUNDED = {"ln_full4w": (LN, 4, "256, (RowBlocks<T, 3, 3>::value)", 2), "ln_full
 # --long: softmax's rows of 32 and 64 KiB in one block (the op takes a 2-block cluster at 4 chunks for 16,385-32,768
 # columns, softmax_fwd_wide3 at 512 threads for 16,384): 8 chunks of 512 threads (1 or 2 blocks an SM), 4 of 1,024
 LONG = {"sm_full8": (SM, 8, "512, 1", 0), "sm_full8b": (SM, 8, "512, 2", 0), "sm_full4k": (SM, 4, "1024, 1", 0)}
+# --cluster: softmax_fwd_cluster<K, CH> (softmax_cluster.cu) at other cluster sizes, under _launch._cluster's plan with
+# 2 blocks an SM at 2 chunks (64 registers), 1 at 4: the op's is K = 2 at 4 chunks (512 threads, 1 block an SM)
+CLUSTERS = [(2, 4), (4, 2), (4, 4), (8, 2)]
 SHAPES = [(2048, 2048), (4096, 4096), (8192, 4096), (16384, 4096), (4096, 8192), (65536, 1024), (16384, 2048)]
 
 
@@ -80,6 +83,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--bounds", action="store_true", help="also BOUNDED's kernels")
     ap.add_argument("--long", action="store_true", help="also LONG's kernels")
+    ap.add_argument("--cluster", action="store_true", help="softmax's forward at CLUSTERS' cluster sizes")
     ap.add_argument("--shapes", help="rowsxcols,... (default: SHAPES)")
     args = ap.parse_args()
     if args.bounds:
@@ -89,12 +93,15 @@ def main():
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
     t, a = _sources.DTYPES["bfloat16"]
     names = {k: (f"{k}<{t}, {a}>" if v[0] is not SM else f"{k}<{t}>") for k, v in KERNELS.items()}
-    mod = CudaModule(beside_kernels("full_rows.cu", _source()), name_expressions=list(names.values()),
+    clusters = {f"sm_cl{k}x{ch}": f"softmax_fwd_cluster<{k}, {ch}, {t}>" for k, ch in (CLUSTERS if args.cluster else [])}
+    src = _source() + ('\n#include "softmax_cluster.cu"' if clusters else "")
+    mod = CudaModule(beside_kernels("full_rows.cu", src), name_expressions=list(names.values()) + list(clusters.values()),
                      arch=_driver.device_arch(0), name="diag/full_rows.cu", options=["--ptxas-options=-v"])
     regs, fn_name = {}, None
     for line in mod.binary.log.splitlines():
         m = re.search(r"Compiling entry function '\S*?(\w+_full\d\w?)I", line)
-        fn_name = m.group(1) if m else fn_name
+        cl = re.search(r"Compiling entry function '\S*?softmax_fwd_clusterILi(\d)ELi(\d)E", line)
+        fn_name = m.group(1) if m else f"sm_cl{cl.group(1)}x{cl.group(2)}" if cl else fn_name
         r = re.search(r"Used (\d+) registers", line)
         if r and fn_name:
             regs[fn_name] = int(r.group(1))
@@ -134,6 +141,17 @@ def main():
                     launch = (lambda kern=kern, cfg=cfg: kern.launch(cfg, x, w, y, s1, rows, cols, 1e-6, 1))
                 else:
                     launch = (lambda kern=kern, cfg=cfg: kern.launch(cfg, x, y, rows, cols))
+                launch()
+                torch.testing.assert_close(y, want, rtol=2e-2, atol=2e-2)
+                rec[k] = ops.benchmark(launch, bytes_moved=nbytes, runs=200).gbps
+            for k, name in clusters.items() if op == "sm" else ():
+                kk, ch = map(int, k[len("sm_cl"):].split("x"))
+                plan = _launch._cluster(rows, cols, 2, _launch.device_props(0), kk, ch, 2 if ch == 2 else 1, rows)
+                if plan.block[0] > 512:
+                    continue
+                cfg = _launch.launch_config(plan)  # the declaration is in an #included file: its parameters here
+                kern = mod.get_kernel(name, signature=f"const {t}* x, {t}* y, long long rows, int cols")
+                launch = (lambda kern=kern, cfg=cfg: kern.launch(cfg, x, y, rows, cols))
                 launch()
                 torch.testing.assert_close(y, want, rtol=2e-2, atol=2e-2)
                 rec[k] = ops.benchmark(launch, bytes_moved=nbytes, runs=200).gbps
