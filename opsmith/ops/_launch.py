@@ -210,7 +210,9 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     The forward of 16-bit register rows ("block") of ``C4_MIN_ROW_BYTES`` or more in whole vectors takes
     "wide" too, at half the threads a row (4 chunks a thread): H200, kernels alone
     (bench/results/ops-fwd-c4-h200-2026-11-26/), bf16 2048x2048 3,350 -> 3,897 GB/s, 4096x4096 3,615 ->
-    3,739, 8192x8192 3,857 -> 3,997; float rows ran as fast either way and keep "block"."""
+    3,739, 8192x8192 3,857 -> 3,997; float rows ran as fast either way and keep "block". The forward takes a cluster
+    of 4 where an SM holds 1.5x the threads of it (16,385-20,480 bf16 columns: 3 blocks of 160, not one of 288-320):
+    H100 (bench/results/ops-ln-late2-h100-2026-11-27/cluster_odd.txt) 1.08-1.20x; from 20,481 columns 0.50-0.95x."""
     p = row_plan(rows, cols, itemsize, arrays, props)
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * vec))
@@ -227,7 +229,8 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
         if fits2 and arrays > 1:
             return _cluster(rows, cols, itemsize, props, 2, ROW_CHUNKS, CLUSTER_FWD_BLOCKS, rows)
         if not fits2 and _cdiv(cols, WIDE_CHUNKS * vec) <= 2 * limit:
-            return _cluster(rows, cols, itemsize, props, 2, WIDE_CHUNKS, 1, rows)
+            two, four = (_cluster(rows, cols, itemsize, props, k, WIDE_CHUNKS, 1, rows) for k in (2, 4))
+            return four if arrays == 1 and 2 * _held(four, props) >= 3 * _held(two, props) else two
     if not wide:
         return p
     return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
@@ -390,3 +393,8 @@ def _cluster(rows: int, cols: int, itemsize: int, props: DeviceProps, k: int, ch
     per_sm = max(1, min(ROW_THREADS * blocks, props.max_threads_per_sm) // tpr)
     groups = max(1, min(per_sm * props.sm_count // k, most))
     return Plan("cluster", (groups * k,), (tpr, 1), 0, 0, k, chunks)
+
+
+def _held(plan: Plan, props: DeviceProps) -> int:
+    """The threads an SM holds of a 4-chunk cluster ``plan`` (one ``ROW_THREADS`` block's registers)."""
+    return min(ROW_THREADS, props.max_threads_per_sm) // plan.block[0] * plan.block[0]

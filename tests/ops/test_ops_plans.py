@@ -108,12 +108,13 @@ def test_elementwise_and_weight_grad_plans():
 def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_long_rows(props):
     """Rows beyond the register strategy: a backward's rows that fill the chunks of a "wide" block exactly
     (no bounds checks) "wide"; with clusters, 16-bit rows "cluster" where 2 blocks of ROW_THREADS hold
-    them (2 chunks a thread backward, else WIDE_CHUNKS), persistent; else "wide" where WIDE_CHUNKS chunks
+    them (2 chunks a thread backward, else WIDE_CHUNKS; the forward in 4 blocks where an SM holds 1.5x the threads
+    of them), persistent; else "wide" where WIDE_CHUNKS chunks
     fit LONG_THREADS threads, one block a row; the forward of 16-bit "block" rows of C4_MIN_ROW_BYTES or more in
     whole vectors "wide" too (4 chunks a thread); everything else as row_plan."""
     limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
     for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 512, 1000, 1024, 3000, 4096, 8192, 8193, 16384,
-                                                                     32768, 32769, 70000), (2, 4, 8)):
+                                                                     16385, 20480, 20481, 32768, 32769, 70000), (2, 4, 8)):
         for arrays in (1, 2):
             p, r = _launch.softmax_plan(rows, cols, itemsize, arrays, props), \
                 _launch.row_plan(rows, cols, itemsize, arrays, props)
@@ -133,15 +134,20 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
             if props.clusters and itemsize == 2 and r.strategy == "long" and (fits2 and arrays == 2 or fits4 and not fits2):
                 assert p.strategy == "cluster", (rows, cols, arrays)
             if p.strategy == "cluster":
-                assert props.clusters and itemsize == 2 and r.strategy == "long" and p.cluster == 2 and p.shared_mem == 0
-                tpr, chunks = p.block[0], p.chunks
+                assert props.clusters and itemsize == 2 and r.strategy == "long" and p.shared_mem == 0
+                tpr, chunks, k = p.block[0], p.chunks, p.cluster
                 # 2 chunks a thread (the backward only), else 4
                 assert chunks == (_launch.ROW_CHUNKS if fits2 and arrays == 2 else _launch.WIDE_CHUNKS)
                 need = -(-cols // (chunks * vec))
-                assert tpr % 32 == 0 and tpr <= limit and need <= 2 * tpr < need + 64
+                assert tpr % 32 == 0 and tpr <= limit and need <= k * tpr < need + 32 * k
                 blocks = _launch.CLUSTER_FWD_BLOCKS if chunks == _launch.ROW_CHUNKS else 1
-                resident = min(_launch.ROW_THREADS * blocks, props.max_threads_per_sm) // tpr * props.sm_count // 2
-                assert p.grid == (2 * max(1, min(resident, rows)),)
+                resident = min(_launch.ROW_THREADS * blocks, props.max_threads_per_sm) // tpr * props.sm_count // k
+                assert p.grid == (k * max(1, min(resident, rows)),)
+                # a cluster of 4 (the forward at 4 chunks) where an SM holds 1.5x the threads it holds of 2
+                held = {n: min(_launch.ROW_THREADS, props.max_threads_per_sm) // t * t
+                        for n, t in ((n, -(-(-(-cols // (chunks * vec * n))) // 32) * 32) for n in (2, 4))}
+                four = arrays == 1 and chunks == _launch.WIDE_CHUNKS and 2 * held[4] >= 3 * held[2]
+                assert k == (4 if four else 2), (rows, cols, arrays, held)
                 continue
             if p.strategy != "wide":
                 assert p == r
@@ -158,6 +164,9 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
     assert _launch.softmax_plan(2048, 32768, 2, 1, props).strategy == wide  # bf16 32,768: 2 x 512 or 1,024 threads x 4
     assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == "wide"  # the backward: wide (1,024 x 4, full)
     assert _launch.softmax_plan(2048, 32769, 2, 1, props) == _launch.row_plan(2048, 32769, 2, 1, props)  # long
+    k = 4 if props.clusters else 1  # 16,385-20,480 bf16 forwards: 3 blocks of 160 an SM in clusters of 4, not 1 of 320
+    for cols, arrays, want in ((16385, 1, k), (20480, 1, k), (20480, 2, k // 2 or 1), (20481, 1, k // 2 or 1)):
+        assert _launch.softmax_plan(2048, cols, 2, arrays, props).cluster == want, (cols, arrays)
     assert _launch.softmax_plan(2048, 32769, 2, 2, props) == _launch.row_plan(2048, 32769, 2, 2, props)
     assert _launch.softmax_plan(2048, 8192, 2, 1, props) == _launch.Plan("wide", (2048,), (256, 1), 0, 0)  # 4 chunks
     assert _launch.softmax_plan(2048, 1024, 2, 1, props) == _launch.Plan("wide", (2048,), (32, 1), 0, 0)  # a warp

@@ -1,5 +1,6 @@
 // opsmith.ops softmax (softmax.cu has the math and the other strategies) for rows too long for one
-// block's registers and short enough for a cluster of 2 (sm_90+): each block holds half the row in its
+// block's registers and short enough for a cluster of K = 2 (sm_90+; the forward of 16,385-20,480 16-bit
+// columns in K = 4, _launch.softmax_plan): each block holds its slice of the row in its
 // registers (CH 16-byte chunks a thread: 2, or 4 for the 16-bit rows up to 32,768), and the blocks
 // meet through distributed shared memory (rows.cuh's cluster_reduce) for the row's max and sum
 // (forward) or sum(grad_y * y) (backward). Persistent, as norm_cluster.cu's kernels: the clusters the
@@ -14,7 +15,7 @@
 
 using namespace opsmith;
 
-// 2 chunks a thread: 2 blocks of 512 threads an SM (64 registers); 4: one (128)
+// 2 chunks a thread: 2 blocks of 512 threads an SM (64 registers); 4: one of 512 (128), or 3 of 160 (K = 4)
 template <int K, int CH, class T>
 __global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (CH > 2 ? 1 : 2)) OPSMITH_CLUSTER_DIMS(K)
 softmax_fwd_cluster(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {

@@ -109,7 +109,9 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         launch(p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
                : wide3                   ? (wide_full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
                : p.strategy == S_WIDE    ? (wide_full && p.bx <= K[C_C4_THREADS] ? SOFTMAX_FWD_WIDEF : SOFTMAX_FWD_WIDE)
-               : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2 : SOFTMAX_FWD_CL2W)
+               : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2
+                                            : p.cluster == 4            ? SOFTMAX_FWD_CL4W
+                                                                        : SOFTMAX_FWD_CL2W)
                : reg_full                ? SOFTMAX_FWD_FULL
                                          : SOFTMAX_FWD,
                dt, dev, p, params);

@@ -35,6 +35,7 @@
     X(SOFTMAX_BWD_WIDE, "softmax.cu", "softmax_bwd_wide<{T}>")                \
     X(SOFTMAX_FWD_CL2, "softmax_cluster.cu", "softmax_fwd_cluster<2, 2, {T}>") \
     X(SOFTMAX_FWD_CL2W, "softmax_cluster.cu", "softmax_fwd_cluster<2, 4, {T}>") \
+    X(SOFTMAX_FWD_CL4W, "softmax_cluster.cu", "softmax_fwd_cluster<4, 4, {T}>") \
     X(SOFTMAX_BWD_CL2, "softmax_cluster.cu", "softmax_bwd_cluster<2, 2, {T}>") \
     X(SOFTMAX_BWD_CL2W, "softmax_cluster.cu", "softmax_bwd_cluster<2, 4, {T}>") \
     X(LN_FWD, "norm.cu", "layer_norm_fwd<{T}, {A}>")                          \

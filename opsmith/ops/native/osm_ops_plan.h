@@ -102,8 +102,12 @@ Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
         const int64_t vec = 16 / itemsize;
         const bool fits2 = cdiv(cols, K[C_ROW_CHUNKS] * vec) <= 2 * limit;
         if (fits2 && arrays > 1) return cluster(rows, cols, itemsize, p, 2, K[C_ROW_CHUNKS], K[C_CLUSTER_FWD_BLOCKS], rows);
-        if (!fits2 && cdiv(cols, K[C_WIDE_CHUNKS] * vec) <= 2 * limit)
-            return cluster(rows, cols, itemsize, p, 2, K[C_WIDE_CHUNKS], 1, rows);
+        if (!fits2 && cdiv(cols, K[C_WIDE_CHUNKS] * vec) <= 2 * limit) {  // the forward: 4 blocks where held (_launch)
+            const Plan two = cluster(rows, cols, itemsize, p, 2, K[C_WIDE_CHUNKS], 1, rows);
+            const Plan four = cluster(rows, cols, itemsize, p, 4, K[C_WIDE_CHUNKS], 1, rows);
+            const int64_t sm = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_sm);
+            return arrays == 1 && 2 * (sm / four.bx * four.bx) >= 3 * (sm / two.bx * two.bx) ? four : two;
+        }
     }
     if (!wide) return q;
     return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
