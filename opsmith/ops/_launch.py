@@ -212,7 +212,7 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     (bench/results/ops-fwd-c4-h200-2026-11-26/), bf16 2048x2048 3,350 -> 3,897 GB/s, 4096x4096 3,615 ->
     3,739, 8192x8192 3,857 -> 3,997; float rows ran as fast either way and keep "block". The forward takes a cluster
     of 4 where an SM holds 1.5x the threads of it (16,385-20,480 bf16 columns: 3 blocks of 160, not one of 288-320):
-    H100 (bench/results/ops-ln-late2-h100-2026-11-27/cluster_odd.txt) 1.08-1.20x; from 20,481 columns 0.50-0.95x."""
+    H100 (bench/results/ops-ln-late2-h100-2026-11-27/cluster_odd.txt) 1.08-1.20x; from 20,481 columns 0.66-0.95x."""
     p = row_plan(rows, cols, itemsize, arrays, props)
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * vec))
