@@ -230,7 +230,8 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
             return _cluster(rows, cols, itemsize, props, 2, ROW_CHUNKS, CLUSTER_FWD_BLOCKS, rows)
         if not fits2 and _cdiv(cols, WIDE_CHUNKS * vec) <= 2 * limit:
             two, four = (_cluster(rows, cols, itemsize, props, k, WIDE_CHUNKS, 1, rows) for k in (2, 4))
-            return four if arrays == 1 and 2 * _held(four, props) >= 3 * _held(two, props) else two
+            held = [_cluster_per_sm(q.block[0], 1, props) * q.block[0] for q in (two, four)]  # threads an SM
+            return four if arrays == 1 and 2 * held[1] >= 3 * held[0] else two
     if not wide:
         return p
     return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
@@ -390,11 +391,10 @@ def _cluster(rows: int, cols: int, itemsize: int, props: DeviceProps, k: int, ch
     evenly over whole warps, as many clusters as the SMs hold (``blocks`` of ``ROW_THREADS`` an SM),
     at most ``most``."""
     tpr = _cdiv(_cdiv(cols, chunks * (16 // itemsize) * k), _WARP) * _WARP
-    per_sm = max(1, min(ROW_THREADS * blocks, props.max_threads_per_sm) // tpr)
-    groups = max(1, min(per_sm * props.sm_count // k, most))
+    groups = max(1, min(_cluster_per_sm(tpr, blocks, props) * props.sm_count // k, most))
     return Plan("cluster", (groups * k,), (tpr, 1), 0, 0, k, chunks)
 
 
-def _held(plan: Plan, props: DeviceProps) -> int:
-    """The threads an SM holds of a 4-chunk cluster ``plan`` (one ``ROW_THREADS`` block's registers)."""
-    return min(ROW_THREADS, props.max_threads_per_sm) // plan.block[0] * plan.block[0]
+def _cluster_per_sm(tpr: int, blocks: int, props: DeviceProps) -> int:
+    """The blocks of ``tpr`` threads an SM holds of a cluster plan (``blocks`` of ``ROW_THREADS``' registers)."""
+    return max(1, min(ROW_THREADS * blocks, props.max_threads_per_sm) // tpr)

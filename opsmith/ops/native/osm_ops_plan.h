@@ -77,11 +77,15 @@ Plan row_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, cons
 }
 
 // _launch._cluster: a persistent cluster plan, k blocks a row of `chunks` chunks a thread
+// _launch._cluster_per_sm: the blocks of tpr threads an SM holds of a cluster plan (`blocks` of ROW_THREADS' registers)
+int64_t cluster_per_sm(int64_t tpr, int64_t blocks, const Props &p) {
+    return std::max<int64_t>(1, std::min<int64_t>(K[C_ROW_THREADS] * blocks, p.max_threads_per_sm) / tpr);
+}
+
 Plan cluster(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t k, int64_t chunks, int64_t blocks,
              int64_t most) {
     const int64_t tpr = cdiv(cdiv(cols, chunks * (16 / itemsize) * k), 32) * 32;
-    const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(K[C_ROW_THREADS] * blocks, p.max_threads_per_sm) / tpr);
-    const int64_t groups = std::max<int64_t>(1, std::min(per_sm * p.sm_count / k, most));
+    const int64_t groups = std::max<int64_t>(1, std::min(cluster_per_sm(tpr, blocks, p) * p.sm_count / k, most));
     return {S_CLUSTER, groups * k, 1, tpr, 1, 0, 0, 0, k, chunks};
 }
 
@@ -105,8 +109,9 @@ Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
         if (!fits2 && cdiv(cols, K[C_WIDE_CHUNKS] * vec) <= 2 * limit) {  // the forward: 4 blocks where held (_launch)
             const Plan two = cluster(rows, cols, itemsize, p, 2, K[C_WIDE_CHUNKS], 1, rows);
             const Plan four = cluster(rows, cols, itemsize, p, 4, K[C_WIDE_CHUNKS], 1, rows);
-            const int64_t sm = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_sm);
-            return arrays == 1 && 2 * (sm / four.bx * four.bx) >= 3 * (sm / two.bx * two.bx) ? four : two;
+            const int64_t held2 = cluster_per_sm(two.bx, 1, p) * two.bx;  // threads an SM
+            const int64_t held4 = cluster_per_sm(four.bx, 1, p) * four.bx;
+            return arrays == 1 && 2 * held4 >= 3 * held2 ? four : two;
         }
     }
     if (!wide) return q;
