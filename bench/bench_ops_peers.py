@@ -3,7 +3,10 @@
 for each shape, and Liger-Kernel, forward and forward+backward, in one process.
 
 Every figure is GB/s of the bytes-moved floor over the median of CUDA-event-timed runs with the
-L2 flushed (opsmith.ops.benchmark); "fwd+bwd" times one forward and one backward
+L2 flushed (opsmith.ops.benchmark). A case's implementations (and its copy) are built first, on inputs of the
+same values, then timed in --rounds rounds, each in turn, the order rotating: the figure is the median of its
+rounds' medians, and ours' spread between its rounds ("±") is the case's noise, printed beside the ratio (a
+difference smaller than that was not measured). "fwd+bwd" times one forward and one backward
 (torch.autograd.grad) together, against the sum of both floors. Each case prints ours / the
 best peer (time ratio: > 1 means ours is faster); each forward also times a device copy of the same
 bytes ("copy", not a peer; at least COPY_RUNS runs), and the summary gives the forwards from 64 MiB as a share of the
@@ -186,24 +189,34 @@ def _time(fn, nbytes, runs, device):
     return {"ms": r.median_ms, "gbps": r.gbps, "fraction": r.fraction}
 
 
-def _copy(nbytes, runs, device):
-    """A device-to-device copy of nbytes / 2 bytes (nbytes moved) timed as the ops are: what "% of copy" means
-    at this size (below about 256 MiB a copy itself stays short of the large copy's bandwidth)."""
+def _copy(nbytes, device):
+    """A device-to-device copy of nbytes / 2 bytes and the bytes it moves, timed as the ops are: what "% of copy"
+    means at this size (below about 256 MiB a copy itself stays short of the large copy's bandwidth)."""
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    return _time(lambda: dst.copy_(src), 2 * src.numel(), runs, device)
+    return (lambda: dst.copy_(src)), 2 * src.numel()
 
 
-def measure(name, make, fn, rows, cols, dtype, device, direction, runs, nbytes):
+def _spread(ms) -> float | None:
+    """How far apart the slowest and the fastest of one implementation's rounds are (0.012: 1.2 %)."""
+    return max(ms) / min(ms) - 1 if ms and len(ms) > 1 else None
+
+
+def prepare(name, make, fn, rows, cols, dtype, device, direction):
+    """The call timed for implementation ``name`` of this case, run once (compiled, its kernels loaded): a
+    forward under no_grad, or a forward and ``torch.autograd.grad`` of its outputs."""
     if name == "compile":
         torch._dynamo.reset()
         fn = torch.compile(fn, dynamic=False)
     grad = direction != "fwd"
+    torch.manual_seed(0)  # every implementation gets inputs of the same values
     args = make(rows, cols, dtype, device, grad)
     if not grad:
-        with torch.no_grad():
-            fn(*args)  # compiles (compile) / loads the kernels outside the timing
-            return _time(lambda: fn(*args), nbytes, runs, device)
+        def forward():
+            with torch.no_grad():
+                fn(*args)
+        forward()
+        return forward
     leaves = [a for a in args if a.requires_grad]
     y = fn(*args)
     ys = tuple(y) if isinstance(y, (tuple, list)) else (y,)
@@ -213,7 +226,30 @@ def measure(name, make, fn, rows, cols, dtype, device, direction, runs, nbytes):
     def step():
         out = fn(*args)
         torch.autograd.grad(tuple(out) if isinstance(out, (tuple, list)) else (out,), leaves, g)
-    return _time(step, nbytes, runs, device)
+    return step
+
+
+def measure_case(calls, rounds, device) -> dict:
+    """Time ``calls`` (name -> (call, bytes moved, runs)) in ``rounds`` rounds, each in turn, the order rotating
+    from round to round: each figure is the median of its rounds' medians, so that a drift of the machine falls on
+    every implementation alike, and ``rounds_ms`` keeps the rounds (the spread of ours between its rounds is the
+    case's noise: a difference smaller than that is not measured). A call that fails keeps its error."""
+    res, per = {}, {name: [] for name in calls}
+    names = list(calls)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            if name in res:  # failed in an earlier round
+                continue
+            call, moved, n = calls[name]
+            try:
+                per[name].append(_time(call, moved, n, device)["ms"])
+            except Exception as exc:  # noqa: BLE001 -- one peer failing must not end the run
+                res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    for name, ms in per.items():
+        if name not in res:
+            med = statistics.median(ms)
+            res[name] = {"ms": med, "gbps": calls[name][1] / (med * 1e-3) / 1e9, "rounds_ms": ms}
+    return res
 
 
 def main() -> int:
@@ -222,7 +258,9 @@ def main() -> int:
     ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,add_rms_norm,silu_and_mul,gelu_and_mul,rotary,"
                                      "cross_entropy")
     ap.add_argument("--dtypes", default="bfloat16")
-    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=20, help="timed runs a round (the copy: at least COPY_RUNS)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of each case's implementations in turn (the figure: the median of the rounds)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--budget-s", type=float, default=400, help="stop starting new cases after this")
@@ -260,19 +298,22 @@ def main() -> int:
                     if time.perf_counter() - start > args.budget_s:
                         skipped += 1
                         continue
-                    res = {}
+                    calls, failed = {}, {}
                     for name, (make, fn) in impls(op, liger).items():
                         try:
-                            res[name] = measure(name, make, fn, rows, cols, dtype, args.device, direction,
-                                                args.runs, nbytes)
+                            calls[name] = (prepare(name, make, fn, rows, cols, dtype, args.device, direction),
+                                           nbytes, args.runs)
                         except Exception as exc:  # noqa: BLE001 -- one peer failing must not end the run
-                            res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                            failed[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                     if direction == "fwd" and args.device != "cpu":  # the target's reference at this size
-                        res["copy"] = _copy(nbytes, max(args.runs, COPY_RUNS), args.device)
+                        calls["copy"] = (*_copy(nbytes, args.device), max(args.runs, COPY_RUNS))
+                    res = {**measure_case(calls, args.rounds, args.device), **failed}
+                    del calls
                     peers = [r["ms"] for k, r in res.items() if k not in ("opsmith", "copy") and "ms" in r]
                     ratio = (min(peers) / res["opsmith"]["ms"]) if peers and "ms" in res["opsmith"] else None
                     records.append({"op": op, "dtype": dtype_name, "shape": [rows, cols], "dir": direction,
-                                    "bytes": nbytes, "results": res, "vs_best_peer": ratio})
+                                    "bytes": nbytes, "results": res, "vs_best_peer": ratio,
+                                    "noise": _spread(res.get("opsmith", {}).get("rounds_ms"))})
                     print(_line(records[-1]), flush=True)
     meta["seconds"], meta["skipped_over_budget"] = time.perf_counter() - start, skipped
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
@@ -297,7 +338,9 @@ def _header() -> str:
 
 def _line(r) -> str:
     cell = lambda k: f"{r['results'][k]['gbps']:.0f}" if "gbps" in r["results"].get(k, {}) else "-"
-    ratio = f"{r['vs_best_peer']:.2f}x" if r["vs_best_peer"] else "-"
+    ratio = f"{r['vs_best_peer']:.3f}x" if r["vs_best_peer"] else "-"
+    if r.get("noise") is not None:
+        ratio += f" ±{r['noise']:.1%}"
     copy = f"   copy {cell('copy')}" if "copy" in r["results"] else ""
     return (f"{r['op']:<14}{r['dtype']:<9}{'x'.join(map(str, r['shape'])):<14}{r['dir']:<8}{r['bytes'] / MIB:>7.0f}  "
             f"{cell('opsmith')} / {cell('eager')} / {cell('compile')} / {cell('liger')}   {ratio}{copy}")
@@ -306,9 +349,11 @@ def _line(r) -> str:
 def _summary(records, meta) -> str:
     big = [r for r in records if r["bytes"] >= 16 * MIB and r["vs_best_peer"]]
     losses = [r for r in big if r["vs_best_peer"] < 1]
+    beyond = [r for r in losses if r["vs_best_peer"] < 1 - (r.get("noise") or 0)]
     out = (f"\n{len(big)} cases >= 16 MiB: ours >= the best peer in {len(big) - len(losses)}; behind in "
-           f"{len(losses)}: " + ", ".join(f"{r['op']} {r['dir']} {'x'.join(map(str, r['shape']))} "
-                                          f"{r['vs_best_peer']:.2f}x" for r in losses[:20]))
+           f"{len(losses)} ({len(beyond)} by more than ours' own spread between rounds): "
+           + ", ".join(f"{r['op']} {r['dir']} {'x'.join(map(str, r['shape']))} {r['vs_best_peer']:.3f}x"
+                       + (f" ±{r['noise']:.1%}" if r.get("noise") is not None else "") for r in losses[:20]))
     return out + "".join(f"\n{line}" for line in fwd_shares(records, meta))
 
 
