@@ -41,10 +41,11 @@ __all__ = ["REDUCTIONS", "CEPlan", "check", "cross_entropy_backward_cuda", "cros
 
 REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}  # the kernels' `mode`
 # kernels/cross_entropy.cu's compile-time numbers
-THREADS = 256          # OPSMITH_CE_THREADS: threads a block of fwd and bwd at most
+THREADS = 256          # OPSMITH_CE_THREADS: threads a block of bwd at most
+FWD_THREADS = 128      # OPSMITH_CE_FWD_THREADS: threads a block of fwd at most
 UNROLL = 4             # OPSMITH_CE_UNROLL: 16-byte vectors per thread per trip
 FINISH_THREADS = 1024  # OPSMITH_CE_FINISH_THREADS
-FWD_BLOCKS = 4         # OPSMITH_CE_FWD_BLOCKS: blocks an SM holds (the kernel's register budget)
+FWD_BLOCKS = 8         # OPSMITH_CE_FWD_BLOCKS: fwd blocks an SM holds (the kernel's register budget: 64 a thread)
 BWD_TRIPS = 2          # trips of UNROLL vectors per thread in a backward block (two: the block's first
                        # latency, loading its row's target, lse and upstream gradient, is paid once for two)
 _FILE = "cross_entropy.cu"
@@ -109,16 +110,22 @@ def _cdiv(a: int, b: int) -> int:
 def plan(rows: int, vocab: int, itemsize: int, props: _launch.DeviceProps) -> CEPlan:
     """The launches for ``rows`` rows of ``vocab`` logits of ``itemsize`` bytes on a device.
 
-    A block has at most ``THREADS`` threads, fewer for short rows (a power of two >= 32 that
-    covers the row in one trip of ``UNROLL`` vectors). The forward gives each block a row; when
-    rows are fewer than the blocks the device holds at once, it cuts rows into chunks (at least
-    one trip each) so that every SM gets work, and the finishing block merges them. The backward
-    gives each block ``BWD_TRIPS`` trips of a row.
+    A forward block has at most ``FWD_THREADS`` threads, a backward block ``THREADS``, fewer for short rows (a
+    power of two >= 32 that covers the row in one trip of ``UNROLL`` vectors). The forward gives each block a row;
+    when rows are fewer than the blocks the device holds at once, it cuts rows into chunks (at least one trip
+    each) so that every SM gets work, and the finishing block merges them. The backward gives each block
+    ``BWD_TRIPS`` trips of a row.
+
+    The forward's blocks of 128 threads, 8 an SM (the same 64 registers a thread as 256 x 4), H100, kernels alone,
+    bf16, L2 flushed (bench/results/ops-ce-fwd-h100-2026-11-27/ce_ab2.json), against 256 x 4: 1.02x faster at
+    4096 x 32000, 1.03x at 8192 and 16384 x 32000, 1.02x at 4096 x 50257, 1.00x at 4096 x 128256; 512 x 2 ran
+    0.85-1.00x (ce_ab.json); 32 x 32 beat 128 x 8 by 1.02-1.04x at 4096 rows but lost 1-2 % at 8192 and 16384, 64 x 16
+    lost 0-1.5 % but at 4096 x 128256 (1.006x).
     """
     vec = 16 // itemsize
-    threads = min(THREADS, props.max_threads_per_block,
-                  max(32, 1 << max(0, (_cdiv(vocab, vec * UNROLL) - 1).bit_length())))
-    trip = threads * vec * UNROLL  # elements a block covers per trip
+    cover = max(32, 1 << max(0, (_cdiv(vocab, vec * UNROLL) - 1).bit_length()))  # a row in one trip
+    threads = min(FWD_THREADS, props.max_threads_per_block, cover)
+    trip = threads * vec * UNROLL  # elements a forward block covers per trip
     resident = props.sm_count * max(1, min(FWD_BLOCKS, props.max_threads_per_sm // threads))
     splits = 1
     if rows < resident:
@@ -127,14 +134,15 @@ def plan(rows: int, vocab: int, itemsize: int, props: _launch.DeviceProps) -> CE
     units = max(1, rows * _cdiv(vocab, chunk))
     fwd = _launch.Plan("cross_entropy_fwd", (min(units, 2**31 - 1),), (threads,), 0, 0)
     finish = _launch.Plan("cross_entropy_finish", (1,), (min(FINISH_THREADS, props.max_threads_per_block),), 0, 0)
-    bwd_chunk = BWD_TRIPS * trip
+    bwd_threads = min(THREADS, props.max_threads_per_block, cover)
+    bwd_chunk = BWD_TRIPS * bwd_threads * vec * UNROLL
     bwd_units = max(1, rows * _cdiv(vocab, bwd_chunk))
-    bwd = _launch.Plan("cross_entropy_bwd", (min(bwd_units, 2**31 - 1),), (threads,), 0, 0)
+    bwd = _launch.Plan("cross_entropy_bwd", (min(bwd_units, 2**31 - 1),), (bwd_threads,), 0, 0)
     return CEPlan(fwd, chunk, finish, bwd, bwd_chunk)
 
 
-def _kernel(name: str, dtype: str, device: int):
-    return _sources.kernel(_FILE, f"cross_entropy_{name}<{{T}}, {{A}}>", dtype, device)
+def _kernel(name: str, dtype: str, device: int, extra: str = ""):
+    return _sources.kernel(_FILE, f"cross_entropy_{name}<{{T}}, {{A}}{extra}>", dtype, device)
 
 
 def cross_entropy_cuda(logits, target, ignore_index: int = -100, reduction: str = "mean",
@@ -155,8 +163,8 @@ def cross_entropy_cuda(logits, target, ignore_index: int = -100, reduction: str 
     count = torch.empty(1, dtype=acc, device=dev)
     out = torch.empty((rows,) if mode == 0 else (), dtype=logits.dtype, device=dev)
     eps, z = float(label_smoothing), float(z_loss)
-    if rows:
-        _kernel("fwd", dtype, index).launch(_launch.launch_config(p.fwd), logits, target, part, lse, row_loss,
+    if rows:  # the rows' sums of the logits only for label smoothing (one add an element less without)
+        _kernel("fwd", dtype, index, ", true" if eps else ", false").launch(_launch.launch_config(p.fwd), logits, target, part, lse, row_loss,
                                             rows, vocab, p.chunk, int(ignore_index), eps, z)
     _kernel("finish", dtype, index).launch(_launch.launch_config(p.finish), logits, target, part, lse, row_loss,
                                            out, count, rows, vocab, p.chunk, int(ignore_index), eps, z, mode)

@@ -52,7 +52,8 @@ FILES: dict[str, tuple[str, ...]] = {
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>", "add_rms_norm_fwd_full<{T}, {A}>", "add_rms_norm_fwd_c8<{T}, {A}>",
                       "add_rms_norm_fwd_c8k<{T}, {A}>"),
     "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),
-    "cross_entropy.cu": tuple(f"cross_entropy_{k}<{{T}}, {{A}}>" for k in ("fwd", "finish", "bwd")),
+    "cross_entropy.cu": ("cross_entropy_fwd<{T}, {A}, true>", "cross_entropy_fwd<{T}, {A}, false>",
+                         "cross_entropy_finish<{T}, {A}>", "cross_entropy_bwd<{T}, {A}>"),
 }
 
 # the files whose kernels the C++ library (native/osm_ops.cpp) launches; the others' ops keep

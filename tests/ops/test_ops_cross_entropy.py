@@ -172,11 +172,17 @@ def test_errors_name_the_fix():
 def _check_plan(rows, vocab, itemsize, props):
     vec = 16 // itemsize
     p = ce.plan(rows, vocab, itemsize, props)
-    threads = p.fwd.block[0]
-    assert p.bwd.block == p.fwd.block and 32 <= threads <= min(ce.THREADS, props.max_threads_per_block)
-    assert threads & (threads - 1) == 0  # whole warps, a power of two
+    threads, bwd_threads = p.fwd.block[0], p.bwd.block[0]
+    assert 32 <= threads <= min(ce.FWD_THREADS, props.max_threads_per_block)
+    assert 32 <= bwd_threads <= min(ce.THREADS, props.max_threads_per_block)
+    for n in (threads, bwd_threads):
+        assert n & (n - 1) == 0  # whole warps, a power of two
+    # short rows: both take the fewest threads that cover a row in one trip
+    if vocab <= 32 * vec * ce.UNROLL:
+        assert threads == bwd_threads == 32
     assert p.finish.grid == (1,) and p.finish.block[0] <= props.max_threads_per_block
     assert p.chunk % vec == 0 and p.bwd_chunk % vec == 0  # chunks keep a row's alignment
+    assert p.bwd_chunk == ce.BWD_TRIPS * bwd_threads * vec * ce.UNROLL
     splits = -(-vocab // p.chunk)
     assert (splits - 1) * p.chunk < vocab <= splits * p.chunk  # no empty chunk
     assert splits <= -(-vocab // (threads * vec * ce.UNROLL))  # a trip a chunk at least
@@ -228,7 +234,7 @@ def test_kernels_compile_for_every_dtype_and_take_the_launch_arguments(monkeypat
     def kernel(file, name, dtype, device):
         assert file == "cross_entropy.cu"
         t, a = _sources.DTYPES[dtype]
-        return CheckedLaunch(modules[f"cross_entropy_fwd<{t}, {a}>"].get_kernel(name.format(T=t, A=a)), calls)
+        return CheckedLaunch(modules[f"cross_entropy_fwd<{t}, {a}, true>"].get_kernel(name.format(T=t, A=a)), calls)
 
     monkeypatch.setattr(_sources, "kernel", kernel)
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)
@@ -236,13 +242,15 @@ def test_kernels_compile_for_every_dtype_and_take_the_launch_arguments(monkeypat
         for rows, vocab in ((3, 1), (5, 100), (4096, 50257), (2, 262144), (0, 8)):  # rows, chunks, short, none
             x = torch.zeros(rows, vocab, dtype=dtype)
             t = torch.zeros(rows, dtype=torch.long)
-            for reduction in ("mean", "sum", "none"):
-                loss, lse, count = ce.cross_entropy_cuda(x, t, -100, reduction, 0.1, 1e-4)
+            for reduction, smoothing in (("mean", 0.1), ("sum", 0.0), ("none", 0.1), ("mean", 0.0)):
+                loss, lse, count = ce.cross_entropy_cuda(x, t, -100, reduction, smoothing, 1e-4)
                 assert loss.shape == (() if reduction != "none" else (rows,)) and loss.dtype == dtype
                 assert lse.shape == (rows,) and count.shape == (1,)
                 g = torch.ones(loss.shape, dtype=dtype)
                 assert ce.cross_entropy_backward_cuda(g, x, t, lse, count, -100, reduction, 0.1, 1e-4).shape == x.shape
     names = {n.split("<")[0] for n, _ in calls}
     assert names == {"cross_entropy_fwd", "cross_entropy_finish", "cross_entropy_bwd"}
+    # the forward keeps the rows' sums only for label smoothing
+    assert {n.rsplit(",", 1)[1].strip(" >") for n, _ in calls if n.startswith("cross_entropy_fwd")} == {"true", "false"}
     # two rows of 262144: cut into chunks, one block each
     assert (2 * -(-262144 // ce.plan(2, 262144, 2, H100).chunk),) in {c.grid[:1] for _, c in calls}

@@ -30,14 +30,18 @@
 // A the accumulation type (float; double for double).
 #include "common.cuh"
 
-// Threads a block of fwd and bwd at most (opsmith/ops/_cross_entropy.py holds the same numbers),
+// Threads a block of bwd and of fwd at most (opsmith/ops/_cross_entropy.py holds the same numbers),
 // and the blocks an SM should hold: the register budget (fwd 64, bwd 40 a thread: 1024 and 1536
-// threads an SM, OPSMITH_CE_UNROLL 16-byte loads in flight each).
+// threads an SM, OPSMITH_CE_UNROLL 16-byte loads in flight each). The forward's smaller blocks (128 x 8, not
+// 256 x 4) ran 1.00-1.03x faster on an H100 (_cross_entropy.plan).
 #ifndef OPSMITH_CE_THREADS
 #define OPSMITH_CE_THREADS 256
 #endif
+#ifndef OPSMITH_CE_FWD_THREADS
+#define OPSMITH_CE_FWD_THREADS 128
+#endif
 #ifndef OPSMITH_CE_FWD_BLOCKS
-#define OPSMITH_CE_FWD_BLOCKS 4
+#define OPSMITH_CE_FWD_BLOCKS 8
 #endif
 #ifndef OPSMITH_CE_BWD_BLOCKS
 #define OPSMITH_CE_BWD_BLOCKS 6
@@ -70,8 +74,9 @@ template <class T> __device__ __forceinline__ Cut cut16(const T* p, long long n)
 }
 
 // The online softmax statistics of the elements one thread has seen: max m, s = sum exp(x - m),
-// sx = sum x. Elements arrive in groups (a trip's vectors): one rescale per group at most.
-template <class A> struct Online {
+// sx = sum x (kept where SX: label smoothing needs it; else it stays 0, one add an element less). Elements arrive
+// in groups (a trip's vectors): one rescale per group at most.
+template <class A, bool SX = true> struct Online {
     A m, s, sx;
     __device__ __forceinline__ void start() { m = neg_inf<A>(); s = A(0); sx = A(0); }
 
@@ -87,13 +92,13 @@ template <class A> struct Online {
     // x - m first, so that the largest terms (x near m) are nearly exact.
     __device__ __forceinline__ void add(A x) {
         s += m_exp2((x - m) * log2e<A>());
-        sx += x;
+        if (SX) sx += x;
     }
     // An element while m is -inf: then every element so far is -inf or NaN. -inf adds 0
     // (exp(-inf - -inf) would be NaN), NaN adds NaN.
     __device__ __forceinline__ void add_at_neg_inf(A x) {
         s += x == neg_inf<A>() ? A(0) : x;
-        sx += x;
+        if (SX) sx += x;
     }
     __device__ __forceinline__ void one(A x) {
         raise(x);
@@ -113,8 +118,8 @@ template <class A> struct Online {
 
 // One vector into a thread's statistics: its max, at most one rescale, then the exps.
 // (Each element is converted twice rather than held: fewer registers, more blocks an SM.)
-template <class T, class A>
-__device__ __forceinline__ void add_vec(Online<A>& o, const Vec<T>& w) {
+template <class T, class A, bool SX>
+__device__ __forceinline__ void add_vec(Online<A, SX>& o, const Vec<T>& w) {
     constexpr int N = Vec<T>::N;
     A g = Elem<T>::load(w.v[0]);
 #pragma unroll
@@ -130,8 +135,8 @@ __device__ __forceinline__ void add_vec(Online<A>& o, const Vec<T>& w) {
 }
 
 // Every thread's statistics of elements [0, n) of p (the block's threads share them out).
-template <class T, class A>
-__device__ __forceinline__ void scan(const T* __restrict__ p, long long n, Online<A>& o) {
+template <class T, class A, bool SX>
+__device__ __forceinline__ void scan(const T* __restrict__ p, long long n, Online<A, SX>& o) {
     constexpr int U = OPSMITH_CE_UNROLL;
     const int t = threadIdx.x, nt = blockDim.x;
     const Cut c = cut16(p, n);
@@ -143,7 +148,7 @@ __device__ __forceinline__ void scan(const T* __restrict__ p, long long n, Onlin
 #pragma unroll
         for (int u = 0; u < U; ++u) w[u] = q[u * nt];
 #pragma unroll
-        for (int u = 0; u < U; ++u) add_vec<T, A>(o, w[u]);
+        for (int u = 0; u < U; ++u) add_vec<T, A, SX>(o, w[u]);
     }
     if (q < end) {  // the last trip, fewer than U vectors for this thread: still all loads first
         Vec<T> w[U];
@@ -152,14 +157,14 @@ __device__ __forceinline__ void scan(const T* __restrict__ p, long long n, Onlin
             if (q + u * nt < end) w[u] = q[u * nt];
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            if (q + u * nt < end) add_vec<T, A>(o, w[u]);
+            if (q + u * nt < end) add_vec<T, A, SX>(o, w[u]);
     }
     const long long j = c.tail + t;
     if (j < n) o.one(Elem<T>::load(p[j]));  // fewer than N elements: one each for the first threads
 }
 
 // The block's statistics, in thread 0. Every thread of the block calls it.
-template <class A> __device__ __forceinline__ void block_merge(Online<A>& o) {
+template <class A, bool SX> __device__ __forceinline__ void block_merge(Online<A, SX>& o) {
     __shared__ A pm[32], ps[32], px[32];
     for (int d = 16; d > 0; d >>= 1)
         o.merge(__shfl_xor_sync(0xffffffffu, o.m, d), __shfl_xor_sync(0xffffffffu, o.s, d),
@@ -181,8 +186,8 @@ template <class A> __device__ __forceinline__ void block_merge(Online<A>& o) {
 }
 
 // A valid row's loss (and its lse) from its statistics and its target's logit.
-template <class A>
-__device__ __forceinline__ A row_loss(const Online<A>& o, A x_target, long long V, A smoothing, A z_loss, A& lse) {
+template <class A, bool SX>
+__device__ __forceinline__ A row_loss(const Online<A, SX>& o, A x_target, long long V, A smoothing, A z_loss, A& lse) {
     lse = o.m + m_log2(o.s) * ln2<A>();  // a row of -inf: -inf + log(0) = -inf, and the loss NaN below
     A loss = lse - x_target;
     if (smoothing != A(0)) loss = (A(1) - smoothing) * loss + smoothing * (lse - o.sx / A(V));
@@ -219,9 +224,10 @@ __device__ __forceinline__ Vec<T> grad_vec(const Vec<T>& x, long long off, A lse
 
 using namespace opsmith;
 
-// Units are (row, chunk) pairs, `chunk` elements of a row each (chunk >= V: a unit is a row).
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_CE_THREADS, OPSMITH_CE_FWD_BLOCKS)
+// Units are (row, chunk) pairs, `chunk` elements of a row each (chunk >= V: a unit is a row). SX: the rows' sums are
+// kept (label smoothing); the caller takes <T, A, false> without smoothing, one add an element less.
+template <class T, class A, bool SX>
+__global__ void __launch_bounds__(OPSMITH_CE_FWD_THREADS, OPSMITH_CE_FWD_BLOCKS)
 cross_entropy_fwd(const T* __restrict__ logits, const long long* __restrict__ target, A* __restrict__ part,
                   A* __restrict__ lse, A* __restrict__ loss, long long rows, long long V, long long chunk,
                   long long ignore_index, A smoothing, A z_loss) {
@@ -237,7 +243,7 @@ cross_entropy_fwd(const T* __restrict__ logits, const long long* __restrict__ ta
             check_target(t, V);
             if (per_row == 1) x_target = Elem<T>::load(xr[t]);  // issued now, used after the scan
         }
-        Online<A> o;
+        Online<A, SX> o;
         o.start();
         if (valid) scan(xr + lo, n, o);  // uniform across the block
         block_merge(o);
