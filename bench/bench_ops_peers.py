@@ -197,6 +197,11 @@ def _copy(nbytes, device):
     return (lambda: dst.copy_(src)), 2 * src.numel()
 
 
+def _error(exc: Exception) -> dict:
+    """A failed implementation's record: its error, shortened."""
+    return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+
+
 def _spread(ms) -> float | None:
     """How far apart the slowest and the fastest of one implementation's rounds are (0.012: 1.2 %)."""
     return max(ms) / min(ms) - 1 if ms and len(ms) > 1 else None
@@ -244,7 +249,7 @@ def measure_case(calls, rounds, device) -> dict:
             try:
                 per[name].append(_time(call, moved, n, device)["ms"])
             except Exception as exc:  # noqa: BLE001 -- one peer failing must not end the run
-                res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                res[name] = _error(exc)
     for name, ms in per.items():
         if name not in res:
             med = statistics.median(ms)
@@ -304,7 +309,7 @@ def main() -> int:
                             calls[name] = (prepare(name, make, fn, rows, cols, dtype, args.device, direction),
                                            nbytes, args.runs)
                         except Exception as exc:  # noqa: BLE001 -- one peer failing must not end the run
-                            failed[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                            failed[name] = _error(exc)
                     if direction == "fwd" and args.device != "cpu":  # the target's reference at this size
                         calls["copy"] = (*_copy(nbytes, args.device), max(args.runs, COPY_RUNS))
                     res = {**measure_case(calls, args.rounds, args.device), **failed}
