@@ -17,15 +17,17 @@ used when importable (pure Python over Triton: carry its wheel, pip install --no
 Ops: rms_norm, layer_norm, softmax, add_rms_norm (rows 1 MiB .. >= 1 GiB moved, row length
 1024 .. 32768), silu_and_mul / gelu_and_mul (packed [gate | up]; Liger gets gate and up as two
 tensors, as its MLP has them), rotary (q and k [1, cols / 128 heads, rows, 128]; opsmith's
-rotary_embedding_qk and Liger's liger_rope rotate both in one call), cross_entropy (logits [rows, vocabulary] for vocabularies of
-32000 and 128256, 1 target in 16 ignored; eager and compile run transformers' form,
-F.cross_entropy(logits.float(), target); Liger's liger_cross_entropy), in bfloat16 by default.
+rotary_embedding_qk and Liger's liger_rope rotate both in one call), cross_entropy (logits [rows, vocabulary] for
+vocabularies of 32000 and 128256, 1 target in 16 ignored, whose logits the floor does not count; eager and compile
+run transformers' form, F.cross_entropy(logits.float(), target); Liger's liger_cross_entropy), in bfloat16 by
+default.
 cross_entropy is also timed as "fwd+bwd1": the upstream gradient exactly 1 (a plain
 loss.backward()), where Liger skips its backward kernel.
 
     python3 bench/bench_ops_peers.py --out DIR            # results.json, table.txt
     python3 bench/bench_ops_peers.py --out DIR --quick    # a few shapes (a smoke test)
     python3 bench/bench_ops_peers.py --out DIR --plot-only DIR/results.json   # redraw peers.png, no GPU
+    python3 bench/bench_ops_peers.py --out DIR --table-only DIR/results.json  # table.txt with this file's floors
     python3 bench/bench_ops_peers.py --out DIR --device cpu --quick   # the plumbing, on CPU (no Liger)
 """
 from __future__ import annotations
@@ -51,6 +53,8 @@ SHAPES = [(512, 1024), (2048, 2048), (4096, 4096), (16384, 4096), (65536, 1024),
 # against 2,953-2,960 at 256 MiB (bench/results/ops-c4-bounds-h100-2026-11-27/peers-table.txt), which put a
 # forward at 299 % "of a copy of the same bytes"
 COPY_RUNS = 100
+# cross_entropy: the targets ignored (-100), every this many rows from the first; their logits need not be read
+IGNORED_EVERY = 16
 CE_SHAPES = [(4096, 32000), (8192, 32000), (16384, 32000), (4096, 128256), (8192, 128256)]  # rows x vocabulary
 
 
@@ -119,7 +123,7 @@ def impls(op: str, liger):
     if op == "cross_entropy":  # logits [rows, cols = vocabulary], mean over the targets not ignored
         def ce_args(r, c, dt, dev, g):
             t = torch.randint(0, c, (r,), device=dev)
-            t[::16] = -100
+            t[::IGNORED_EVERY] = -100
             return torch.randn(r, c, dtype=dt, device=dev, requires_grad=g), t
 
         def eager_ce(x, t):
@@ -165,8 +169,10 @@ def floor_bytes(op: str, rows: int, cols: int, size: int, direction: str) -> int
     elif op == "rotary":  # q and k of rows * (cols // 128 heads) * 128 each: read and written
         qk = rows * max(cols // 128, 1) * 128 * size
         fwd, bwd = 4 * qk + 2 * rows * 64 * size, 4 * qk + 2 * rows * 64 * size
-    elif op == "cross_entropy":  # fwd: logits and targets read; bwd: logits read, their gradient written
-        fwd, bwd = n + 8 * rows, 2 * n + 8 * rows
+    elif op == "cross_entropy":  # fwd: the logits of the rows not ignored and the targets read; bwd: those logits
+        # read, the whole gradient written (zeros for the rows ignored)
+        valid = (rows - -(-rows // IGNORED_EVERY)) * cols * size
+        fwd, bwd = valid + 8 * rows, valid + n + 8 * rows
     elif op == "add_rms_norm":  # x, residual -> y, residual_out (+ w, rstd); bwd: g, s -> dx, dres (+ dw)
         fwd, bwd = 4 * n + cols * size + 4 * rows, 4 * n + 2 * cols * size + 4 * rows
     else:
@@ -271,8 +277,18 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=400, help="stop starting new cases after this")
     ap.add_argument("--plot-only", type=Path, metavar="RESULTS_JSON",
                     help="redraw peers.png in --out from a results.json (no GPU needed)")
+    ap.add_argument("--table-only", type=Path, metavar="RESULTS_JSON",
+                    help="write table.txt in --out from a results.json's times, GB/s over this file's floors "
+                         "(the copy's as measured; no GPU needed)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.table_only:
+        data = json.loads(args.table_only.read_text())
+        records = refloor(data["records"])
+        meta = {**data["meta"], "table": " ".join(["GB/s over the floors of bench/bench_ops_peers.py", *sys.argv[1:]])}
+        (args.out / "table.txt").write_text("\n".join([f"{meta}", _header(), *(_line(r) for r in records)]) + "\n")
+        print(_summary(records, meta))
+        return 0
     if args.plot_only:
         data = json.loads(args.plot_only.read_text())
         plot(data["records"], data["meta"], args.out / "peers.png")
@@ -328,6 +344,19 @@ def main() -> int:
         plot(records, meta, args.out / "peers.png")
     print(_summary(records, meta))
     return 0
+
+
+def refloor(records) -> list:
+    """``records`` with each case's bytes from floor_bytes and every implementation's GB/s over them (the copy
+    keeps its own: it moved the bytes it was timed with)."""
+    out = []
+    for r in records:
+        size = torch.tensor([], dtype=getattr(torch, r["dtype"])).element_size()
+        nbytes = floor_bytes(r["op"], *r["shape"], size, r["dir"])
+        res = {k: v if k == "copy" or "ms" not in v else {**v, "gbps": nbytes / (v["ms"] * 1e-3) / 1e9}
+               for k, v in r["results"].items()}
+        out.append({**r, "bytes": nbytes, "results": res})
+    return out
 
 
 def plot(records, meta, path) -> None:
