@@ -112,9 +112,9 @@ def plan(rows: int, vocab: int, itemsize: int, props: _launch.DeviceProps) -> CE
 
     A forward block has at most ``FWD_THREADS`` threads, a backward block ``THREADS``, fewer for short rows (a
     power of two >= 32 that covers the row in one trip of ``UNROLL`` vectors). The forward gives each block a row;
-    when rows are fewer than the blocks the device holds at once, it cuts rows into chunks (at least one trip
-    each) so that every SM gets work, and the finishing block merges them. The backward gives each block
-    ``BWD_TRIPS`` trips of a row.
+    when rows are fewer than the blocks the device holds at once, it cuts rows into as many chunks (at least one
+    trip each) as one wave of those blocks takes, so that every SM gets work and no block waits for a second
+    wave, and the finishing block merges them. The backward gives each block ``BWD_TRIPS`` trips of a row.
 
     The forward's blocks of 128 threads, 8 an SM (the same 64 registers a thread as 256 x 4), H100, kernels alone,
     bf16, L2 flushed (bench/results/ops-ce-fwd-h100-2026-11-27/ce_ab2.json), against 256 x 4: 1.02x faster at
@@ -128,8 +128,9 @@ def plan(rows: int, vocab: int, itemsize: int, props: _launch.DeviceProps) -> CE
     trip = threads * vec * UNROLL  # elements a forward block covers per trip
     resident = props.sm_count * max(1, min(FWD_BLOCKS, props.max_threads_per_sm // threads))
     splits = 1
-    if rows < resident:
-        splits = max(1, min(_cdiv(resident, max(rows, 1)), _cdiv(vocab, trip)))
+    if rows < resident:  # one wave at most: rounding up left blocks to a second (H100, bench/results/
+        # ops-ce-fwd-h100-2026-11-27/ce_few.json: 512 x 128256 73.0 us at 3 chunks a row, 1.45 waves; 65.5 at 2)
+        splits = max(1, min(resident // max(rows, 1), _cdiv(vocab, trip)))
     chunk = _cdiv(_cdiv(vocab, splits), vec) * vec  # whole vectors: the chunks keep the row's alignment
     units = max(1, rows * _cdiv(vocab, chunk))
     fwd = _launch.Plan("cross_entropy_fwd", (min(units, 2**31 - 1),), (threads,), 0, 0)

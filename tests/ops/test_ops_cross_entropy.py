@@ -190,6 +190,9 @@ def _check_plan(rows, vocab, itemsize, props):
     assert p.bwd.grid[0] == min(max(1, rows * -(-vocab // p.bwd_chunk)), 2**31 - 1)
     if rows >= props.sm_count * ce.FWD_BLOCKS:
         assert splits == 1  # enough rows: a block a row
+    resident = props.sm_count * max(1, min(ce.FWD_BLOCKS, props.max_threads_per_sm // threads))
+    if splits > 1:  # cut rows fill one wave of the blocks the device holds, never a second
+        assert rows * splits <= resident
     return p
 
 
