@@ -142,8 +142,10 @@ def plan(rows: int, vocab: int, itemsize: int, props: _launch.DeviceProps) -> CE
     return CEPlan(fwd, chunk, finish, bwd, bwd_chunk)
 
 
-def _kernel(name: str, dtype: str, device: int, extra: str = ""):
-    return _sources.kernel(_FILE, f"cross_entropy_{name}<{{T}}, {{A}}{extra}>", dtype, device)
+def _kernel(name: str, dtype: str, device: int, *template_args: str):
+    """cross_entropy_{name}<T, A, *template_args> for ``dtype`` on ``device``."""
+    args = "".join(f", {a}" for a in template_args)
+    return _sources.kernel(_FILE, f"cross_entropy_{name}<{{T}}, {{A}}{args}>", dtype, device)
 
 
 def cross_entropy_cuda(logits, target, ignore_index: int = -100, reduction: str = "mean",
@@ -165,8 +167,9 @@ def cross_entropy_cuda(logits, target, ignore_index: int = -100, reduction: str 
     out = torch.empty((rows,) if mode == 0 else (), dtype=logits.dtype, device=dev)
     eps, z = float(label_smoothing), float(z_loss)
     if rows:  # the rows' sums of the logits only for label smoothing (one add an element less without)
-        _kernel("fwd", dtype, index, ", true" if eps else ", false").launch(_launch.launch_config(p.fwd), logits, target, part, lse, row_loss,
-                                            rows, vocab, p.chunk, int(ignore_index), eps, z)
+        fwd = _kernel("fwd", dtype, index, "true" if eps else "false")
+        fwd.launch(_launch.launch_config(p.fwd), logits, target, part, lse, row_loss, rows, vocab, p.chunk,
+                   int(ignore_index), eps, z)
     _kernel("finish", dtype, index).launch(_launch.launch_config(p.finish), logits, target, part, lse, row_loss,
                                            out, count, rows, vocab, p.chunk, int(ignore_index), eps, z, mode)
     return out, lse, count
