@@ -103,7 +103,7 @@ def main():
             g = torch.randn_like(x)
             gb3 = 3 * rows * cols * x.element_size() / 1e3
             tpr = cols // vec // 4
-            k = _sources.kernel("softmax.cu", "softmax_bwd_wide<{T}>", str(dt)[6:], 0)
+            k = _sources.kernel("softmax.cu", "softmax_bwd_wide<{T}, 4>", str(dt)[6:], 0)
             cfg = _launch.launch_config(_launch.Plan("wide", (rows,), (tpr, 1), 0, 0))
             dx = torch.empty_like(x)
             k.launch(cfg, g, y, dx, rows, cols)

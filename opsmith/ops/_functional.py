@@ -216,7 +216,9 @@ def softmax_fwd(x):
             elif _launch.full_rows(plan, cols, x.element_size(), aligned,
                                    _launch.WIDE_CHUNKS if wide else _launch.ROW_CHUNKS):
                 name += "_full"  # the unchecked row alone
-            _kernel("softmax.cu", name + "<{T}>", x).launch(_launch.launch_config(plan), x, y, rows, cols)
+            # softmax_fwd_wide's chunks a thread: WIDE_CHUNKS, or the plan's (WIDE8_CHUNKS: float rows past WIDE_CHUNKS)
+            args = f"<{{T}}, {plan.chunks or _launch.WIDE_CHUNKS}>" if name == "softmax_fwd_wide" else "<{T}>"
+            _kernel("softmax.cu", name + args, x).launch(_launch.launch_config(plan), x, y, rows, cols)
     return y
 
 
@@ -237,7 +239,8 @@ def softmax_bwd(grad_y, y):
             _kernel("softmax_cluster.cu", f"softmax_bwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", y).launch(
                 _launch.launch_config(plan), g, y, dx, rows, cols)
         else:
-            name = "softmax_bwd_wide<{T}>" if plan.strategy == "wide" else "softmax_bwd<{T}>"
+            chunks = plan.chunks or _launch.WIDE_CHUNKS  # WIDE8_CHUNKS: float rows past WIDE_CHUNKS
+            name = f"softmax_bwd_wide<{{T}}, {chunks}>" if plan.strategy == "wide" else "softmax_bwd<{T}>"
             _kernel("softmax.cu", name, y).launch(_launch.launch_config(plan), g, y, dx, rows, cols)
     return dx
 

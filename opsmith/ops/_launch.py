@@ -41,6 +41,7 @@ LN_WIDE_TPR = 256     # layer_norm_fwd_wide (norm.cu) serves register rows of th
 LN_FWD4_CHUNKS = 4    # layer_norm_fwd4 (norm.cu): 16-byte chunks a thread (layer_norm_fwd4_plan)
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels
 WIDE_CHUNKS = 4       # OPSMITH_WIDE_CHUNKS in softmax.cu: 16-byte chunks a thread in softmax_fwd_wide
+WIDE8_CHUNKS = 2 * WIDE_CHUNKS  # softmax_{fwd,bwd}_wide<T, 8>: the float rows past WIDE_CHUNKS (Plan.chunks)
 WIDE3_THREADS = 512   # OPSMITH_WIDE3_THREADS in softmax.cu: the wide forward's rows softmax_fwd_wide3 takes
 EW_THREADS = 256      # OPSMITH_EW_THREADS: __launch_bounds__ of the elementwise kernels
 EW_UNROLL = 4         # OPSMITH_EW_UNROLL in elementwise.cu: vectors in flight per thread per trip
@@ -194,25 +195,25 @@ def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProp
 
 @functools.lru_cache(maxsize=4096)
 def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProps) -> Plan:
-    """softmax's (``arrays`` 1: forward, 2: backward): ``row_plan``'s, but rows too long for its register
-    strategy and short enough for ``LONG_THREADS`` threads of ``WIDE_CHUNKS`` chunks (bf16 up to 32,768)
-    take ``"wide"``: softmax_fwd_wide / softmax_bwd_wide, one block a row holding the row in registers,
-    read once (the long strategy reads it, or its shared-memory copy, twice; the forward with an
-    online rescale). On a device with clusters, 16-bit rows take ``"cluster"`` (softmax_cluster.cu:
-    2 blocks of up to ``ROW_THREADS`` a row, persistent) instead: the backward where 2 chunks a thread
-    hold them (bf16 up to 16,384), else 4; the forward only where 4 are needed (16,385-32,768). H200
-    against wide (bench/results/ops-cluster-h200-2026-11-26/diag-softmax*.json): forward + backward
-    1.19-1.41x as shipped; clusters' forwards 1.01-1.08x at 4 chunks but 0.79-0.92x at 2; fp32
-    0.62-0.80x, so fp32 keeps wide. The backward of rows that fill the wide kernel's chunks (no bounds
-    checks: the power-of-two widths) takes "wide" on every device: once it stopped spilling, H200
-    (bench/diag_softmax_bwd.py), bf16 4096x16384 3,745 -> 4,259 GB/s, 2048x32768 3,700 -> 4,145
-    (Liger 4,287, 4,206); 8192x12288 (checked chunks) ran 2,927 wide against the clusters' 4,067.
-    The forward of 16-bit register rows ("block") of ``C4_MIN_ROW_BYTES`` or more in whole vectors takes
-    "wide" too, at half the threads a row (4 chunks a thread): H200, kernels alone
-    (bench/results/ops-fwd-c4-h200-2026-11-26/), bf16 2048x2048 3,350 -> 3,897 GB/s, 4096x4096 3,615 ->
-    3,739, 8192x8192 3,857 -> 3,997; float rows ran as fast either way and keep "block". The forward takes a cluster
-    of 4 where an SM holds 1.5x the threads of it (16,385-20,480 bf16 columns: 3 blocks of 160, not one of 288-320):
-    H100 (bench/results/ops-ln-late2-h100-2026-11-27/cluster_odd.txt) 1.08-1.20x; from 20,481 columns 0.66-0.95x."""
+    """softmax's (``arrays`` 1: forward, 2: backward): ``row_plan``'s, but rows too long for its register strategy and
+    short enough for ``LONG_THREADS`` threads of ``WIDE_CHUNKS`` chunks (bf16 up to 32,768) take ``"wide"``:
+    softmax_fwd_wide / softmax_bwd_wide, one block a row holding the row in registers, read once (the long strategy
+    reads it, or its shared-memory copy, twice; the forward with an online rescale). On a device with clusters, 16-bit
+    rows take ``"cluster"`` (softmax_cluster.cu: 2 blocks of up to ``ROW_THREADS`` a row, persistent) instead: the
+    backward where 2 chunks a thread hold them (bf16 up to 16,384), else 4; the forward only where 4 are needed
+    (16,385-32,768). H200 against wide (bench/results/ops-cluster-h200-2026-11-26/diag-softmax*.json): forward +
+    backward 1.19-1.41x as shipped; clusters' forwards 1.01-1.08x at 4 chunks but 0.79-0.92x at 2; fp32 0.62-0.80x, so
+    fp32 keeps wide. The backward of rows that fill the wide kernel's chunks (no bounds checks: the power-of-two widths)
+    takes "wide" on every device: once it stopped spilling, H200 (bench/diag_softmax_bwd.py), bf16 4096x16384 3,745 ->
+    4,259 GB/s, 2048x32768 3,700 -> 4,145 (Liger 4,287, 4,206); 8192x12288 (checked chunks) ran 2,927 wide against the
+    clusters' 4,067. The forward of 16-bit register rows ("block") of ``C4_MIN_ROW_BYTES`` or more in whole vectors
+    takes "wide" too, at half the threads a row (4 chunks a thread): H200, kernels alone
+    (bench/results/ops-fwd-c4-h200-2026-11-26/), bf16 2048x2048 3,350 -> 3,897 GB/s, 4096x4096 3,615 -> 3,739, 8192x8192
+    3,857 -> 3,997; float rows ran as fast either way and keep "block". The forward takes a cluster of 4 where an SM
+    holds 1.5x the threads of it (16,385-20,480 bf16 columns: 3 blocks of 160, not one of 288-320): H100
+    (bench/results/ops-ln-late2-h100-2026-11-27/cluster_odd.txt) 1.08-1.20x; from 20,481 columns 0.66-0.95x. Float rows
+    past that (16,385-32,768) take "wide" at WIDE8_CHUNKS (the backward where they fill them): H100 against long
+    (bench/results/ops-softmax8-h100-2026-11-27/), 2048x32768 forward 1.33x (Liger's), backward 1.35x."""
     p = row_plan(rows, cols, itemsize, arrays, props)
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * vec))
@@ -232,9 +233,11 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
             two, four = (_cluster(rows, cols, itemsize, props, k, WIDE_CHUNKS, 1, rows) for k in (2, 4))
             held = [_cluster_per_sm(q.block[0], 1, props) * q.block[0] for q in (two, four)]  # threads an SM
             return four if arrays == 1 and 2 * held[1] >= 3 * held[0] else two
-    if not wide:
-        return p
-    return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
+    t8 = _pow2_at_least(_cdiv(cols, WIDE8_CHUNKS * vec))  # float: 4096x20000's backward ran 0.97x at 8, keeps long
+    if not wide and itemsize == 4 and t8 <= min(LONG_THREADS, props.max_threads_per_block) and \
+            (arrays == 1 or cols == t8 * WIDE8_CHUNKS * vec):
+        return Plan("wide", (max(1, rows),), (t8, 1), 0, 0, 1, WIDE8_CHUNKS)
+    return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0) if wide else p
 
 
 def full_rows(plan: Plan, cols: int, itemsize: int, aligned: bool, chunks: int = ROW_CHUNKS) -> bool:
@@ -254,15 +257,14 @@ def full_rows(plan: Plan, cols: int, itemsize: int, aligned: bool, chunks: int =
 
 
 def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int, aligned: bool) -> str | None:
-    """The kernel for softmax's forward of ``plan`` where it is ``"wide"`` with ``WIDE3_THREADS``
-    threads a row, of 2- or 4-byte types: ``"softmax_fwd_wide3_full"`` where the row fills the
-    threads' chunks exactly and ``aligned`` (x and y 16-byte aligned), else ``"softmax_fwd_wide3"``;
-    ``None`` otherwise (softmax_fwd_wide: 1,024 threads a row, 256 or fewer, double). Both run 3 blocks
-    an SM at 40 registers with the exps computed twice. Measured on an H200
-    (bench/results/ops-gated-h200-2026-11-26/, kernels alone, L2 flushed, softmax_fwd_wide → these):
-    bf16 8192x12288 3,165 -> 3,761 GB/s (Liger-Kernel 3,388), 4096x9000 2,417 -> 2,956, float
-    8192x6144 3,386 -> 4,095 (Liger 3,953) (wide3b.txt); bf16 4096x16384 3,442 -> 3,853 (Liger 3,669),
-    16384x16384 3,690 -> 4,109 (Liger 3,930) (w3full.txt, the full kernel's row)."""
+    """The kernel for softmax's forward of ``plan`` where it is ``"wide"`` with ``WIDE3_THREADS`` threads a row, of 2-
+    or 4-byte types: ``"softmax_fwd_wide3_full"`` where the row fills the threads' chunks exactly and ``aligned`` (x and
+    y 16-byte aligned), else ``"softmax_fwd_wide3"``; ``None`` otherwise (softmax_fwd_wide: 1,024 threads a row, 256 or
+    fewer, double). Both run 3 blocks an SM at 40 registers with the exps computed twice. Measured on an H200
+    (bench/results/ops-gated-h200-2026-11-26/, kernels alone, L2 flushed, softmax_fwd_wide → these): bf16 8192x12288
+    3,165 -> 3,761 GB/s (Liger-Kernel 3,388), 4096x9000 2,417 -> 2,956, float 8192x6144 3,386 -> 4,095 (Liger 3,953)
+    (wide3b.txt); bf16 4096x16384 3,442 -> 3,853 (Liger 3,669), 16384x16384 3,690 -> 4,109 (Liger 3,930) (w3full.txt,
+    the full kernel's row)."""
     if plan.strategy != "wide" or plan.block[0] != WIDE3_THREADS or itemsize not in (2, 4):
         return None
     full = aligned and cols == WIDE3_THREADS * WIDE_CHUNKS * (16 // itemsize)
@@ -320,17 +322,15 @@ def col_sum_plan(cols: int, arrays: int) -> Plan:
 
 @functools.lru_cache(maxsize=4096)
 def weight_grad_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> tuple[Plan, int]:
-    """norm_bwd_weight: blocks of 32 column lanes of a 16-byte vector each x 8 row lanes, the rows
-    split into chunks: about two blocks an SM, each row lane taking 1 to ``WEIGHT_LANE_ROWS`` rows
-    (8: the most that measured faster, fewer chunks to add up, four rows' loads in flight). Up to
-    two rows a lane, one chunk: its sums go straight to the gradients, no norm_col_sum (bf16
-    16x4096 on an H200: 4.9 us against 6.0). On sm_90+, inputs up to ``WEIGHT_CLUSTER_BYTES`` whose
-    column blocks give ``WEIGHT_CLUSTER`` blocks at least half the SMs take ``"cluster"``: a cluster
-    of that many chunks a column block (grid (chunks, column blocks)), whose sums meet in
-    distributed shared memory, no partial sums in global memory and no norm_col_sum (bf16
-    1024x4096 layer_norm backward 15.1 -> 13.3 us; 2048x4096: 26.7 against 33.3 with clusters,
-    more chunks run faster there; bench/results/ops-norm-split-h200-2026-11-26/). Returns the plan
-    and the rows per chunk."""
+    """norm_bwd_weight: blocks of 32 column lanes of a 16-byte vector each x 8 row lanes, the rows split into chunks:
+    about two blocks an SM, each row lane taking 1 to ``WEIGHT_LANE_ROWS`` rows (8: the most that measured faster, fewer
+    chunks to add up, four rows' loads in flight). Up to two rows a lane, one chunk: its sums go straight to the
+    gradients, no norm_col_sum (bf16 16x4096 on an H200: 4.9 us against 6.0). On sm_90+, inputs up to
+    ``WEIGHT_CLUSTER_BYTES`` whose column blocks give ``WEIGHT_CLUSTER`` blocks at least half the SMs take
+    ``"cluster"``: a cluster of that many chunks a column block (grid (chunks, column blocks)), whose sums meet in
+    distributed shared memory, no partial sums in global memory and no norm_col_sum (bf16 1024x4096 layer_norm backward
+    15.1 -> 13.3 us; 2048x4096: 26.7 against 33.3 with clusters, more chunks run faster there;
+    bench/results/ops-norm-split-h200-2026-11-26/). Returns the plan and the rows per chunk."""
     col_blocks = _cdiv(cols, 32 * (16 // itemsize))
     lanes = 8
     if (props.clusters and rows > 2 * lanes and 2 * WEIGHT_CLUSTER * col_blocks >= props.sm_count

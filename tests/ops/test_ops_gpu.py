@@ -166,6 +166,22 @@ def test_softmax_rows_that_fill_wide3_aligned_or_not(dtype):
         _close(ops.softmax(x, -1), torch.softmax(x.double(), -1), dtype, what=f"softmax {tuple(x.stride())}")
 
 
+@pytest.mark.parametrize("cols", [16385, 24000, 32768])
+def test_softmax_float_rows_of_8_chunks_aligned_or_not(cols):
+    """Float rows of 16,385-32,768 take softmax_fwd_wide<float, 8> (and the backward's rows that fill its chunks,
+    32,768, softmax_bwd_wide<float, 8>): forward and backward against float64, x 16-byte aligned and a view one
+    element in (the element path)."""
+    flat = _rand((3 * cols + 1,), torch.float32, 10) * 4
+    g = _rand((3, cols), torch.float32, 11)
+    for x in (flat[:-1].view(3, cols), flat[1:].view(3, cols)):
+        xo = _leaf(x)
+        y = ops.softmax(xo, -1)
+        _close(y, torch.softmax(x.double(), -1), torch.float32, what=f"softmax {cols} {x.data_ptr() % 16}")
+        (dx,) = torch.autograd.grad(y, xo, g)
+        yr = y.detach().double()
+        _close(dx, yr * (g.double() - (g.double() * yr).sum(-1, keepdim=True)), torch.float32, what="backward")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("shape", [(1, 64), (37, 128), (5, 1024), (3, 2048), (2, 4096)])
 def test_softmax_register_rows_that_fill_their_chunks_aligned_or_not(dtype, shape):

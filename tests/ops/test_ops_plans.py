@@ -111,7 +111,8 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
     them (2 chunks a thread backward, else WIDE_CHUNKS; the forward in 4 blocks where an SM holds 1.5x the threads
     of them), persistent; else "wide" where WIDE_CHUNKS chunks
     fit LONG_THREADS threads, one block a row; the forward of 16-bit "block" rows of C4_MIN_ROW_BYTES or more in
-    whole vectors "wide" too (4 chunks a thread); everything else as row_plan."""
+    whole vectors "wide" too (4 chunks a thread); float rows past that "wide" at WIDE8_CHUNKS (the forward, and the
+    backward's rows that fill them); everything else as row_plan."""
     limit = min(_launch.ROW_THREADS, props.max_threads_per_block)
     for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 512, 1000, 1024, 3000, 4096, 8192, 8193, 16384,
                                                                      16385, 20480, 20481, 32768, 32769, 70000), (2, 4, 8)):
@@ -149,10 +150,17 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
                 four = arrays == 1 and chunks == _launch.WIDE_CHUNKS and 2 * held[4] >= 3 * held[2]
                 assert k == (4 if four else 2), (rows, cols, arrays, held)
                 continue
+            t8 = _launch._pow2_at_least(-(-cols // (_launch.WIDE8_CHUNKS * vec)))
+            if itemsize == 4 and r.strategy == "long" and tw > min(_launch.LONG_THREADS, props.max_threads_per_block) \
+                    and t8 <= min(_launch.LONG_THREADS, props.max_threads_per_block) \
+                    and (arrays == 1 or cols == t8 * _launch.WIDE8_CHUNKS * vec):
+                # float rows past WIDE_CHUNKS: twice the chunks (the backward's rows that fill them)
+                assert p == _launch.Plan("wide", (rows,), (t8, 1), 0, 0, 1, _launch.WIDE8_CHUNKS), (rows, cols, arrays)
+                continue
             if p.strategy != "wide":
                 assert p == r
                 continue
-            assert r.strategy == "long" and p.grid == (rows,) and p.shared_mem == 0
+            assert r.strategy == "long" and p.grid == (rows,) and p.shared_mem == 0 and p.chunks == 0
             tpr = p.block[0]
             assert p.block == (tpr, 1) and tpr <= min(_launch.LONG_THREADS, props.max_threads_per_block)
             assert tpr * _launch.WIDE_CHUNKS * vec >= cols > tpr * _launch.WIDE_CHUNKS * vec // 2  # the least that fits
@@ -163,6 +171,11 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
     assert _launch.softmax_plan(2048, 16384, 4, 2, props).strategy == "wide"  # fp32: wide
     assert _launch.softmax_plan(2048, 32768, 2, 1, props).strategy == wide  # bf16 32,768: 2 x 512 or 1,024 threads x 4
     assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == "wide"  # the backward: wide (1,024 x 4, full)
+    if props.max_threads_per_block >= 1024:  # fp32 32,768: 1,024 threads of 8 chunks, both ways; 20,000 forward only
+        assert _launch.softmax_plan(2048, 32768, 4, 1, props).chunks == _launch.WIDE8_CHUNKS
+        assert _launch.softmax_plan(2048, 32768, 4, 2, props).chunks == _launch.WIDE8_CHUNKS
+        assert _launch.softmax_plan(2048, 20000, 4, 1, props).chunks == _launch.WIDE8_CHUNKS
+        assert _launch.softmax_plan(2048, 20000, 4, 2, props).strategy == "long"
     assert _launch.softmax_plan(2048, 32769, 2, 1, props) == _launch.row_plan(2048, 32769, 2, 1, props)  # long
     k = 4 if props.clusters else 1  # 16,385-20,480 bf16 forwards: 3 blocks of 160 an SM in clusters of 4, not 1 of 320
     for cols, arrays, want in ((16385, 1, k), (20480, 1, k), (20480, 2, k // 2 or 1), (20481, 1, k // 2 or 1)):

@@ -157,11 +157,12 @@ softmax_fwd_full(const T* __restrict__ x, T* __restrict__ y, long long rows, int
 // The register forward for rows too long for OPSMITH_ROW_THREADS threads of OPSMITH_ROW_CHUNKS
 // chunks and short enough for OPSMITH_LONG_THREADS of OPSMITH_WIDE_CHUNKS (bf16 up to 32,768: the
 // row read once, into registers, one block a row, as Liger's), where softmax_fwd_long takes two
-// passes and an online rescale (_launch.softmax_plan's "wide" strategy).
-template <class T>
+// passes and an online rescale (_launch.softmax_plan's "wide" strategy). C = 8: float rows of 16,385-32,768 (64
+// registers, no spills; the backward's spill 132 bytes, ptxas sm_90), where the long kernels read them twice.
+template <class T, int C>  // C: OPSMITH_WIDE_CHUNKS, or 8
 __global__ void __launch_bounds__(OPSMITH_LONG_THREADS, 1)
 softmax_fwd_wide(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols) {
-    softmax_fwd_any<OPSMITH_WIDE_CHUNKS>(x, y, rows, cols);
+    softmax_fwd_any<C>(x, y, rows, cols);
 }
 
 // softmax_fwd_wide's rows of up to OPSMITH_C4_THREADS that fill their chunks, x and y aligned (_launch.full_rows):
@@ -318,11 +319,11 @@ softmax_bwd(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict
 }
 
 // softmax_bwd for softmax_fwd_wide's rows (_launch.softmax_plan's "wide"): grad_y and y read once.
-template <class T>
+template <class T, int C>
 __global__ void __launch_bounds__(OPSMITH_LONG_THREADS, 1)
 softmax_bwd_wide(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
                  int cols) {
-    softmax_bwd_any<OPSMITH_WIDE_CHUNKS>(grad_y, y, grad_x, rows, cols);
+    softmax_bwd_any<C>(grad_y, y, grad_x, rows, cols);
 }
 
 template <class T>

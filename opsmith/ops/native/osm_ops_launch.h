@@ -26,13 +26,15 @@
     X(SOFTMAX_FWD, "softmax.cu", "softmax_fwd<{T}>")                          \
     X(SOFTMAX_FWD_FULL, "softmax.cu", "softmax_fwd_full<{T}>")                \
     X(SOFTMAX_FWD_LONG, "softmax.cu", "softmax_fwd_long<{T}>")                \
-    X(SOFTMAX_FWD_WIDE, "softmax.cu", "softmax_fwd_wide<{T}>")                \
+    X(SOFTMAX_FWD_WIDE, "softmax.cu", "softmax_fwd_wide<{T}, 4>")             \
     X(SOFTMAX_FWD_WIDEF, "softmax.cu", "softmax_fwd_wide_full<{T}>")          \
     X(SOFTMAX_FWD_WIDE3, "softmax.cu", "softmax_fwd_wide3<{T}>")              \
     X(SOFTMAX_FWD_WIDE3F, "softmax.cu", "softmax_fwd_wide3_full<{T}>")        \
     X(SOFTMAX_BWD, "softmax.cu", "softmax_bwd<{T}>")                          \
     X(SOFTMAX_BWD_LONG, "softmax.cu", "softmax_bwd_long<{T}>")                \
-    X(SOFTMAX_BWD_WIDE, "softmax.cu", "softmax_bwd_wide<{T}>")                \
+    X(SOFTMAX_BWD_WIDE, "softmax.cu", "softmax_bwd_wide<{T}, 4>")             \
+    X(SOFTMAX_FWD_WIDE8, "softmax.cu", "softmax_fwd_wide<{T}, 8>")            \
+    X(SOFTMAX_BWD_WIDE8, "softmax.cu", "softmax_bwd_wide<{T}, 8>")            \
     X(SOFTMAX_FWD_CL2, "softmax_cluster.cu", "softmax_fwd_cluster<2, 2, {T}>") \
     X(SOFTMAX_FWD_CL2W, "softmax_cluster.cu", "softmax_fwd_cluster<2, 4, {T}>") \
     X(SOFTMAX_FWD_CL4W, "softmax_cluster.cu", "softmax_fwd_cluster<4, 4, {T}>") \

@@ -114,6 +114,12 @@ Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
             return arrays == 1 && 2 * held4 >= 3 * held2 ? four : two;
         }
     }
+    if (!wide && itemsize == 4) {  // float rows past WIDE_CHUNKS: twice the chunks a thread (the backward's full rows)
+        const int64_t chunks8 = 2 * K[C_WIDE_CHUNKS], tpr8 = pow2_at_least(cdiv(cols, chunks8 * 4));
+        const bool fits = tpr8 <= std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block);
+        if (fits && (arrays == 1 || cols == tpr8 * chunks8 * 4))
+            return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr8, 1, 0, 0, 0, 1, chunks8};
+    }
     if (!wide) return q;
     return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
