@@ -23,7 +23,7 @@ from opsmith._errors import LaunchError, ToolchainError
 __all__ = ["driver", "check", "error_name", "primary_context", "pushed_context", "load_module",
            "get_function", "raw_launch", "driver_version", "device_attribute", "device_arch",
            "launch_ex", "func_attribute", "func_set_attribute", "occupancy_block_size",
-           "occupancy_active_blocks", "FUNC_ATTRIBUTES", "CUDA_ERROR_INVALID_CONTEXT"]
+           "occupancy_active_blocks", "occupancy_active_clusters", "FUNC_ATTRIBUTES", "CUDA_ERROR_INVALID_CONTEXT"]
 
 CUDA_ERROR_INVALID_CONTEXT = 201
 _UNSUPPORTED_PTX = 222
@@ -243,6 +243,18 @@ def occupancy_active_blocks(fn: int, block_size: int, shared_mem: int) -> int:
     check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), fn, block_size, shared_mem),
           "cuOccupancyMaxActiveBlocksPerMultiprocessor")
     return n.value
+
+
+def occupancy_active_clusters(fn: int, dims: tuple) -> int:
+    """The clusters of kernel ``fn`` (its cluster size compiled in: ``__cluster_dims__``) that the current
+    context's device holds at once, launched at ``dims`` (a LaunchConfig's grid x, y, z, block x, y, z and
+    dynamic shared memory): ``cuOccupancyMaxActiveClusters`` (CUDA 12.0+). 0 where the driver cannot say."""
+    f = getattr(driver(), "cuOccupancyMaxActiveClusters", None)
+    if f is None:
+        return 0
+    from opsmith._runtime._launch_config import _CULaunchConfig
+    cfg, n = _CULaunchConfig(*dims, None, None, 0), ctypes.c_int()
+    return n.value if f(ctypes.byref(n), ctypes.c_void_p(fn), ctypes.byref(cfg)) == 0 else 0
 
 
 def raw_launch():

@@ -36,7 +36,7 @@ _ACCEPTED_SHARED_CONFIGS = 64  # configs remembered as validated, per kernel and
 class _DeviceState:
     """A kernel loaded on one device: its function handle and the limits checked at launch."""
 
-    __slots__ = ("fn", "fnp", "ok", "attrs", "smem_limit", "smem_set", "block_for")
+    __slots__ = ("fn", "fnp", "ok", "attrs", "smem_limit", "smem_set", "block_for", "clusters")
 
     def __init__(self, fn: int, attrs: KernelAttributes, smem_limit: int) -> None:
         self.fn = fn
@@ -46,6 +46,7 @@ class _DeviceState:
         self.smem_limit = smem_limit  # the device's opt-in maximum of shared memory per block
         self.smem_set = attrs.max_dynamic_shared_bytes
         self.block_for: dict[int, int] = {}
+        self.clusters: dict[tuple, int] = {}  # active_clusters' answers by launch dimensions
 
     def opt_in_shared(self) -> None:
         """Let the kernel take all the dynamic shared memory a block can have on its device
@@ -196,6 +197,19 @@ class Kernel(ArgChecks):
         st = self._state(dev)
         with _driver.pushed_context(dev):
             return _driver.occupancy_active_blocks(st.fn, block_size, shared_mem)
+
+    def active_clusters(self, config: LaunchConfig) -> int:
+        """The clusters of this kernel (of its ``__cluster_dims__``) the current device holds at once, launched
+        at ``config``: ``cuOccupancyMaxActiveClusters``, asked once a config. A persistent grid of more runs
+        its last clusters after the others. 0 where the driver cannot say (before CUDA 12)."""
+        from opsmith._runtime import _driver
+        dev = _current_device()
+        st = self._state(dev)
+        n = st.clusters.get(config._dims)
+        if n is None:
+            with _driver.pushed_context(dev):
+                n = st.clusters[config._dims] = _driver.occupancy_active_clusters(st.fn, config._dims)
+        return n
 
     # -- slow path: first launch on a device, a new config, another device, errors ----------------
     def _state(self, dev: int) -> _DeviceState:

@@ -15,10 +15,9 @@ Row strategies (see ``kernels/softmax.cu``):
   over rows, the row staged in shared memory when ``arrays`` rows of it fit, else read again;
 - ``"wide"`` (softmax only, ``softmax_plan``): rows beyond ``"block"`` that fit ``LONG_THREADS``
   threads of ``WIDE_CHUNKS`` chunks: one block a row, the row in registers;
-- ``"cluster"`` (the norms, ``norm_cluster_plan``, and softmax, sm_90+): rows beyond ``"block"`` that fit 2
-  blocks of ``ROW_THREADS`` (and, backward, ``CLUSTER_MAX`` of ``CLUSTER_THREADS``): a
-  thread-block cluster a row, each block a slice of it in registers, the row's sums through
-  distributed shared memory.
+- ``"cluster"`` (the norms, ``norm_cluster_plan``, and softmax, sm_90+): rows beyond ``"block"`` that fit 2 blocks of
+  ``ROW_THREADS`` (and, backward, ``CLUSTER_MAX`` of ``CLUSTER_THREADS``): a thread-block cluster a row, each block a
+  slice of it in registers, the row's sums through distributed shared memory.
 """
 from __future__ import annotations
 
@@ -46,7 +45,7 @@ WIDE3_THREADS = 512   # OPSMITH_WIDE3_THREADS in softmax.cu: the wide forward's 
 EW_THREADS = 256      # OPSMITH_EW_THREADS: __launch_bounds__ of the elementwise kernels
 EW_UNROLL = 4         # OPSMITH_EW_UNROLL in elementwise.cu: vectors in flight per thread per trip
 CLUSTER_MAX = 8       # the larger cluster of norm_cluster.cu's kernels (K = 2 or 8; 8 is the portable limit)
-CLUSTER_THREADS = 256 # the most threads a block of norm_cluster_plan's clusters of CLUSTER_MAX
+CLUSTER_THREADS = 512 # the most threads a block of norm_cluster_plan's clusters of CLUSTER_MAX
 CLUSTER_FWD_BLOCKS = 2  # ROW_THREADS-blocks an SM holds in the 2-chunk cluster kernels (their __launch_bounds__)
 NORM_SPLIT_BYTES = 12  # norm_bwd_plan: "split" below this many bytes a column a block and array of partial sums
 WEIGHT_LANE_ROWS = 8   # weight_grad_plan: the most rows a row lane of norm_bwd_weight takes (more: more chunks)
@@ -56,6 +55,7 @@ L2_THREADS = 1024     # OPSMITH_L2_THREADS in norm_l2.cu: the most threads a blo
 L2_CHUNKS = 4         # norm_l2_plan: 16-byte chunks a thread a row, about
 L2_MIN_ROW_BYTES = 16384  # norm_l2_plan: rows of at least this many bytes
 L2_RMS_THREADS = 512  # norm_l2_plan: rms_norm's blocks take at least this many threads (up to 2 chunks each)
+L2_ONE_ROW_BYTES = 98304  # norm_l2_plan: rms_norm's rows longer than this take one block an SM
 C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu (softmax.cu): the most threads a block of *_fwd_c4 (wide_full)
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
 LN_FULL2_MAX_ROW_BYTES = 4096  # layer_norm_full2_plan: layer_norm's 16-bit rows up to this at 2 chunks a thread, full
@@ -356,17 +356,16 @@ def norm_cluster_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, b
       thread, one block of ``ROW_THREADS`` an SM (up to 128 registers a thread);
     - backward, rows up to twice that: ``K`` = ``CLUSTER_MAX`` (8) blocks of up to ``CLUSTER_THREADS``.
 
-    H200, against the long kernels (bench/diag_norm_cluster.py; bench/results/ops-cluster-h200-2026-11-26/
-    diag.json, diag-fp32-fp16.json, diag-threads.json): K = 2 ran bf16 forwards 1.16-1.96x and forward
-    + backward 1.56-2.0x as fast, fp32 0.95-1.26x and 1.60-1.94x; the 4-chunk forwards 1.08x (bf16
-    rms_norm) and 1.69x (layer_norm), but 0.85-1.09x at fp32, which keeps long there; K = 8 backwards
-    made forward + backward 1.11-1.51x, but its forwards ran 0.74-0.95x (bf16 layer_norm 1.13x); 4
-    blocks of 512 or 256 threads ran slower than 2 or 8, and 8 blocks of 512 (bf16 65,536) slower than
-    long for layer_norm.
-    Both directions are persistent: as many clusters as the SMs hold at once (``ROW_THREADS *
-    CLUSTER_FWD_BLOCKS`` threads an SM forward, ``ROW_THREADS * ROW_BWD_BLOCKS`` backward), at most
-    one a row (two rows backward), striding over the rows; each backward cluster writes one row of
-    partial sums."""
+    H200, against the long kernels (bench/diag_norm_cluster.py; bench/results/ops-cluster-h200-2026-11-26/): K = 2
+    ran bf16 forwards 1.16-1.96x and forward + backward 1.56-2.0x as fast, fp32 0.95-1.26x and 1.60-1.94x; the 4-chunk
+    forwards 1.08x (bf16 rms_norm) and 1.69x (layer_norm), but 0.85-1.09x at fp32, which keeps long there; K = 8
+    forwards ran 0.74-0.95x. H100, the backwards of 8 blocks of 512 threads (fp32 rows of 32,768) on as many clusters
+    as the device holds (_norms._resident), against long (bench/results/ops-fp32-rows-h100-2026-11-27/): rms_norm
+    647 -> 299 us, layer_norm 659 -> 303; at 256 threads (16,384) layer_norm 587 -> 290 (it took long at K = 8 before).
+    Both directions are persistent: as many clusters as the SMs hold at once (``ROW_THREADS * CLUSTER_FWD_BLOCKS``
+    threads an SM forward, ``ROW_THREADS * ROW_BWD_BLOCKS`` backward; the launch lowers that to the driver's count),
+    at most one a row (two rows backward), striding over the rows; each backward cluster writes one row of partial
+    sums."""
     if not props.clusters:
         return None
     units = _cdiv(max(cols, 1), ROW_CHUNKS * (16 // itemsize))  # threads a row needs

@@ -10,7 +10,7 @@ import functools
 
 from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS,
-                                 L2_MIN_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES, LN_FWD4_CHUNKS,
+                                 L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES, LN_FWD4_CHUNKS,
                                  LN_WIDE_TPR, NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS,
                                  SMALL_MIN_LANES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least,
                                  full_rows, row_plan)
@@ -132,7 +132,14 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     rms_norm 8192x8192 3,221 -> 4,055. At 8 KiB rows (bf16 4,096) the register rows ran as fast. The
     launch-variant sweep (bench/results/ops-norm-l2-h200-2026-11-26/variants.txt) at 16 KiB rows: 256
     threads for layer_norm (bf16 8192x8192 3,549 against 3,165 at 512), 512 for rms_norm (fp32
-    16384x4096 4,160 against 3,887 at 256)."""
+    16384x4096 4,160 against 3,887 at 256).
+
+    rms_norm's rows (``arrays`` 1: add_rms_norm's too) of more than ``L2_ONE_ROW_BYTES`` take one block an SM (dynamic
+    shared memory the kernel does not use, half an SM's and 1 KiB, keeps a second out): two rows of 128 KiB an SM
+    overflow L2 before their second pass. H100 (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows2.json), GB/s:
+    fp32 rms_norm 2048x32768 2,268 -> 2,576, 4096x32768 2,269 -> 2,668, add_rms_norm 2,643 -> 2,744; bf16 rms_norm
+    2048x65536 2,269 -> 2,542; at 96 KiB 0.99-1.03x, 80 KiB 0.92-0.99x, 64 KiB 0.90-0.96x (they keep two);
+    layer_norm ran slower this way (2,264 -> 2,149)."""
     vec = 16 // itemsize
     if itemsize not in (2, 4) or cols % vec or cols * itemsize < L2_MIN_ROW_BYTES or not 1 <= rows < 2**31:
         return None  # (a block a row: the kernels have no loop over rows, which cost them registers)
@@ -140,7 +147,9 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     threads = _pow2_at_least(_cdiv(cols // vec, L2_CHUNKS))
     if arrays == 1:
         threads = max(threads, min(L2_RMS_THREADS, _pow2_at_least(_cdiv(cols // vec, 2))))
-    return Plan("l2", (rows,), (min(largest, threads), 1), 0, 0)
+    one = props.smem_per_sm // 2 + 1024
+    one = one if arrays == 1 and cols * itemsize > L2_ONE_ROW_BYTES and one <= props.smem_per_block_optin else 0
+    return Plan("l2", (rows,), (min(largest, threads), 1), one, 0)
 
 
 @functools.lru_cache(maxsize=4096)

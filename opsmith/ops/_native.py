@@ -36,7 +36,7 @@ def consts() -> list[int]:
     CLUSTER_THREADS, CLUSTER_FWD_BLOCKS, NORM_SPLIT_BYTES, WEIGHT_LANE_ROWS, WEIGHT_CLUSTER,
     WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, C4_THREADS,
     C4_MIN_ROW_BYTES, WIDE3_THREADS, C4_FULL_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES,
-    LN_FULL2_MAX_ROW_BYTES):
+    LN_FULL2_MAX_ROW_BYTES, L2_ONE_ROW_BYTES):
     :mod:`opsmith.ops._launch`
     is their one source."""
     from opsmith.ops import _launch
@@ -47,7 +47,7 @@ def consts() -> list[int]:
             _launch.LN_FWD4_CHUNKS, _launch.L2_THREADS, _launch.L2_CHUNKS, _launch.L2_MIN_ROW_BYTES,
             _launch.L2_RMS_THREADS, _launch.C4_THREADS, _launch.C4_MIN_ROW_BYTES, _launch.WIDE3_THREADS,
             _launch.C4_FULL_SM_GBPS, _launch.SMALL_BWD_ROWS, _launch.SMALL_MIN_LANES, _launch.C8_MAX_ROW_BYTES,
-            _launch.LN_FULL2_MAX_ROW_BYTES]
+            _launch.LN_FULL2_MAX_ROW_BYTES, _launch.L2_ONE_ROW_BYTES]
 
 
 def _props(p):
@@ -132,7 +132,7 @@ def _init(lib, cuda: bool) -> None:
     done = getattr(lib, "_opsmith_init", None)  # None, "plans" (the numbers) or "cuda" (all of it)
     if done == "cuda" or (done == "plans" and not cuda):
         return
-    fns = [None] * 5
+    fns = [None] * 6
     if cuda:
         from opsmith._runtime import _driver
         from opsmith._torch import _cshim
@@ -143,9 +143,11 @@ def _init(lib, cuda: bool) -> None:
         if cuda_lib is None or not hasattr(cuda_lib, "aoti_torch_get_current_cuda_stream"):
             raise OpsmithError("this torch has no aoti_torch_get_current_cuda_stream (torch >= 2.4 with CUDA does)")
         fns.append(ctypes.cast(cuda_lib.aoti_torch_get_current_cuda_stream, ctypes.c_void_p).value)
+        clusters = getattr(drv, "cuOccupancyMaxActiveClusters", None)  # CUDA 12.0+ (_norms._resident)
+        fns.append(ctypes.cast(clusters, ctypes.c_void_p).value if clusters is not None else None)
     numbers = consts()
     cb = _PREPARE(_prepare)
-    if lib.osm_ops_init((ctypes.c_void_p * 5)(*fns), (ctypes.c_int64 * len(numbers))(*numbers), len(numbers), cb):
+    if lib.osm_ops_init((ctypes.c_void_p * 6)(*fns), (ctypes.c_int64 * len(numbers))(*numbers), len(numbers), cb):
         raise OpsmithError("the native opsmith.ops library refused its constants (another version?); clear "
                            "the cache (opsmith cache clear)")
     lib._opsmith_keep = cb
@@ -163,7 +165,7 @@ def _prepare(kernel: int, dtype: int, device: int) -> int:
         dtype_name = list(_sources.DTYPES)[dtype]
         k = _sources.kernel(file, template, dtype_name, device)
         st = k._state(device)
-        if "_long" in template:  # the row cache may need more than the default 48 KiB
+        if "_long" in template or "_l2" in template:  # the row cache, or l2's padding, may need more than 48 KiB
             st.opt_in_shared()
         if lib.osm_ops_set_device(device, _props(_launch.device_props(device)), _driver.primary_context(device)):
             raise OpsmithError(f"cuda:{device} is beyond the native library's {lib.osm_ops_max_devices()} devices")

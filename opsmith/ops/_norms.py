@@ -42,8 +42,8 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
             # float rows of 4,097-8,192: one block, 4 chunks a thread
             _kernel("norm.cu", "layer_norm_fwd4<{T}, {A}>", x).launch(_launch.launch_config(four), *args)
         elif file == _CL:
-            _kernel(_CL, f"layer_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x).launch(
-                _launch.launch_config(plan), *args)
+            k = _kernel(_CL, f"layer_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x)
+            k.launch(_launch.launch_config(_resident(k, plan)), *args)
         elif plan.strategy == "long":
             _kernel("norm_long.cu", "layer_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         else:
@@ -102,6 +102,16 @@ def _or(t, other):
     return t if t is not None else other
 
 
+def _resident(k, plan):
+    """A persistent cluster ``plan`` of kernel ``k`` with no more clusters than the device holds at once
+    (``Kernel.active_clusters``; the plans count SMs, but a cluster's blocks share a GPC and GPCs leave SMs
+    over): the clusters past that ran after the others, their rows' time twice. H100, float32 2048x32768
+    rms_norm backward, 8 blocks of 512 threads (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows2.json):
+    16 clusters 463 us, 14 (the driver's count) 299; 4096x16384 at 256 threads: 33 clusters 386 us, 28 291."""
+    held = k.active_clusters(_launch.launch_config(plan))
+    return plan._replace(grid=(held * plan.cluster,)) if 0 < held < plan.grid[0] // plan.cluster else plan
+
+
 def _partials(plan, cols: int, rstd, wanted: bool):
     """A persistent norm backward's partial sums of one gradient: a row of ``cols`` a block (a
     cluster: ``plan.cluster`` blocks), in the stats' dtype (norm_col_sum adds the rows up);
@@ -147,17 +157,13 @@ def _fwd_plan(rows: int, cols: int, x):
 def _bwd_plan(rows: int, cols: int, x, arrays: int):
     """The backward's plan and kernel file: the persistent register rows (norm.cu; ``"split"``:
     norm_split.cu, the callers launch it), the clusters (norm_cluster.cu) or the long rows
-    (norm_long.cu; layer_norm's rows for clusters of ``CLUSTER_MAX`` blocks too); ``arrays``: the
+    (norm_long.cu); ``arrays``: the
     weight gradients the op has (2 layer_norm, 1 rms_norm)."""
     props = _launch.device_props(x.get_device())
     plan = _launch.norm_bwd_plan(rows, cols, x.element_size(), props, arrays)
     if plan.strategy != "long":
         return plan, "norm.cu"
     cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, True)
-    if cluster is not None and arrays == 2 and cluster.cluster == _launch.CLUSTER_MAX:
-        # layer_norm's rows for 8-block clusters: the long rows and norm_bwd_weight ran faster (H200,
-        # bf16 2048x32768: 260.6 us against 298.5; rms_norm keeps its clusters, 193.4 against 245.9)
-        return plan, "norm_long.cu"
     return (cluster, _CL) if cluster is not None else (plan, "norm_long.cu")
 
 
@@ -202,11 +208,13 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
     # the weight and bias gradients come out of the same kernel: one row of partial sums a block, or with
     # one block (norm.cu's), the gradients themselves
     direct = file != _CL and plan.grid[0] == 1
-    pw, pb = _partials(plan, cols, rstd, want_w and not direct), _partials(plan, cols, rstd, want_b and not direct)
     name = f"layer_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "layer_norm_bwd<{T}, {A}>"
+    k = _kernel(file, name, x)
+    plan = _resident(k, plan) if file == _CL else plan
+    pw, pb = _partials(plan, cols, rstd, want_w and not direct), _partials(plan, cols, rstd, want_b and not direct)
     dw, db = _new_grad(x, shape, direct and want_w, dw), _new_grad(x, shape, direct and want_b, db)
     extra = () if file == _CL else (dw if direct and want_w else x, db if direct and want_b else x, int(direct))
-    _kernel(file, name, x).launch(
+    k.launch(
         _launch.launch_config(plan), g, x, w, mean, rstd, dx, pw, pb, rows, cols, int(weight is not None),
         int(want_w), int(want_b), *extra)
     if direct:
@@ -242,8 +250,8 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
         elif (l2 := _l2_plan(rows, cols, props, 1, x, w, y)) is not None:  # longer (float: from 16 KiB): 2 passes
             _kernel(_L2, "rms_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
         elif file == _CL:
-            _kernel(_CL, f"rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x).launch(
-                _launch.launch_config(plan), *args)
+            k = _kernel(_CL, f"rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x)
+            k.launch(_launch.launch_config(_resident(k, plan)), *args)
         elif plan.strategy == "long":
             _kernel("norm_long.cu", "rms_norm_fwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args, plan.cache)
         else:
@@ -291,10 +299,12 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
         return dx, (_weight_grads(g, x, None, rstd, rows, cols, True, False, shape)[0] if want_w
                     else x.new_empty(0))
     direct = file != _CL and plan.grid[0] == 1 and want_w  # one block (norm.cu's): the gradient itself
+    name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "rms_norm_bwd<{T}, {A}>"
+    k = _kernel(file, name, x)
+    plan = _resident(k, plan) if file == _CL else plan
     pw = _partials(plan, cols, rstd, want_w and not direct)
     dw = _new_grad(x, shape, direct, None)
-    name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "rms_norm_bwd<{T}, {A}>"
-    _kernel(file, name, x).launch(
+    k.launch(
         _launch.launch_config(plan), g, x, w, rstd, dx, pw, rows, cols, int(weight is not None), int(want_w),
         res if res is not None else x, int(res is not None), *(() if file == _CL else (_or(dw, x), int(direct))))
     if not want_w:

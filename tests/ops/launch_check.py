@@ -12,6 +12,10 @@ class CheckedLaunch:
     def __init__(self, kernel, calls):
         self.kernel, self.calls = kernel, calls
 
+    def active_clusters(self, config):
+        """Kernel.active_clusters: a device that holds 3 clusters at once (the persistent cluster grids shrink)."""
+        return 3
+
     def launch(self, config, *args):
         import torch
         from opsmith._runtime._launch_config import LaunchConfig

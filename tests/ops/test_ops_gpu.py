@@ -42,6 +42,7 @@ ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000),
               (1100, 2048),  # the "split" norm backwards, their weight gradients in several chunks
               (1024, 512), (200, 4096), (1000, 33),  # "small" (one launch) at its edges: rows, row width, lanes
               (700, 12000), (300, 16385),  # sm_90+: the cluster kernels' many trips (K = 2 and 8)
+              (64, 32768), (24, 65536),  # backward clusters of 8 blocks of 512 threads (float, 16-bit), many trips
               (2, 131072),  # the norms' l2 forwards at 1,024 threads of many chunks
               (1, 1000), (1, 8192),  # one row: the split backwards write the weight gradients themselves
               (5, 8192), (4, 16384)]  # rows of 32 KiB in one pass (norm_c8_plan): float, 16-bit
@@ -481,6 +482,21 @@ def test_the_sweep_covers_every_strategy():
             "several trips"} <= seen
     if props.clusters:
         assert {("cluster", 2), ("cluster", 8), "several cluster trips"} <= seen, seen
+
+
+def test_cluster_grids_fit_the_clusters_the_device_holds():
+    """_norms._resident on the device: the driver's count of resident clusters (Kernel.active_clusters) for the
+    float rms_norm backward of 32,768 columns (8 blocks of 512 threads) is at least one and at most the SMs allow,
+    and the fitted plan keeps no more clusters than that."""
+    props = _launch.device_props(torch.cuda.current_device())
+    if not props.clusters:
+        pytest.skip("thread-block clusters need sm_90+")
+    from opsmith.ops import _norms, _sources
+    plan = _launch.norm_cluster_plan(4096, 32768, 4, props, True)
+    k = _sources.kernel("norm_cluster.cu", "rms_norm_bwd_cluster<8, {T}, {A}>", "float32", torch.cuda.current_device())
+    held = k.active_clusters(_launch.launch_config(plan))
+    assert 1 <= held <= props.sm_count // 8
+    assert _norms._resident(k, plan).grid[0] == 8 * min(held, plan.grid[0] // 8)
 
 
 def test_benchmark_helper_reports_bandwidth():

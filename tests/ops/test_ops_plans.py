@@ -456,10 +456,48 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
         floor = min(_launch.L2_RMS_THREADS, largest, _launch._pow2_at_least(-(-chunks // 2))) if arrays == 1 else 1
         assert threads >= floor
         assert threads == floor or (threads // 2) * _launch.L2_CHUNKS < chunks  # not a power of two too many
+        one = props.smem_per_sm // 2 + 1024  # rms_norm's longest rows: one block an SM (padding keeps a second out)
+        long_rms = arrays == 1 and cols * itemsize > _launch.L2_ONE_ROW_BYTES and one <= props.smem_per_block_optin
+        assert p.shared_mem == (one if long_rms else 0), (rows, cols, itemsize, arrays)
+        assert p.shared_mem == 0 or 2 * (p.shared_mem + _launch._STATIC_SMEM) > props.smem_per_sm
     h = _launch_norm.norm_l2_plan
     assert (h(9, 8192, 2, props).block[0], h(9, 8192, 2, props, 1).block[0]) == (256, min(512, largest))
     source = (_sources.KERNEL_DIR / "norm_l2.cu").read_text()
     assert f"#define OPSMITH_L2_THREADS {_launch.L2_THREADS}" in source
+
+
+def test_norm_l2_plan_gives_rms_rows_past_96_kib_one_block_an_sm():
+    """H100: float rms_norm rows of 32,768 (128 KiB) and bf16 of 65,536 take the padding, 24,576 floats (96 KiB) and
+    layer_norm's rows do not; a device whose block cannot take half an SM's shared memory keeps two."""
+    h = _launch_norm.norm_l2_plan
+    assert h(2048, 32768, 4, H100, 1).shared_mem == h(2048, 65536, 2, H100, 1).shared_mem == 233472 // 2 + 1024
+    assert h(2048, 24576, 4, H100, 1).shared_mem == h(2048, 32768, 4, H100, 2).shared_mem == 0
+    assert h(2048, 32768, 4, H100._replace(smem_per_block_optin=100_000), 1).shared_mem == 0
+
+
+class _Held:
+    """A kernel whose device holds ``n`` of its clusters at once (Kernel.active_clusters)."""
+
+    def __init__(self, n):
+        self.n, self.asked = n, []
+
+    def active_clusters(self, config):
+        self.asked.append(config)
+        return self.n
+
+
+@pytest.mark.parametrize("held, groups", [(14, 14), (16, 16), (30, 16), (0, 16), (1, 1)])
+def test_cluster_grids_shrink_to_the_clusters_the_device_holds(held, groups):
+    """_norms._resident: a persistent cluster plan (here the float rms_norm backward of 32,768 columns on an H100:
+    8 blocks of 512 threads, 16 clusters by the SM count) keeps no more clusters than the driver says the device
+    holds at once; a count of 0 (the driver cannot say) or more keeps the plan."""
+    from opsmith.ops import _norms
+    plan = _launch.norm_cluster_plan(4096, 32768, 4, H100, True)
+    assert (plan.cluster, plan.block, plan.grid) == (8, (512, 1), (16 * 8,))
+    k = _Held(held)
+    fitted = _norms._resident(k, plan)
+    assert fitted._replace(grid=plan.grid) == plan and fitted.grid == (groups * 8,)
+    assert k.asked == [_launch.launch_config(plan)]
 
 
 def test_softmax_forward_takes_the_full_kernel_for_register_rows_that_fill_their_chunks():

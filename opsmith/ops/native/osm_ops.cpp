@@ -182,7 +182,7 @@ __attribute__((visibility("default"))) const char *osm_ops_kernel_template(int k
 __attribute__((visibility("default"))) int osm_ops_max_devices(void) { return MAX_DEVICES; }
 
 /* fns: cuLaunchKernel, cuCtxGetDevice, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2,
-   aoti_torch_get_current_cuda_stream; consts: N_CONSTS numbers (see the enum); prep: Python's loader. */
+   aoti_torch_get_current_cuda_stream, cuOccupancyMaxActiveClusters (null where the driver lacks it); consts: N_CONSTS numbers (see the enum); prep: Python's loader. */
 __attribute__((visibility("default"))) int osm_ops_init(void *const *f, const int64_t *consts, int n_consts,
                                                        int (*prep)(int, int, int)) {
     if (n_consts != N_CONSTS) return 1;
@@ -195,6 +195,7 @@ __attribute__((visibility("default"))) int osm_ops_init(void *const *f, const in
     api.ctx_push = (decltype(api.ctx_push))f[2];
     api.ctx_pop = (decltype(api.ctx_pop))f[3];
     api.current_stream = (decltype(api.current_stream))f[4];
+    api.active_clusters = (decltype(api.active_clusters))f[5];
     prepare = prep;
     ready = true;
     return 0;

@@ -4,9 +4,11 @@
 
 #include <torch/extension.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -63,6 +65,7 @@
     X(LN_FWD_CL2, "norm_cluster.cu", "layer_norm_fwd_cluster<2, 2, {T}, {A}>") \
     X(LN_FWD_CL2W, "norm_cluster.cu", "layer_norm_fwd_cluster<2, 4, {T}, {A}>") \
     X(LN_BWD_CL2, "norm_cluster.cu", "layer_norm_bwd_cluster<2, {T}, {A}>") \
+    X(LN_BWD_CL8, "norm_cluster.cu", "layer_norm_bwd_cluster<8, {T}, {A}>") \
     X(RMS_FWD_CL2, "norm_cluster.cu", "rms_norm_fwd_cluster<2, 2, {T}, {A}>") \
     X(RMS_FWD_CL2W, "norm_cluster.cu", "rms_norm_fwd_cluster<2, 4, {T}, {A}>") \
     X(ADD_RMS_FWD_CL2, "norm_cluster.cu", "add_rms_norm_fwd_cluster<2, 2, {T}, {A}>") \
@@ -98,6 +101,7 @@ struct Api {
     int (*ctx_push)(void *);
     int (*ctx_pop)(void **);
     int32_t (*current_stream)(int32_t, void **);
+    int (*active_clusters)(int *, void *, const void *);  // cuOccupancyMaxActiveClusters (null: not in the driver)
 };
 Api api;
 bool ready = false;
@@ -192,6 +196,39 @@ void launch(int k, int dt, int dev, const Plan &p, void **params) {
     const int r = api.launch(fn, (unsigned)p.gx, (unsigned)p.gy, 1, (unsigned)p.bx, (unsigned)p.by, 1,
                              (unsigned)p.smem, stream, params, nullptr);
     TORCH_CHECK(r == 0, "opsmith.ops: cuLaunchKernel(", kernel_template[k], ") failed with CUresult ", r);
+}
+
+// CUlaunchConfig (cuda.h), for cuOccupancyMaxActiveClusters
+struct ExConfig {
+    unsigned gx, gy, gz, bx, by, bz, smem;
+    void *stream, *attrs;
+    unsigned n_attrs;
+};
+std::mutex held_mutex;
+std::map<std::array<int64_t, 5>, int> held_clusters;  // (kernel, dtype, device, block, smem) -> clusters held at once
+
+// _norms._resident: a persistent cluster plan of kernel k with no more clusters than the device holds at once (the
+// driver's count, asked once a kernel, dtype, device and block): the clusters past it ran after the others
+Plan resident(int k, int dt, int dev, Plan p) {
+    if (p.strategy != S_CLUSTER || !api.active_clusters) return p;
+    const std::array<int64_t, 5> key{k, dt, dev, p.bx, p.smem};
+    int n = -1;
+    {
+        std::lock_guard<std::mutex> lock(held_mutex);
+        const auto it = held_clusters.find(key);
+        if (it != held_clusters.end()) n = it->second;
+    }
+    if (n < 0) {
+        void *fn = function(k, dt, dev);
+        CtxGuard guard(dev);
+        const ExConfig cfg{(unsigned)p.gx, (unsigned)p.gy, 1, (unsigned)p.bx, (unsigned)p.by, 1, (unsigned)p.smem,
+                           nullptr, nullptr, 0};
+        if (api.active_clusters(&n, fn, &cfg) != 0) n = 0;
+        std::lock_guard<std::mutex> lock(held_mutex);
+        held_clusters[key] = n;
+    }
+    if (n > 0 && n < p.gx / p.cluster) p.gx = n * p.cluster;
+    return p;
 }
 
 // the pointer allows 16-byte vector access (the kernels' aligned16)

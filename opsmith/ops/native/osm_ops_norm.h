@@ -30,8 +30,7 @@ Plan bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d, int6
     const Plan p = norm_bwd_plan(rows, cols, itemsize, d, arrays);
     if (p.strategy != S_LONG) return p;
     const Plan cl = norm_cluster_plan(rows, cols, itemsize, d, true);
-    // layer_norm on clusters of CLUSTER_MAX blocks: the long rows and norm_bwd_weight ran faster
-    return cl.strategy == S_CLUSTER && !(arrays == 2 && cl.cluster == K[C_CLUSTER_MAX]) ? cl : p;
+    return cl.strategy == S_CLUSTER ? cl : p;
 }
 
 // -- layer_norm and rms_norm -----------------------------------------------------------------------------
@@ -74,7 +73,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         else if (c8.strategy != S_NONE && vec) launch(LN_FWD_C8, dt, dev, c8, params);  // (no cache either)
         else if (l2.strategy != S_NONE && vec) launch(LN_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
         else if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);
-        else launch(k, dt, dev, p, params);
+        else launch(k, dt, dev, resident(k, dt, dev, p), params);
     }
     return {y, mean, rstd};
 }
@@ -103,7 +102,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     long long rows = r;
     int cols = cols32(c, op), has_w = given(weight), cache;
     function(LN_BWD, dt, dev);
-    const Plan p = bwd_plan(r, c, x.element_size(), props[dev], 2);
+    Plan p = bwd_plan(r, c, x.element_size(), props[dev], 2);
     cache = p.cache;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *mp = m.data_ptr(), *rp = s.data_ptr();
     void *dp = dx.data_ptr();
@@ -140,6 +139,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
         return {dx, dw, db};
     }
     // one row of partial sums a block (a cluster), or with one block (norm.cu's), the gradients themselves
+    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(LN_BWD_CL2, p) : LN_BWD;
+    p = resident(kb, dt, dev, p);
     int direct = p.strategy != S_CLUSTER && p.gx == 1;
     at::Tensor pw = want_w && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
     at::Tensor pb = want_b && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
@@ -149,10 +150,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     void *dwp = direct && want_w ? dw.data_ptr() : xp, *dbp = direct && want_b ? db.data_ptr() : xp;
     int ww = want_w, wb = want_b;
     void *params[] = {&gp, &xp, &wp, &mp, &rp, &dp, &pwp, &pbp, &rows, &cols, &has_w, &ww, &wb, &dwp, &dbp, &direct};
-    // bwd_plan gives layer_norm's rows for 8-block clusters to the long kernels
-    TORCH_CHECK(p.strategy != S_CLUSTER || p.cluster == 2, "opsmith.ops: layer_norm_backward: no kernel for ",
-                "clusters of ", p.cluster);
-    launch(p.strategy == S_CLUSTER ? LN_BWD_CL2 : LN_BWD, dt, dev, p, params);  // (the cluster kernel: 13 of them)
+    launch(kb, dt, dev, p, params);  // (the cluster kernel: 13 of them)
     if (direct) return {dx, dw, db};
     if (want_w || want_b) {
         auto [sw, sb] = col_sums(x, want_w ? &pw : nullptr, want_b ? &pb : nullptr, cols, shape, dt, dev);
@@ -197,10 +195,10 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
             launch(RMS_FWD_L2, dt, dev, l2, params);  // (its kernel takes no cache)
             return {y, rstd};
         }
-        launch(p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? RMS_FWD_CL2 : RMS_FWD_CL2W)  // K = 2
-               : p.strategy == S_LONG  ? RMS_FWD_LONG
-                                       : RMS_FWD,
-               dt, dev, p, params);
+        const Kernel k = p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? RMS_FWD_CL2 : RMS_FWD_CL2W)  // K = 2
+                         : p.strategy == S_LONG  ? RMS_FWD_LONG
+                                                 : RMS_FWD;
+        launch(k, dt, dev, resident(k, dt, dev, p), params);
     }
     return {y, rstd};
 }
@@ -224,7 +222,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     long long rows = r;
     int cols = cols32(c, op), has_w = given(weight), cache;
     function(RMS_BWD, dt, dev);
-    const Plan p = bwd_plan(r, c, x.element_size(), props[dev], 1);
+    Plan p = bwd_plan(r, c, x.element_size(), props[dev], 1);
     cache = p.cache;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *rp = s.data_ptr(), *dp = dx.data_ptr();
     at::Tensor dw = x.new_empty({0});
@@ -250,13 +248,15 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
         return {dx, dw};
     }
     // the weight gradient's partial sums: one row a block (a cluster), or with one block (norm.cu's), the gradient
+    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(RMS_BWD_CL2, p) : RMS_BWD;
+    p = resident(kb, dt, dev, p);
     int direct = p.strategy != S_CLUSTER && p.gx == 1 && want_w;
     at::Tensor pw = want_w && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
     if (direct) dw = at::empty(shape, x.options());
     void *pwp = pw.data_ptr(), *dwp = direct ? dw.data_ptr() : xp;
     int ww = want_w, has_res = 0;
     void *params[] = {&gp, &xp, &wp, &rp, &dp, &pwp, &rows, &cols, &has_w, &ww, &resp, &has_res, &dwp, &direct};
-    launch(p.strategy == S_CLUSTER ? cluster_kernel(RMS_BWD_CL2, p) : RMS_BWD, dt, dev, p, params);
+    launch(kb, dt, dev, p, params);
     if (want_w && !direct) dw = col_sums(x, &pw, nullptr, cols, shape, dt, dev).first;
     return {dx, dw};
 }
