@@ -59,7 +59,7 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
                                           (x, residual, w))) is not None:  # to 64 KiB: read once, 8 chunks a thread
         plan, file, name = c8, "fused_norm.cu", _launch_norm.add_rms_c8_kernel(c8) + "<{T}, {A}>"
     elif past and (l2 := _norms._l2_plan(rows, cols, props, 1, x, residual, w)) is not None:
-        plan, file, name = l2, "norm_l2.cu", "add_rms_norm_fwd_l2<{T}, {A}>"
+        plan, file, name = l2, "norm_l2.cu", _launch_norm.l2_kernel("add_rms_norm", l2)
     elif file == "norm.cu":  # the register rows (those that fill their chunks: the unchecked row alone)
         full = _launch.full_rows(plan, cols, x.element_size(), _norms._aligned(x, residual, w))
         file, name = "fused_norm.cu", "add_rms_norm_fwd_full<{T}, {A}>" if full else "add_rms_norm_fwd<{T}, {A}>"

@@ -15,8 +15,8 @@ from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, 
                                  SMALL_MIN_LANES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least,
                                  full_rows, row_plan)
 
-__all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "layer_norm_full2_plan", "layer_norm_fwd4_plan", "layer_norm_kernel",
-           "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
+__all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "l2_kernel", "layer_norm_full2_plan", "layer_norm_fwd4_plan",
+           "layer_norm_kernel", "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -134,12 +134,13 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     threads for layer_norm (bf16 8192x8192 3,549 against 3,165 at 512), 512 for rms_norm (fp32
     16384x4096 4,160 against 3,887 at 256).
 
-    rms_norm's rows (``arrays`` 1: add_rms_norm's too) of more than ``L2_ONE_ROW_BYTES`` take one block an SM (dynamic
-    shared memory the kernel does not use, half an SM's and 1 KiB, keeps a second out): two rows of 128 KiB an SM
-    overflow L2 before their second pass. H100 (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows2.json), GB/s:
-    fp32 rms_norm 2048x32768 2,268 -> 2,576, 4096x32768 2,269 -> 2,668, add_rms_norm 2,643 -> 2,744; bf16 rms_norm
-    2048x65536 2,269 -> 2,542; at 96 KiB 0.99-1.03x, 80 KiB 0.92-0.99x, 64 KiB 0.90-0.96x (they keep two);
-    layer_norm ran slower this way (2,264 -> 2,149)."""
+    Rows of more than ``L2_ONE_ROW_BYTES`` take one block an SM (:func:`l2_kernel`: the kernels of ``B`` = 1, 4 chunks
+    a trip; dynamic shared memory they do not use, half an SM's and 1 KiB, keeps a second block out): two rows of 128
+    KiB an SM overflow L2 before their second pass. H100 (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), GB/s
+    against two blocks of 2 chunks a trip: fp32 2048x32768 rms_norm 2,268 -> 2,728, layer_norm 2,261 -> 2,549,
+    add_rms_norm 2,643 -> 2,828 (fp32rows2.json: 2,643 at two blocks); 4096x24576 (96 KiB) rms_norm 2,580 -> 2,772,
+    layer_norm 2,573 -> 2,549; bf16 2048x65536 rms_norm 2,269 -> 2,676, layer_norm 2,229 -> 2,494. At 80 KiB (fp32
+    4096x20480) and 64 KiB the rows ran slower this way (rms_norm 0.97x and 0.95x, layer_norm 0.84x and 0.89x)."""
     vec = 16 // itemsize
     if itemsize not in (2, 4) or cols % vec or cols * itemsize < L2_MIN_ROW_BYTES or not 1 <= rows < 2**31:
         return None  # (a block a row: the kernels have no loop over rows, which cost them registers)
@@ -148,8 +149,14 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     if arrays == 1:
         threads = max(threads, min(L2_RMS_THREADS, _pow2_at_least(_cdiv(cols // vec, 2))))
     one = props.smem_per_sm // 2 + 1024
-    one = one if arrays == 1 and cols * itemsize > L2_ONE_ROW_BYTES and one <= props.smem_per_block_optin else 0
+    one = one if cols * itemsize > L2_ONE_ROW_BYTES and one <= props.smem_per_block_optin else 0
     return Plan("l2", (rows,), (min(largest, threads), 1), one, 0)
+
+
+def l2_kernel(op: str, plan: Plan) -> str:
+    """norm_l2.cu's forward of ``op`` (``"rms_norm"``, ``"layer_norm"``, ``"add_rms_norm"``) for ``norm_l2_plan``'s
+    ``plan``: ``B`` = 1 (one block an SM, 4 chunks a trip) where the plan pads the shared memory, else 2."""
+    return f"{op}_fwd_l2<{1 if plan.shared_mem else 2}, {{T}}, {{A}}>"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -37,7 +37,7 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps: float = 1e-
         elif (c8 := _c8_plan(rows, cols, props, x, w, b, y)) is not None:  # 16 to 32 KiB: 8 chunks, one pass
             _kernel("norm.cu", "layer_norm_fwd_c8<{T}, {A}>", x).launch(_launch.launch_config(c8), *args)
         elif (l2 := _l2_plan(rows, cols, props, 2, x, w, b, y)) is not None:  # longer rows: 2 passes, the 2nd from L2
-            _kernel(_L2, "layer_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
+            _kernel(_L2, _launch_norm.l2_kernel("layer_norm", l2), x).launch(_launch.launch_config(l2), *args)
         elif (four := _launch_norm.layer_norm_fwd4_plan(rows, cols, x.element_size(), props)) is not None:
             # float rows of 4,097-8,192: one block, 4 chunks a thread
             _kernel("norm.cu", "layer_norm_fwd4<{T}, {A}>", x).launch(_launch.launch_config(four), *args)
@@ -248,7 +248,7 @@ def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):
         elif (c8 := _c8_plan(rows, cols, props, x, w, y)) is not None:  # 16 to 32 KiB: 8 chunks, one pass
             _kernel("norm.cu", "rms_norm_fwd_c8<{T}, {A}>", x).launch(_launch.launch_config(c8), *args)
         elif (l2 := _l2_plan(rows, cols, props, 1, x, w, y)) is not None:  # longer (float: from 16 KiB): 2 passes
-            _kernel(_L2, "rms_norm_fwd_l2<{T}, {A}>", x).launch(_launch.launch_config(l2), *args)
+            _kernel(_L2, _launch_norm.l2_kernel("rms_norm", l2), x).launch(_launch.launch_config(l2), *args)
         elif file == _CL:
             k = _kernel(_CL, f"rms_norm_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}, {{A}}>", x)
             k.launch(_launch.launch_config(_resident(k, plan)), *args)

@@ -42,7 +42,8 @@ FILES: dict[str, tuple[str, ...]] = {
     "norm_cluster.cu": tuple(f"{op}_fwd_cluster<2, {c}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm")
                              for c in (2, 4))  # _launch.norm_cluster_plan's: K, then chunks a thread
     + tuple(f"{op}_bwd_cluster<{k}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in (2, 8)),
-    "norm_l2.cu": ("layer_norm_fwd_l2<{T}, {A}>", "rms_norm_fwd_l2<{T}, {A}>", "add_rms_norm_fwd_l2<{T}, {A}>"),
+    "norm_l2.cu": tuple(f"{op}_fwd_l2<{b}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm")
+                        for b in (2, 1)),  # blocks an SM: _launch_norm.l2_kernel
     "norm_split.cu": ("layer_norm_bwd_dx<{T}, {A}>", "rms_norm_bwd_dx<{T}, {A}>", "norm_bwd_weight<{T}, {A}>",
                       "norm_bwd_weight_cluster<{T}, {A}>", "norm_col_sum<{T}, {A}>"),
     "norm_small.cu": ("layer_norm_bwd_small<{T}, {A}>", "rms_norm_bwd_small<{T}, {A}>"),

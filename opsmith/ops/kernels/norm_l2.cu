@@ -22,6 +22,13 @@
 // bench/results/ops-norm-l2-h200-2026-11-26/variants.txt): 2 ran 1.05-1.45x as fast as 1 and 1.1-1.5x as 4;
 // 32 registers a thread (2,048 threads an SM) beat 64 by 5-30 % but for fp32 at 8192x8192 (even).
 #define OPSMITH_L2_UNROLL 2
+// Each kernel's first template argument B: the blocks of OPSMITH_L2_THREADS an SM (__launch_bounds__). B = 2 as
+// above; B = 1 for rows past _launch.L2_ONE_ROW_BYTES (the plan's shared-memory padding keeps a second block out:
+// two such rows an SM overflowed L2 before their second pass), up to 64 registers and twice the chunks in flight
+// (OPSMITH_L2_UNROLL_ONE). H100 (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), fp32 2048x32768 GB/s:
+// rms_norm 2,546 (one block, 2 chunks) -> 2,728, layer_norm 2,261 (two blocks) -> 2,549, add_rms_norm 2,738 ->
+// 2,828; 8 chunks ran no faster (add_rms_norm spilled).
+#define OPSMITH_L2_UNROLL_ONE 4
 
 namespace opsmith {
 
@@ -82,7 +89,7 @@ using namespace opsmith;
 // A block's row (one a block: norm_l2_plan takes up to 2^31 - 1 rows; a grid-stride loop over rows took
 // registers past the 32 and ran 10-30 % slower), its setup, and the trips of a thread over the row's nv
 // chunks: chunk c0 + u * tpr for u < U
-#define OPSMITH_L2_ROW OPSMITH_L2_ROW_U(OPSMITH_L2_UNROLL)
+#define OPSMITH_L2_ROW OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE : OPSMITH_L2_UNROLL)
 #define OPSMITH_L2_ROW_U(UU)                                                 \
     constexpr int N = Vec<T>::N, U = (UU);                                    \
     const int tpr = blockDim.x, t = threadIdx.x, nv = cols / N;               \
@@ -95,8 +102,8 @@ using namespace opsmith;
     _Pragma("unroll") for (int u = 0; u < U; ++u)                                                       \
         if (OPSMITH_L2_IN(u)) r[u] = ld_l2(xr + (long long)(c0 + u * tpr) * N, pol);
 
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_L2_THREADS, 2048 / OPSMITH_L2_THREADS)
+template <int B, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
 layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                   A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
     OPSMITH_L2_ROW
@@ -184,8 +191,8 @@ __device__ __forceinline__ void rms_scale_pass(const T* src, const T* __restrict
     }
 }
 
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_L2_THREADS, 2048 / OPSMITH_L2_THREADS)
+template <int B, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
 rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
                 long long rows, int cols, A eps, int has_w) {
     OPSMITH_L2_ROW
@@ -212,13 +219,13 @@ rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
 // add_rms_norm's forward (fused_norm.cu's math): the first pass reads x and residual (their only read),
 // writes s = x + residual, rounded to T, as the new residual asking L2 to keep it, and sums its squares;
 // the second reads s back from L2 and writes y. HBM: x and residual read, s and y written, the floor.
-// One chunk of each a trip (two loads in flight, as the others' two chunks): at two it spilled.
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_L2_THREADS, 2048 / OPSMITH_L2_THREADS)
+// One chunk of each a trip (two loads in flight, as the others' two chunks): at two it spilled (B = 1: two).
+template <int B, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
 add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                     T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
                     A eps, int has_w) {
-    OPSMITH_L2_ROW_U(1)
+    OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE / 2 : 1)
     const T* xr = x + row * cols;
     const T* rr = residual + row * cols;
     T* sr = residual_out + row * cols;

@@ -76,9 +76,12 @@
     X(RMS_BWD_DX, "norm_split.cu", "rms_norm_bwd_dx<{T}, {A}>")              \
     X(LN_BWD_SMALL, "norm_small.cu", "layer_norm_bwd_small<{T}, {A}>")        \
     X(RMS_BWD_SMALL, "norm_small.cu", "rms_norm_bwd_small<{T}, {A}>")         \
-    X(LN_FWD_L2, "norm_l2.cu", "layer_norm_fwd_l2<{T}, {A}>")                 \
-    X(RMS_FWD_L2, "norm_l2.cu", "rms_norm_fwd_l2<{T}, {A}>")                 \
-    X(ADD_RMS_FWD_L2, "norm_l2.cu", "add_rms_norm_fwd_l2<{T}, {A}>")
+    X(LN_FWD_L2, "norm_l2.cu", "layer_norm_fwd_l2<2, {T}, {A}>")              \
+    X(LN_FWD_L2_ONE, "norm_l2.cu", "layer_norm_fwd_l2<1, {T}, {A}>")          \
+    X(RMS_FWD_L2, "norm_l2.cu", "rms_norm_fwd_l2<2, {T}, {A}>")               \
+    X(RMS_FWD_L2_ONE, "norm_l2.cu", "rms_norm_fwd_l2<1, {T}, {A}>")           \
+    X(ADD_RMS_FWD_L2, "norm_l2.cu", "add_rms_norm_fwd_l2<2, {T}, {A}>")       \
+    X(ADD_RMS_FWD_L2_ONE, "norm_l2.cu", "add_rms_norm_fwd_l2<1, {T}, {A}>")
 
 namespace {
 
