@@ -107,7 +107,8 @@ def _resident(k, plan):
     (``Kernel.active_clusters``; the plans count SMs, but a cluster's blocks share a GPC and GPCs leave SMs
     over): the clusters past that ran after the others, their rows' time twice. H100, float32 2048x32768
     rms_norm backward, 8 blocks of 512 threads (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows2.json):
-    16 clusters 463 us, 14 (the driver's count) 299; 4096x16384 at 256 threads: 33 clusters 386 us, 28 291."""
+    16 clusters (the SMs' count) 463 us, 14 299; 4096x16384 at 256 threads (the driver: 30 at once): 33 386 us,
+    28 291 (fp32rows3.json, as shipped: 293.2 and 290.1)."""
     held = k.active_clusters(_launch.launch_config(plan))
     return plan._replace(grid=(held * plan.cluster,)) if 0 < held < plan.grid[0] // plan.cluster else plan
 
