@@ -201,7 +201,8 @@ class Kernel(ArgChecks):
     def active_clusters(self, config: LaunchConfig) -> int:
         """The clusters of this kernel (of its ``__cluster_dims__``) the current device holds at once, launched
         at ``config``: ``cuOccupancyMaxActiveClusters``, asked once a config. A persistent grid of more runs
-        its last clusters after the others. 0 where the driver cannot say (before CUDA 12)."""
+        its last clusters after the others. 0 where the driver cannot say (before CUDA 12, or no cluster size
+        compiled in)."""
         from opsmith._runtime import _driver
         dev = _current_device()
         st = self._state(dev)

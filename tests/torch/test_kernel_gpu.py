@@ -313,6 +313,25 @@ def test_wrong_arch_cubin_is_explained(monkeypatch):
             k.launch_n(10, x, torch.empty_like(x), 10)
 
 
+def test_active_clusters_counts_a_cluster_kernel_and_says_0_without_cluster_dims():
+    """Kernel.active_clusters: cuOccupancyMaxActiveClusters for a kernel whose __cluster_dims__ are compiled in
+    (at least one cluster, at most the device's blocks over the cluster size), 0 for a kernel without them (the
+    driver asks for a cluster size), asked once a config."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("thread-block clusters need sm_90+")
+    mod = opsmith.CudaModule(r"""
+extern "C" __global__ void __cluster_dims__(2, 1, 1) two(float* y) { y[threadIdx.x] = 1.f; }
+extern "C" __global__ void plain(float* y) { y[threadIdx.x] = 1.f; }
+""")
+    cfg = LaunchConfig((2,), (128,))
+    two = mod.get_kernel("two")
+    n = two.active_clusters(cfg)
+    props = torch.cuda.get_device_properties(0)
+    assert 1 <= n <= props.multi_processor_count * props.max_threads_per_multi_processor // (2 * 128)
+    assert two.active_clusters(LaunchConfig((2,), (128,))) == n
+    assert mod.get_kernel("plain").active_clusters(cfg) == 0
+
+
 def test_config_for_and_occupancy_before_any_cuda_work_in_a_fresh_process(tmp_path):
     """The occupancy API needs a current context: config_for() as a process's first CUDA call
     (found by the op-overhead benchmark: CUDA_ERROR_INVALID_CONTEXT)."""
