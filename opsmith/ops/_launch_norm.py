@@ -10,7 +10,8 @@ import functools
 
 from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS,
-                                 L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES, LN_FWD4_CHUNKS,
+                                 L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES,
+                                 LN_FWD4_CHUNKS,
                                  LN_WIDE_TPR, NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS,
                                  SMALL_MIN_LANES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least,
                                  full_rows, row_plan)

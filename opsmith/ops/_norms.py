@@ -103,12 +103,14 @@ def _or(t, other):
 
 
 def _resident(k, plan):
-    """A persistent cluster ``plan`` of kernel ``k`` with no more clusters than the device holds at once
-    (``Kernel.active_clusters``; the plans count SMs, but a cluster's blocks share a GPC and GPCs leave SMs
-    over): the clusters past that ran after the others, their rows' time twice. H100, float32 2048x32768
+    """``plan`` of kernel ``k``, a persistent cluster plan (``"cluster"``) with no more clusters than the device
+    holds at once (``Kernel.active_clusters``; the plans count SMs, but a cluster's blocks share a GPC and GPCs
+    leave SMs over): the clusters past that ran after the others, their rows' time twice. H100, float32 2048x32768
     rms_norm backward, 8 blocks of 512 threads (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows2.json):
     16 clusters (the SMs' count) 463 us, 14 299; 4096x16384 at 256 threads (the driver: 30 at once): 33 386 us,
     28 291 (fp32rows3.json, as shipped: 293.2 and 290.1)."""
+    if plan.strategy != "cluster":
+        return plan
     held = k.active_clusters(_launch.launch_config(plan))
     return plan._replace(grid=(held * plan.cluster,)) if 0 < held < plan.grid[0] // plan.cluster else plan
 
@@ -211,7 +213,7 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
     direct = file != _CL and plan.grid[0] == 1
     name = f"layer_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "layer_norm_bwd<{T}, {A}>"
     k = _kernel(file, name, x)
-    plan = _resident(k, plan) if file == _CL else plan
+    plan = _resident(k, plan)
     pw, pb = _partials(plan, cols, rstd, want_w and not direct), _partials(plan, cols, rstd, want_b and not direct)
     dw, db = _new_grad(x, shape, direct and want_w, dw), _new_grad(x, shape, direct and want_b, db)
     extra = () if file == _CL else (dw if direct and want_w else x, db if direct and want_b else x, int(direct))
@@ -302,7 +304,7 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
     direct = file != _CL and plan.grid[0] == 1 and want_w  # one block (norm.cu's): the gradient itself
     name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "rms_norm_bwd<{T}, {A}>"
     k = _kernel(file, name, x)
-    plan = _resident(k, plan) if file == _CL else plan
+    plan = _resident(k, plan)
     pw = _partials(plan, cols, rstd, want_w and not direct)
     dw = _new_grad(x, shape, direct, None)
     k.launch(

@@ -182,7 +182,8 @@ __attribute__((visibility("default"))) const char *osm_ops_kernel_template(int k
 __attribute__((visibility("default"))) int osm_ops_max_devices(void) { return MAX_DEVICES; }
 
 /* fns: cuLaunchKernel, cuCtxGetDevice, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2,
-   aoti_torch_get_current_cuda_stream, cuOccupancyMaxActiveClusters (null where the driver lacks it); consts: N_CONSTS numbers (see the enum); prep: Python's loader. */
+   aoti_torch_get_current_cuda_stream, cuOccupancyMaxActiveClusters (null where the driver lacks it);
+   consts: N_CONSTS numbers (see the enum); prep: Python's loader. */
 __attribute__((visibility("default"))) int osm_ops_init(void *const *f, const int64_t *consts, int n_consts,
                                                        int (*prep)(int, int, int)) {
     if (n_consts != N_CONSTS) return 1;

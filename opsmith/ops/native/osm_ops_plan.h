@@ -218,7 +218,7 @@ Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     const int64_t largest = std::min<int64_t>(K[C_L2_THREADS], pow2_at_least(p.max_threads_per_block + 1) / 2);
     int64_t threads = pow2_at_least(cdiv(cols / vec, K[C_L2_CHUNKS]));
     if (arrays == 1) threads = std::max(threads, std::min(K[C_L2_RMS_THREADS], pow2_at_least(cdiv(cols / vec, 2))));
-    // rows past L2_ONE_ROW_BYTES: one block an SM (the kernels' B = 1; shared memory they do not use keeps a second out)
+    // rows past L2_ONE_ROW_BYTES: one block an SM (the kernels' B = 1; unused shared memory keeps a second out)
     int64_t one = p.smem_per_sm / 2 + 1024;
     one = cols * itemsize > K[C_L2_ONE_ROW_BYTES] && one <= p.smem_optin ? one : 0;
     return {S_L2, rows, 1, std::min(largest, threads), 1, one, 0, 0};
