@@ -56,6 +56,7 @@ L2_CHUNKS = 4         # norm_l2_plan: 16-byte chunks a thread a row, about
 L2_MIN_ROW_BYTES = 16384  # norm_l2_plan: rows of at least this many bytes
 L2_RMS_THREADS = 512  # norm_l2_plan: rms_norm's blocks take at least this many threads (up to 2 chunks each)
 L2_ONE_ROW_BYTES = 81920  # norm_l2_plan: rows longer than this take one block an SM (norm_l2.cu's B = 1)
+L2_ONE_CHUNKS = 4  # OPSMITH_L2_UNROLL_ONE in norm_l2.cu: B = 1's chunks a trip (norm_l2_plan's Plan.chunks)
 C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu (softmax.cu): the most threads a block of *_fwd_c4 (wide_full)
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
 LN_FULL2_MAX_ROW_BYTES = 4096  # layer_norm_full2_plan: layer_norm's 16-bit rows up to this at 2 chunks a thread, full
@@ -90,7 +91,7 @@ class Plan(NamedTuple):
     shared_mem: int
     cache: int
     cluster: int = 1  # blocks a cluster ("cluster": the kernel's K, its __cluster_dims__)
-    chunks: int = 0   # "cluster": 16-byte chunks a thread (the forward kernels' second template argument)
+    chunks: int = 0   # 16-byte chunks a thread: "cluster" (the forward kernels' 2nd template argument); "l2" of B = 1
 
 
 # One LaunchConfig per plan, so that its id stays stable (the launcher remembers validated

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
-                                 C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS,
+                                 C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS, L2_ONE_CHUNKS,
                                  L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES,
                                  LN_FWD4_CHUNKS,
                                  LN_WIDE_TPR, NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS,
@@ -135,13 +135,17 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     threads for layer_norm (bf16 8192x8192 3,549 against 3,165 at 512), 512 for rms_norm (fp32
     16384x4096 4,160 against 3,887 at 256).
 
-    Rows of more than ``L2_ONE_ROW_BYTES`` take one block an SM (:func:`l2_kernel`: the kernels of ``B`` = 1, 4 chunks
-    a trip; dynamic shared memory they do not use, half an SM's and 1 KiB, keeps a second block out): two rows of 128
-    KiB an SM overflow L2 before their second pass. H100 (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), GB/s
-    against two blocks of 2 chunks a trip: fp32 2048x32768 rms_norm 2,268 -> 2,728, layer_norm 2,261 -> 2,549,
-    add_rms_norm 2,643 -> 2,828 (fp32rows2.json: 2,643 at two blocks); 4096x24576 (96 KiB) rms_norm 2,580 -> 2,772,
-    layer_norm 2,573 -> 2,549; bf16 2048x65536 rms_norm 2,269 -> 2,676, layer_norm 2,229 -> 2,494. At 80 KiB (fp32
-    4096x20480) and 64 KiB the rows ran slower this way (rms_norm 0.97x and 0.95x, layer_norm 0.84x and 0.89x)."""
+    Rows of more than ``L2_ONE_ROW_BYTES`` take one block an SM where the block is of ``L2_THREADS`` (``Plan.chunks``
+    ``L2_ONE_CHUNKS``; :func:`l2_kernel`: the kernels of ``B`` = 1, 4 chunks a trip, whose 48-64 registers a thread
+    keep a second block of 1,024 out): two rows of 128 KiB an SM overflow L2 before their second pass. H100
+    (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), GB/s against two blocks of 2 chunks a trip: fp32
+    2048x32768 rms_norm 2,268 -> 2,728, layer_norm 2,261 -> 2,549, add_rms_norm 2,643 -> 2,828 (fp32rows2.json: 2,643
+    at two blocks); 4096x24576 (96 KiB) rms_norm 2,580 -> 2,772, layer_norm 2,573 -> 2,549; bf16 2048x65536 rms_norm
+    2,269 -> 2,676, layer_norm 2,229 -> 2,494. At 80 KiB (fp32 4096x20480) and 64 KiB the rows ran slower this way
+    (rms_norm 0.97x and 0.95x, layer_norm 0.84x and 0.89x). Unused dynamic shared memory (half an SM's) kept the second
+    block out until the registers did (bench/results/ops-l2-weights-h100-2026-11-27/ln3.json, the kernels of this tree
+    with and without it: fp32 2048x32768 layer_norm 2,677 -> 2,726 GB/s, rms_norm 2,774 -> 2,792; bf16 2048x65536
+    layer_norm 2,608 -> 2,660): L1 keeps its size."""
     vec = 16 // itemsize
     if itemsize not in (2, 4) or cols % vec or cols * itemsize < L2_MIN_ROW_BYTES or not 1 <= rows < 2**31:
         return None  # (a block a row: the kernels have no loop over rows, which cost them registers)
@@ -149,15 +153,14 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     threads = _pow2_at_least(_cdiv(cols // vec, L2_CHUNKS))
     if arrays == 1:
         threads = max(threads, min(L2_RMS_THREADS, _pow2_at_least(_cdiv(cols // vec, 2))))
-    one = props.smem_per_sm // 2 + 1024
-    one = one if cols * itemsize > L2_ONE_ROW_BYTES and one <= props.smem_per_block_optin else 0
-    return Plan("l2", (rows,), (min(largest, threads), 1), one, 0)
+    one = L2_ONE_CHUNKS if cols * itemsize > L2_ONE_ROW_BYTES and min(largest, threads) == L2_THREADS else 0
+    return Plan("l2", (rows,), (min(largest, threads), 1), 0, 0, 1, one)
 
 
 def l2_kernel(op: str, plan: Plan) -> str:
     """norm_l2.cu's forward of ``op`` (``"rms_norm"``, ``"layer_norm"``, ``"add_rms_norm"``) for ``norm_l2_plan``'s
-    ``plan``: ``B`` = 1 (one block an SM, 4 chunks a trip) where the plan pads the shared memory, else 2."""
-    return f"{op}_fwd_l2<{1 if plan.shared_mem else 2}, {{T}}, {{A}}>"
+    ``plan``: ``B`` = 1 (one block an SM, ``L2_ONE_CHUNKS`` a trip) where the plan's ``chunks`` say so, else 2."""
+    return f"{op}_fwd_l2<{1 if plan.chunks else 2}, {{T}}, {{A}}>"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -36,7 +36,7 @@ def consts() -> list[int]:
     CLUSTER_THREADS, CLUSTER_FWD_BLOCKS, NORM_SPLIT_BYTES, WEIGHT_LANE_ROWS, WEIGHT_CLUSTER,
     WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, C4_THREADS,
     C4_MIN_ROW_BYTES, WIDE3_THREADS, C4_FULL_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES,
-    LN_FULL2_MAX_ROW_BYTES, L2_ONE_ROW_BYTES):
+    LN_FULL2_MAX_ROW_BYTES, L2_ONE_ROW_BYTES, L2_ONE_CHUNKS):
     :mod:`opsmith.ops._launch`
     is their one source."""
     from opsmith.ops import _launch
@@ -47,7 +47,7 @@ def consts() -> list[int]:
             _launch.LN_FWD4_CHUNKS, _launch.L2_THREADS, _launch.L2_CHUNKS, _launch.L2_MIN_ROW_BYTES,
             _launch.L2_RMS_THREADS, _launch.C4_THREADS, _launch.C4_MIN_ROW_BYTES, _launch.WIDE3_THREADS,
             _launch.C4_FULL_SM_GBPS, _launch.SMALL_BWD_ROWS, _launch.SMALL_MIN_LANES, _launch.C8_MAX_ROW_BYTES,
-            _launch.LN_FULL2_MAX_ROW_BYTES, _launch.L2_ONE_ROW_BYTES]
+            _launch.LN_FULL2_MAX_ROW_BYTES, _launch.L2_ONE_ROW_BYTES, _launch.L2_ONE_CHUNKS]
 
 
 def _props(p):
@@ -165,7 +165,7 @@ def _prepare(kernel: int, dtype: int, device: int) -> int:
         dtype_name = list(_sources.DTYPES)[dtype]
         k = _sources.kernel(file, template, dtype_name, device)
         st = k._state(device)
-        if "_long" in template or "_l2" in template:  # the row cache, or l2's padding, may need more than 48 KiB
+        if "_long" in template:  # the row cache may need more than 48 KiB
             st.opt_in_shared()
         if lib.osm_ops_set_device(device, _props(_launch.device_props(device)), _driver.primary_context(device)):
             raise OpsmithError(f"cuda:{device} is beyond the native library's {lib.osm_ops_max_devices()} devices")

@@ -108,17 +108,26 @@ _no_positions: dict = {}
 
 
 ROTARY_ROWS = 1  # OPSMITH_ROTARY_ROWS in kernels/rotary.cu
+ROTARY_ROWS_HALF = 2  # OPSMITH_ROTARY_ROWS_HALF: float16's
+
+
+def rows_a_trip(dtype, full: bool) -> int:
+    """The rows a thread of rotary.cu's vector path takes a trip for ``dtype`` (a torch dtype) with full tables or
+    half ones."""
+    import torch
+    return ROTARY_ROWS_HALF if dtype == torch.float16 and not full else ROTARY_ROWS
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(rows: int, d: int, half: int, itemsize: int, props) -> "_launch.Plan":
-    """Threads a row from the 16-byte vectors (pairs) it holds; rows fill a block of EW_THREADS."""
+def _plan(rows: int, d: int, half: int, itemsize: int, props, trip: int = ROTARY_ROWS) -> "_launch.Plan":
+    """Threads a row from the 16-byte vectors (pairs) it holds; rows fill a block of EW_THREADS; ``trip``: the
+    kernel's rows a trip for the dtype (:func:`rows_a_trip`)."""
     vec = 16 // itemsize if half % (16 // itemsize) == 0 and d % (16 // itemsize) == 0 else 1
     per_row = max(half // vec, (d - 2 * half) // vec, 1)
     tpr = min(_launch.EW_THREADS, 1 << (per_row - 1).bit_length())
     by = max(1, _launch.EW_THREADS // tpr)
-    # the kernel's vector path with a row one chunk a thread takes ROTARY_ROWS rows a trip
-    per_trip = ROTARY_ROWS if vec > 1 and d == 2 * half and half // vec <= tpr else 1
+    # the kernel's vector path with a row one chunk a thread takes `trip` rows a trip
+    per_trip = trip if vec > 1 and d == 2 * half and half // vec <= tpr else 1
     return _launch.Plan("rows", (min(max(1, -(-rows // (by * per_trip))), 2**31 - 1),), (tpr, by), 0, 0)
 
 
@@ -201,7 +210,8 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
         return y
     d = x.shape[-1]
     cos, sin, pos = _tables(x, cos, sin, positions)
-    plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()))
+    plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()),
+                 rows_a_trip(x.dtype, full))
     k = _sources.kernel("rotary.cu", "rotary_full<{T}>" if full else "rotary<{T}>",
                         fn._dtype_name(x, "rotary_embedding"), x.get_device())
     k.launch(_launch.launch_config(plan), xk, cos, sin, pos, yk, rows, d, half, int(interleaved), sign,
@@ -228,7 +238,8 @@ def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, si
                 rotary_cuda(k, cos, sin, positions, interleaved, sign) if rows_k else yk)
     d = q.shape[-1]
     cos, sin, pos = _tables(q, cos, sin, positions)
-    plan = _plan(max(rows_q, rows_k), d, half, q.element_size(), _launch.device_props(q.get_device()))
+    plan = _plan(max(rows_q, rows_k), d, half, q.element_size(), _launch.device_props(q.get_device()),
+                 rows_a_trip(q.dtype, full))
     plan = plan._replace(grid=(2 * min(plan.grid[0], 2**30 - 1),))  # even blocks q, odd blocks k
     kern = _sources.kernel("rotary.cu", "rotary_qk_full<{T}>" if full else "rotary_qk<{T}>",
                            fn._dtype_name(q, "rotary_embedding_qk"), q.get_device())

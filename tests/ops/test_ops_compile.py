@@ -57,7 +57,7 @@ def test_every_source_compiles_for_every_arch_and_dtype():
 
 def test_the_l2_norm_forwards_fit_their_registers_without_spilling():
     """norm_l2.cu's forwards of B = 2 hold 2,048 threads an SM at 32 registers (a version that spilled, a loop over
-    rows, ran 10-30 % slower on an H200), those of B = 1 (one block an SM, 4 chunks a trip) 1,024 at up to 64.
+    rows, ran 10-30 % slower on an H200), those of B = 1 (one block an SM, 4 chunks a trip) 1,024 at 33 to 64.
     ptxas's report through NVRTC, every 2- and 4-byte type and arch: no spills for sm_80 and sm_90 (sm_100's ptxas
     spills 20 bytes in the float kernels of B = 2: unmeasured, no B200 here)."""
     import re
@@ -70,6 +70,9 @@ def test_the_l2_norm_forwards_fit_their_registers_without_spilling():
         assert sorted(b for b, *_ in reports) == ["1"] * 3 + ["2"] * 3
         for blocks, stores, loads, regs in reports:
             assert int(regs) <= 64 // int(blocks), (job["arch"], blocks, regs)
+            # B = 1: more than 32 registers, so that a second block of 1,024 threads never fits an SM's 65,536 (the
+            # plans pad no shared memory; two such rows an SM overflow L2)
+            assert blocks == "2" or int(regs) > 32, (job["arch"], regs)
             if job["arch"] != "sm_100":
                 assert (int(stores), int(loads)) == (0, 0), (job["arch"], job["name_expressions"])
 

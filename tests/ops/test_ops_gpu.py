@@ -499,6 +499,22 @@ def test_cluster_grids_fit_the_clusters_the_device_holds():
     assert _norms._resident(k, plan).grid[0] == 8 * min(held, plan.grid[0] // 8)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_l2_rows_of_one_block_an_sm_hold_one_block_an_sm(dtype):
+    """norm_l2.cu's kernels of B = 1 (rows past 80 KiB; their plans pad no shared memory): the driver's occupancy of
+    a block of 1,024 threads is one an SM, for each of the three forwards (a second block's row would overflow L2)."""
+    from opsmith.ops import _launch_norm, _sources
+    props = _launch.device_props(torch.cuda.current_device())
+    itemsize = 4 if dtype == "float32" else 2
+    plan = _launch_norm.norm_l2_plan(64, 131072 // itemsize, itemsize, props)
+    if plan is None or not plan.chunks:
+        pytest.skip(f"this device's blocks take fewer than {_launch.L2_THREADS} threads")
+    assert plan.block == (_launch.L2_THREADS, 1) and plan.shared_mem == 0
+    for op in ("layer_norm", "rms_norm", "add_rms_norm"):
+        k = _sources.kernel("norm_l2.cu", _launch_norm.l2_kernel(op, plan), dtype, torch.cuda.current_device())
+        assert k.occupancy(_launch.L2_THREADS, 0) == 1, op
+
+
 def test_benchmark_helper_reports_bandwidth():
     x = torch.randn(1 << 24, device="cuda")
     r = ops.benchmark(ops.relu, x, bytes_moved=2 * x.nbytes, runs=20)

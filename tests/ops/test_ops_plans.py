@@ -456,10 +456,9 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
         floor = min(_launch.L2_RMS_THREADS, largest, _launch._pow2_at_least(-(-chunks // 2))) if arrays == 1 else 1
         assert threads >= floor
         assert threads == floor or (threads // 2) * _launch.L2_CHUNKS < chunks  # not a power of two too many
-        one = props.smem_per_sm // 2 + 1024  # the longest rows: one block an SM (padding keeps a second out)
-        longest = cols * itemsize > _launch.L2_ONE_ROW_BYTES and one <= props.smem_per_block_optin
-        assert p.shared_mem == (one if longest else 0), (rows, cols, itemsize, arrays)
-        assert p.shared_mem == 0 or 2 * (p.shared_mem + _launch._STATIC_SMEM) > props.smem_per_sm
+        # the longest rows in blocks of 1,024: one block an SM (the kernels' registers keep a second out)
+        longest = cols * itemsize > _launch.L2_ONE_ROW_BYTES and threads == _launch.L2_THREADS
+        assert p.shared_mem == 0 and p.chunks == (_launch.L2_ONE_CHUNKS if longest else 0), (rows, cols, itemsize)
         assert _launch_norm.l2_kernel("rms_norm", p) == f"rms_norm_fwd_l2<{1 if longest else 2}, {{T}}, {{A}}>"
     h = _launch_norm.norm_l2_plan
     assert (h(9, 8192, 2, props).block[0], h(9, 8192, 2, props, 1).block[0]) == (256, min(512, largest))
@@ -468,16 +467,18 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
 
 
 def test_norm_l2_plan_gives_rows_past_80_kib_one_block_an_sm():
-    """H100: float rows of 24,576 and 32,768 (96 and 128 KiB) and bf16 of 65,536 take the padding (the kernels of one
-    block an SM), float rows of 20,480 (80 KiB) do not; a device whose block cannot take half an SM's shared memory
-    keeps two."""
-    h, one = _launch_norm.norm_l2_plan, 233472 // 2 + 1024
+    """H100: float rows of 24,576 and 32,768 (96 and 128 KiB) and bf16 of 65,536 take the kernels of one block an SM
+    (chunks L2_ONE_CHUNKS, no shared memory: their registers keep a second block out), float rows of 20,480 (80 KiB)
+    do not; a device whose blocks hold fewer than 1,024 threads keeps two."""
+    h, one = _launch_norm.norm_l2_plan, _launch.L2_ONE_CHUNKS
     for arrays in (1, 2):
-        assert h(2048, 32768, 4, H100, arrays).shared_mem == h(2048, 65536, 2, H100, arrays).shared_mem == one
-        assert h(2048, 24576, 4, H100, arrays).shared_mem == one and h(2048, 20480, 4, H100, arrays).shared_mem == 0
-        assert h(2048, 32768, 4, H100._replace(smem_per_block_optin=100_000), arrays).shared_mem == 0
+        assert h(2048, 32768, 4, H100, arrays).chunks == h(2048, 65536, 2, H100, arrays).chunks == one
+        assert h(2048, 24576, 4, H100, arrays).chunks == one and h(2048, 20480, 4, H100, arrays).chunks == 0
+        assert h(2048, 32768, 4, H100._replace(max_threads_per_block=512), arrays).chunks == 0
+        assert h(2048, 32768, 4, H100, arrays).shared_mem == 0
     source = (_sources.KERNEL_DIR / "norm_l2.cu").read_text()
     assert "__launch_bounds__(OPSMITH_L2_THREADS, B)" in source and _launch.L2_THREADS == 1024
+    assert f"#define OPSMITH_L2_UNROLL_ONE {one}\n" in source
 
 
 class _Held:

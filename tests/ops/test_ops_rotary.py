@@ -4,6 +4,8 @@ fake kernels, compile, the refused cos/sin gradient, errors, and the CUDA kernel
 NVRTC for every dtype and launched with its signature's arguments (no GPU needed)."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -218,22 +220,31 @@ def test_shape_checks_are_remembered_per_shape_and_failures_never():
 
 
 def test_launch_plan_covers_every_row_and_pair():
-    """rotary's plan and kernel agree on the rows a thread takes a trip (OPSMITH_ROTARY_ROWS, where
-    a row is one 16-byte chunk a thread and nothing is copied); one trip of the grid covers every row
-    and every pair of it, within a block of EW_THREADS."""
+    """rotary's plan and kernel agree on the rows a thread takes a trip (OPSMITH_ROTARY_ROWS, float16's with half
+    tables OPSMITH_ROTARY_ROWS_HALF, where a row is one 16-byte chunk a thread and nothing is copied); one trip of
+    the grid covers every row and every pair of it, within a block of EW_THREADS."""
     import re
+
+    import torch
 
     from opsmith.ops import _launch, _rotary, _sources
     source = (_sources.KERNEL_DIR / "rotary.cu").read_text()
     assert re.search(r"#define OPSMITH_ROTARY_ROWS (\d+)", source).group(1) == str(_rotary.ROTARY_ROWS)
+    assert re.search(r"#define OPSMITH_ROTARY_ROWS_HALF (\d+)", source).group(1) == str(_rotary.ROTARY_ROWS_HALF)
+    assert "template <> struct RotaryRows<__half> { static constexpr int R = OPSMITH_ROTARY_ROWS_HALF; };" in source
+    assert "rotate_rows<T, N, FULL ? OPSMITH_ROTARY_ROWS : RotaryRows<T>::R, FULL>(" in source
+    assert [_rotary.rows_a_trip(dt, full) for dt in (torch.float16, torch.bfloat16, torch.float32)
+            for full in (False, True)] == [_rotary.ROTARY_ROWS_HALF] + [_rotary.ROTARY_ROWS] * 5
     props = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
-    for rows, d, half, itemsize in [(524288, 128, 64, 2), (7, 128, 64, 4), (1, 64, 32, 2), (1000, 96, 32, 2),
-                                    (33, 128, 60, 2), (5, 4096, 2048, 2), (10, 6, 3, 8)]:
-        plan = _rotary._plan(rows, d, half, itemsize, props)
+    for (rows, d, half, itemsize), trip in itertools.product(
+            [(524288, 128, 64, 2), (7, 128, 64, 4), (1, 64, 32, 2), (1000, 96, 32, 2), (33, 128, 60, 2),
+             (5, 4096, 2048, 2), (10, 6, 3, 8), (1001, 128, 64, 2)], (1, 2)):
+        plan = _rotary._plan(rows, d, half, itemsize, props, trip)
         (grid,), (tpr, by) = plan.grid, plan.block
         vec = 16 // itemsize if half % (16 // itemsize) == 0 and d % (16 // itemsize) == 0 else 1
         assert tpr * by <= _launch.EW_THREADS and tpr * vec >= min(half, _launch.EW_THREADS * vec)
-        per_trip = _rotary.ROTARY_ROWS if vec > 1 and d == 2 * half and half // vec <= tpr else 1
+        per_trip = trip if vec > 1 and d == 2 * half and half // vec <= tpr else 1
         assert grid * by * per_trip >= rows and (grid - 1) * by * per_trip < rows
-    # q of [1, 32, 16384, 128] bf16: 8 threads a row, 32 rows a block, ROTARY_ROWS rows a thread
+    # q of [1, 32, 16384, 128] bf16: 8 threads a row, 32 rows a block, ROTARY_ROWS rows a thread; float16 2
+    assert _rotary._plan(524288, 128, 64, 2, props, 2).grid == (524288 // (32 * 2),)
     assert _rotary._plan(524288, 128, 64, 2, props).grid == (524288 // (32 * _rotary.ROTARY_ROWS),)

@@ -23,9 +23,9 @@
 // 32 registers a thread (2,048 threads an SM) beat 64 by 5-30 % but for fp32 at 8192x8192 (even).
 #define OPSMITH_L2_UNROLL 2
 // Each kernel's first template argument B: the blocks of OPSMITH_L2_THREADS an SM (__launch_bounds__). B = 2 as
-// above; B = 1 for rows past _launch.L2_ONE_ROW_BYTES (the plan's shared-memory padding keeps a second block out:
-// two such rows an SM overflowed L2 before their second pass), up to 64 registers and twice the chunks in flight
-// (OPSMITH_L2_UNROLL_ONE). H100 (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), fp32 2048x32768 GB/s:
+// above; B = 1 for rows past _launch.L2_ONE_ROW_BYTES, up to 64 registers and twice the chunks in flight
+// (OPSMITH_L2_UNROLL_ONE, _launch.L2_ONE_CHUNKS); its 48-64 registers keep a second block out (two such rows an SM
+// overflowed L2 before their second pass; tests/ops/test_ops_compile.py checks the count). H100 (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), fp32 2048x32768 GB/s:
 // rms_norm 2,546 (one block, 2 chunks) -> 2,728, layer_norm 2,261 (two blocks) -> 2,549, add_rms_norm 2,738 ->
 // 2,828; 8 chunks ran no faster (add_rms_norm spilled).
 #define OPSMITH_L2_UNROLL_ONE 4
@@ -97,6 +97,16 @@ using namespace opsmith;
     const long long row = blockIdx.x;
 #define OPSMITH_L2_TRIPS for (int c0 = t; c0 < nv; c0 += U * tpr)
 #define OPSMITH_L2_IN(u) (c0 + (u) * tpr < nv)
+// The second pass's weights (w, b) of a trip's U chunks into wr[U] where B = 1, their loads issued with the row's,
+// before the math, under L2 evict_last (every row reads them). Loaded chunk by chunk after the math of the chunk
+// before, as B = 2 keeps them (32 registers), each waited for its own trip to L2: ptxas kept the loads there. H100
+// (bench/results/ops-l2-weights-h100-2026-11-27/ln3.json), GB/s, fp32 2048x32768: layer_norm 2,546 -> 2,677, rms_norm
+// 2,697 -> 2,774; bf16 2048x65536 layer_norm 2,490 -> 2,608. At B = 2 as fast or 1 % slower, or spilling.
+#define OPSMITH_L2_WEIGHTS_FIRST(wr, w, has)                                                         \
+    if constexpr (B == 1) {                                                                          \
+        _Pragma("unroll") for (int u = 0; u < U; ++u)                                                \
+            wr[u] = has && OPSMITH_L2_IN(u) ? ld_l2(w + (long long)(c0 + u * tpr) * N, keep) : Raw{}; \
+    }
 #define OPSMITH_L2_LOAD(r, pol)                                                                         \
     Raw r[U];                                                                                           \
     _Pragma("unroll") for (int u = 0; u < U; ++u)                                                       \
@@ -143,18 +153,23 @@ layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __r
     }
     OPSMITH_L2_TRIPS {
         OPSMITH_L2_LOAD(r, first)
+        Raw wr[U], br[U];
+        OPSMITH_L2_WEIGHTS_FIRST(wr, w, has_w)
+        OPSMITH_L2_WEIGHTS_FIRST(br, b, has_b)
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (!OPSMITH_L2_IN(u)) break;
             const int j = (c0 + u * tpr) * N;
-            const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
-            const Raw br = has_b ? *reinterpret_cast<const Raw*>(b + j) : Raw{};
+            if constexpr (B != 1) {
+                wr[u] = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
+                br[u] = has_b ? *reinterpret_cast<const Raw*>(b + j) : Raw{};
+            }
             A o[N];
 #pragma unroll
             for (int k = 0; k < N; ++k) {
                 A v = (raw_get<T>(r[u], k) - mu_row) * rs;
-                if (has_w) v *= raw_get<T>(wr, k);
-                if (has_b) v += raw_get<T>(br, k);
+                if (has_w) v *= raw_get<T>(wr[u], k);
+                if (has_b) v += raw_get<T>(br[u], k);
                 o[k] = v;
             }
             *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
@@ -163,28 +178,30 @@ layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __r
 }
 
 // rms_norm's and add_rms_norm's second pass: y = v * rs (* w) over the row at src, read back from L2 under
-// `pol` (OWN: a row this kernel stored, read after those stores)
-template <int U, bool OWN, class T, class A>
+// `pol` (OWN: a row this kernel stored, read after those stores); B as the kernels' (OPSMITH_L2_WEIGHTS_FIRST)
+template <int B, int U, bool OWN, class T, class A>
 __device__ __forceinline__ void rms_scale_pass(const T* src, const T* __restrict__ w, T* __restrict__ yr, A rs,
-                                               int has_w, int nv, int tpr, int t, unsigned long long pol) {
+                                               int has_w, int nv, int tpr, int t, unsigned long long pol,
+                                               unsigned long long keep) {
     constexpr int N = Vec<T>::N;
     OPSMITH_L2_TRIPS {
-        Raw r[U];
+        Raw r[U], wr[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const T* p = src + (long long)(c0 + u * tpr) * N;
             if (OPSMITH_L2_IN(u)) r[u] = OWN ? ld_l2_own(p, pol) : ld_l2(p, pol);
         }
+        OPSMITH_L2_WEIGHTS_FIRST(wr, w, has_w)
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (!OPSMITH_L2_IN(u)) break;
             const int j = (c0 + u * tpr) * N;
-            const Raw wr = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
+            if constexpr (B != 1) wr[u] = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
             A o[N];
 #pragma unroll
             for (int k = 0; k < N; ++k) {
                 const A v = raw_get<T>(r[u], k) * rs;
-                o[k] = has_w ? v * raw_get<T>(wr, k) : v;
+                o[k] = has_w ? v * raw_get<T>(wr[u], k) : v;
             }
             *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
         }
@@ -213,7 +230,7 @@ rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
     }
     const A rs = m_rsqrt(row_allreduce<true>(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (t == 0) rstd[row] = rs;
-    rms_scale_pass<U, false>(xr, w, yr, rs, has_w, nv, tpr, t, first);
+    rms_scale_pass<B, U, false>(xr, w, yr, rs, has_w, nv, tpr, t, first, keep);
 }
 
 // add_rms_norm's forward (fused_norm.cu's math): the first pass reads x and residual (their only read),
@@ -254,5 +271,5 @@ add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, con
     }
     const A rs = m_rsqrt(row_allreduce<true>(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (t == 0) rstd[row] = rs;
-    rms_scale_pass<U, true>(sr, w, yr, rs, has_w, nv, tpr, t, first);
+    rms_scale_pass<B, U, true>(sr, w, yr, rs, has_w, nv, tpr, t, first, keep);
 }

@@ -50,6 +50,13 @@
 // against 2,605-3,152 at 2 rows. A cap of 64 registers (--blocks 4) spilled: 1,960-2,639.
 #define OPSMITH_ROTARY_ROWS 1
 #endif
+#ifndef OPSMITH_ROTARY_ROWS_HALF
+// float16's rows a trip with half tables (its 2 rows hold 64 registers, bf16's 80). H100, rotary_qk on [1, heads, seq, 128] with
+// cos/sin [seq, 64] (bench/results/ops-l2-weights-h100-2026-11-27/rot2.json), GB/s at 1 -> 2 rows: float16
+// 16384x4096 2,613 -> 2,750, 4096x16384 2,732 -> 2,866, 2048x32768 2,757 -> 2,881, 8192x8192 2,730 -> 2,851; bf16
+// 2,924 -> 2,672 and float32 2,975 -> 2,942 at 4096x16384 (both keep 1)
+#define OPSMITH_ROTARY_ROWS_HALF 2
+#endif
 
 #ifndef OPSMITH_ROTARY_ACROSS_BYTES
 // the tables' bytes (cos and sin of a head's positions) from which rotate_rows takes the positions of every head
@@ -271,6 +278,11 @@ __device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __
 
 }  // namespace
 
+// The vector path's rows a trip for T with half tables (full tables: OPSMITH_ROTARY_ROWS; float16's at 2 rows took
+// 88-116 registers)
+template <class T> struct RotaryRows { static constexpr int R = OPSMITH_ROTARY_ROWS; };
+template <> struct RotaryRows<__half> { static constexpr int R = OPSMITH_ROTARY_ROWS_HALF; };
+
 // The kernels' body: the vector path where `vec`, else one pair at a time
 template <bool FULL, class T>
 __device__ __forceinline__ void rotary_any(const T* __restrict__ x, const T* __restrict__ cos_t,
@@ -283,8 +295,9 @@ __device__ __forceinline__ void rotary_any(const T* __restrict__ x, const T* __r
     const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
                      aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
     if (vec)
-        rotate_rows<T, N, OPSMITH_ROTARY_ROWS, FULL>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign,
-                                                     has_pos, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3, blk, nblk);
+        rotate_rows<T, N, FULL ? OPSMITH_ROTARY_ROWS : RotaryRows<T>::R, FULL>(
+            x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1, c2, c3, p0,
+            p1, p2, p3, blk, nblk);
     else
         rotate_rows<T, 1, 1, FULL>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2,
                                    s3, c0, c1, c2, c3, p0, p1, p2, p3, blk, nblk);

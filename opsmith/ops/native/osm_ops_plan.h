@@ -14,7 +14,7 @@ enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C
        C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
        C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS, C_C4_THREADS,
        C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_C4_FULL_SM_GBPS, C_SMALL_BWD_ROWS, C_SMALL_MIN_LANES,
-       C_C8_MAX_ROW_BYTES, C_LN_FULL2_MAX_ROW_BYTES, C_L2_ONE_ROW_BYTES, N_CONSTS };
+       C_C8_MAX_ROW_BYTES, C_LN_FULL2_MAX_ROW_BYTES, C_L2_ONE_ROW_BYTES, C_L2_ONE_CHUNKS, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -218,10 +218,11 @@ Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     const int64_t largest = std::min<int64_t>(K[C_L2_THREADS], pow2_at_least(p.max_threads_per_block + 1) / 2);
     int64_t threads = pow2_at_least(cdiv(cols / vec, K[C_L2_CHUNKS]));
     if (arrays == 1) threads = std::max(threads, std::min(K[C_L2_RMS_THREADS], pow2_at_least(cdiv(cols / vec, 2))));
-    // rows past L2_ONE_ROW_BYTES: one block an SM (the kernels' B = 1; unused shared memory keeps a second out)
-    int64_t one = p.smem_per_sm / 2 + 1024;
-    one = cols * itemsize > K[C_L2_ONE_ROW_BYTES] && one <= p.smem_optin ? one : 0;
-    return {S_L2, rows, 1, std::min(largest, threads), 1, one, 0, 0};
+    // rows past L2_ONE_ROW_BYTES in blocks of L2_THREADS: one block an SM (chunks L2_ONE_CHUNKS: the kernels' B = 1,
+    // whose registers keep a second out)
+    const int64_t bx = std::min(largest, threads);
+    const int64_t one = cols * itemsize > K[C_L2_ONE_ROW_BYTES] && bx == K[C_L2_THREADS] ? K[C_L2_ONE_CHUNKS] : 0;
+    return {S_L2, rows, 1, bx, 1, 0, 0, 0, 1, one};
 }
 
 // _launch_norm.norm_bwd_small_plan: the norm backwards of 1 to SMALL_BWD_ROWS rows in one launch (norm_small.cu),
