@@ -25,9 +25,10 @@
 // Each kernel's first template argument B: the blocks of OPSMITH_L2_THREADS an SM (__launch_bounds__). B = 2 as
 // above; B = 1 for rows past _launch.L2_ONE_ROW_BYTES, up to 64 registers and twice the chunks in flight
 // (OPSMITH_L2_UNROLL_ONE, _launch.L2_ONE_CHUNKS); its 48-64 registers keep a second block out (two such rows an SM
-// overflowed L2 before their second pass; tests/ops/test_ops_compile.py checks the count). H100 (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), fp32 2048x32768 GB/s:
-// rms_norm 2,546 (one block, 2 chunks) -> 2,728, layer_norm 2,261 (two blocks) -> 2,549, add_rms_norm 2,738 ->
-// 2,828; 8 chunks ran no faster (add_rms_norm spilled).
+// overflowed L2 before their second pass; tests/ops/test_ops_compile.py checks the count). H100
+// (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), fp32 2048x32768 GB/s: rms_norm 2,546 (one block, 2
+// chunks) -> 2,728, layer_norm 2,261 (two blocks) -> 2,549, add_rms_norm 2,738 -> 2,828; 8 chunks ran no faster
+// (add_rms_norm spilled).
 #define OPSMITH_L2_UNROLL_ONE 4
 
 namespace opsmith {

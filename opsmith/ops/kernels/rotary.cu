@@ -51,8 +51,9 @@
 #define OPSMITH_ROTARY_ROWS 1
 #endif
 #ifndef OPSMITH_ROTARY_ROWS_HALF
-// float16's rows a trip with half tables (its 2 rows hold 64 registers, bf16's 80). H100, rotary_qk on [1, heads, seq, 128] with
-// cos/sin [seq, 64] (bench/results/ops-l2-weights-h100-2026-11-27/rot2.json), GB/s at 1 -> 2 rows: float16
+// float16's rows a trip with half tables (its 2 rows hold 64 registers, bf16's 80). H100, rotary_qk on
+// [1, heads, seq, 128] with cos/sin [seq, 64] (bench/results/ops-l2-weights-h100-2026-11-27/rot2.json), GB/s at
+// 1 -> 2 rows: float16
 // 16384x4096 2,613 -> 2,750, 4096x16384 2,732 -> 2,866, 2048x32768 2,757 -> 2,881, 8192x8192 2,730 -> 2,851; bf16
 // 2,924 -> 2,672 and float32 2,975 -> 2,942 at 4096x16384 (both keep 1)
 #define OPSMITH_ROTARY_ROWS_HALF 2
