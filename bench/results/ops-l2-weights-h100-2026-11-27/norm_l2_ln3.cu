@@ -1,0 +1,272 @@
+// opsmith.ops LayerNorm, RMSNorm and add + RMSNorm forwards in two passes over a row held in L2 (the
+// "l2" strategy of opsmith/ops/_launch_norm.py's norm_l2_plan): one block a row, one 16-byte chunk a
+// thread a trip (U chunks with their loads issued together), few registers, so that an SM holds 2,048
+// threads. The first pass reads the row asking L2 to keep it (evict_last) and sums it; the second reads
+// it again, from L2 (the row was read a moment before: the rows in flight are a few MiB), asking L2 to
+// let it go first (evict_first), and writes y. HBM sees one read and one write of the row, as in the
+// register rows, at a fraction of their registers: the register rows of 16,384 bf16 elements held one
+// 512-thread block an SM (or a 2-block cluster a row), too few bytes in flight. Widths a multiple of 16
+// bytes, 16-byte-aligned pointers (the plan's condition).
+//
+// layer_norm's variance: each thread keeps the exact mean and squared deviations of its chunks merged
+// one chunk at a time (Chan et al.), the block then adds the threads' sums for the mean and their
+// squared deviations about it (each thread's plus its count times its mean's distance from the row's):
+// as exact as the register rows' two passes, with no data-dependent shift (a shifted one-pass sum
+// failed the hard-rows GPU test).
+#include "common.cuh"
+
+#ifndef OPSMITH_L2_THREADS
+#define OPSMITH_L2_THREADS 1024  // the most threads a block (_launch.L2_THREADS)
+#endif
+// 16-byte chunks a thread a trip, their loads issued together. H200 (bench/diag_norm_l2.py,
+// bench/results/ops-norm-l2-h200-2026-11-26/variants.txt): 2 ran 1.05-1.45x as fast as 1 and 1.1-1.5x as 4;
+// 32 registers a thread (2,048 threads an SM) beat 64 by 5-30 % but for fp32 at 8192x8192 (even).
+#define OPSMITH_L2_UNROLL 2
+// Each kernel's first template argument B: the blocks of OPSMITH_L2_THREADS an SM (__launch_bounds__). B = 2 as
+// above; B = 1 for rows past _launch.L2_ONE_ROW_BYTES (the plan's shared-memory padding keeps a second block out:
+// two such rows an SM overflowed L2 before their second pass), up to 64 registers and twice the chunks in flight
+// (OPSMITH_L2_UNROLL_ONE). H100 (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), fp32 2048x32768 GB/s:
+// rms_norm 2,546 (one block, 2 chunks) -> 2,728, layer_norm 2,261 (two blocks) -> 2,549, add_rms_norm 2,738 ->
+// 2,828; 8 chunks ran no faster (add_rms_norm spilled).
+#define OPSMITH_L2_UNROLL_ONE 4
+#ifndef OPSMITH_L2_LN_PASS2_ONE
+#define OPSMITH_L2_LN_PASS2_ONE 2
+#endif
+#ifndef OPSMITH_L2_LN_PASS2
+#define OPSMITH_L2_LN_PASS2 1
+#endif
+
+namespace opsmith {
+
+// The L2 eviction policies of the two passes (sm_80+; older devices load plainly)
+__device__ __forceinline__ unsigned long long l2_keep() {
+    unsigned long long p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+__device__ __forceinline__ unsigned long long l2_first() {
+    unsigned long long p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+// 16 bytes at p under L2 policy `pol` (without the hints: 1-6 % slower on 12 of 15 bf16 and fp32
+// shapes, up to 3 % faster on the others; same run)
+__device__ __forceinline__ Raw ld_l2(const void* p, unsigned long long pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    Raw r;
+    asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p), "l"(pol));
+    return r;
+#else
+    return *reinterpret_cast<const Raw*>(p);
+#endif
+}
+
+// ld_l2 of memory this kernel stored (st_l2): ordered after those stores
+__device__ __forceinline__ Raw ld_l2_own(const void* p, unsigned long long pol) {
+    Raw r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p), "l"(pol) : "memory");
+#else
+    asm volatile("" ::: "memory");
+    r = *reinterpret_cast<const volatile Raw*>(p);
+#endif
+    return r;
+}
+// 16 bytes to p under L2 policy `pol`
+__device__ __forceinline__ void st_l2(void* p, const Raw& r, unsigned long long pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
+                 :: "l"(p), "r"(r.u[0]), "r"(r.u[1]), "r"(r.u[2]), "r"(r.u[3]), "l"(pol) : "memory");
+#else
+    *reinterpret_cast<Raw*>(p) = r;
+#endif
+}
+
+}  // namespace opsmith
+
+using namespace opsmith;
+
+// A block's row (one a block: norm_l2_plan takes up to 2^31 - 1 rows; a grid-stride loop over rows took
+// registers past the 32 and ran 10-30 % slower), its setup, and the trips of a thread over the row's nv
+// chunks: chunk c0 + u * tpr for u < U
+#define OPSMITH_L2_ROW OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE : OPSMITH_L2_UNROLL)
+#define OPSMITH_L2_ROW_U(UU)                                                 \
+    constexpr int N = Vec<T>::N, U = (UU);                                    \
+    const int tpr = blockDim.x, t = threadIdx.x, nv = cols / N;               \
+    const unsigned long long keep = l2_keep(), first = l2_first();            \
+    const long long row = blockIdx.x;
+#define OPSMITH_L2_TRIPS for (int c0 = t; c0 < nv; c0 += U * tpr)
+#define OPSMITH_L2_IN(u) (c0 + (u) * tpr < nv)
+#define OPSMITH_L2_LOAD(r, pol)                                                                         \
+    Raw r[U];                                                                                           \
+    _Pragma("unroll") for (int u = 0; u < U; ++u)                                                       \
+        if (OPSMITH_L2_IN(u)) r[u] = ld_l2(xr + (long long)(c0 + u * tpr) * N, pol);
+
+template <int B, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
+layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                  A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
+    OPSMITH_L2_ROW
+    const T* xr = x + row * cols;
+    T* yr = y + row * cols;
+    A mu = A(0), m2 = A(0);
+    int cnt = 0;  // chunks merged into (mu, m2)
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(r, keep)
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            A s = A(0);
+#pragma unroll
+            for (int k = 0; k < N; ++k) s += raw_get<T>(r[u], k);
+            const A cm = s * (A(1) / A(N));
+            A q = A(0);
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A d = raw_get<T>(r[u], k) - cm;
+                q += d * d;
+            }
+            ++cnt;
+            const A f = A(1) / A(cnt), delta = cm - mu;
+            mu += delta * f;
+            m2 += q + delta * delta * (A(N) * A(cnt - 1) * f);
+        }
+    }
+    const A n_t = A(N) * A(cnt);
+    const A mu_row = row_allreduce<true>(mu * n_t, SumOp(), A(0), tpr) / A(cols);
+    const A dm = mu - mu_row;
+    const A var = row_allreduce<true>(m2 + n_t * dm * dm, SumOp(), A(0), tpr) / A(cols);
+    const A rs = m_rsqrt(var + eps);
+    if (t == 0) {
+        mean[row] = mu_row;
+        rstd[row] = rs;
+    }
+    // the second pass: V chunks a trip, x's loads (from L2) issued with w's and b's, before the math (loaded in the
+    // loop below, as before, each chunk waited for its own w and b: ptxas kept the loads there)
+    constexpr int V = B == 1 ? OPSMITH_L2_LN_PASS2_ONE : OPSMITH_L2_LN_PASS2;
+    for (int c0 = t; c0 < nv; c0 += V * tpr) {
+        Raw r[V], wr[V], br[V];
+#pragma unroll
+        for (int u = 0; u < V; ++u) {
+            const long long j = (long long)(c0 + u * tpr) * N;
+            const bool in = c0 + u * tpr < nv;
+            if (in) r[u] = ld_l2(xr + j, first);
+            wr[u] = has_w && in ? ld_l2(w + j, keep) : Raw{};
+            br[u] = has_b && in ? ld_l2(b + j, keep) : Raw{};
+        }
+#pragma unroll
+        for (int u = 0; u < V; ++u) {
+            if (c0 + u * tpr >= nv) break;
+            A o[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                A v = (raw_get<T>(r[u], k) - mu_row) * rs;
+                if (has_w) v *= raw_get<T>(wr[u], k);
+                if (has_b) v += raw_get<T>(br[u], k);
+                o[k] = v;
+            }
+            *reinterpret_cast<Raw*>(yr + (long long)(c0 + u * tpr) * N) = raw_pack<T>(o);
+        }
+    }
+}
+
+// rms_norm's and add_rms_norm's second pass: y = v * rs (* w) over the row at src, read back from L2 under
+// `pol` (OWN: a row this kernel stored, read after those stores)
+template <int U, bool OWN, class T, class A>
+__device__ __forceinline__ void rms_scale_pass(const T* src, const T* __restrict__ w, T* __restrict__ yr, A rs,
+                                               int has_w, int nv, int tpr, int t, unsigned long long pol,
+                                               unsigned long long keep) {
+    constexpr int N = Vec<T>::N;
+    OPSMITH_L2_TRIPS {
+        Raw r[U], wr[U];  // w's loads issued with the row's (as layer_norm's)
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const long long j = (long long)(c0 + u * tpr) * N;
+            if (OPSMITH_L2_IN(u)) r[u] = OWN ? ld_l2_own(src + j, pol) : ld_l2(src + j, pol);
+            wr[u] = has_w && OPSMITH_L2_IN(u) ? ld_l2(w + j, keep) : Raw{};
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            A o[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A v = raw_get<T>(r[u], k) * rs;
+                o[k] = has_w ? v * raw_get<T>(wr[u], k) : v;
+            }
+            *reinterpret_cast<Raw*>(yr + (long long)(c0 + u * tpr) * N) = raw_pack<T>(o);
+        }
+    }
+}
+
+template <int B, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
+rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
+                long long rows, int cols, A eps, int has_w) {
+    OPSMITH_L2_ROW
+    const T* xr = x + row * cols;
+    T* yr = y + row * cols;
+    A q = A(0);
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(r, keep)
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A v = raw_get<T>(r[u], k);
+                q += v * v + nonfinite(v);  // an inf makes the row NaN, as torch's
+            }
+        }
+    }
+    const A rs = m_rsqrt(row_allreduce<true>(q, SumOp(), A(0), tpr) / A(cols) + eps);
+    if (t == 0) rstd[row] = rs;
+    rms_scale_pass<U, false>(xr, w, yr, rs, has_w, nv, tpr, t, first, keep);
+}
+
+// add_rms_norm's forward (fused_norm.cu's math): the first pass reads x and residual (their only read),
+// writes s = x + residual, rounded to T, as the new residual asking L2 to keep it, and sums its squares;
+// the second reads s back from L2 and writes y. HBM: x and residual read, s and y written, the floor.
+// One chunk of each a trip (two loads in flight, as the others' two chunks): at two it spilled (B = 1: two).
+template <int B, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
+add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                    T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
+                    A eps, int has_w) {
+    OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE / 2 : 1)
+    const T* xr = x + row * cols;
+    const T* rr = residual + row * cols;
+    T* sr = residual_out + row * cols;
+    T* yr = y + row * cols;
+    A q = A(0);
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(a, first)
+        Raw b[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (OPSMITH_L2_IN(u)) b[u] = ld_l2(rr + (long long)(c0 + u * tpr) * N, first);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            A v[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = raw_get<T>(a[u], k) + raw_get<T>(b[u], k);
+            const Raw p = raw_pack<T>(v);  // rounded to T, as the residual stream holds it
+            st_l2(sr + (long long)(c0 + u * tpr) * N, p, keep);
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const A e = raw_get<T>(p, k);
+                q += e * e + nonfinite(e);  // an inf makes the row NaN, as rms_norm's
+            }
+        }
+    }
+    const A rs = m_rsqrt(row_allreduce<true>(q, SumOp(), A(0), tpr) / A(cols) + eps);
+    if (t == 0) rstd[row] = rs;
+    rms_scale_pass<U, true>(sr, w, yr, rs, has_w, nv, tpr, t, first, keep);
+}
