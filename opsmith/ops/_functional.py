@@ -205,8 +205,8 @@ def softmax_fwd(x):
             _kernel("softmax.cu", "softmax_fwd_long<{T}>", x).launch(
                 _launch.launch_config(plan), x, y, rows, cols, plan.cache)
         elif plan.strategy == "cluster":
-            _kernel("softmax_cluster.cu", f"softmax_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", x).launch(
-                _launch.launch_config(plan), x, y, rows, cols)
+            k = _kernel("softmax_cluster.cu", f"softmax_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", x)
+            k.launch(_launch.launch_config(_resident(k, plan)), x, y, rows, cols)
         else:
             aligned, wide = (x.data_ptr() | y.data_ptr()) % 16 == 0, plan.strategy == "wide"
             name = "softmax_fwd_wide" if wide else "softmax_fwd"
@@ -236,8 +236,8 @@ def softmax_bwd(grad_y, y):
             _kernel("softmax.cu", "softmax_bwd_long<{T}>", y).launch(
                 _launch.launch_config(plan), g, y, dx, rows, cols, plan.cache)
         elif plan.strategy == "cluster":
-            _kernel("softmax_cluster.cu", f"softmax_bwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", y).launch(
-                _launch.launch_config(plan), g, y, dx, rows, cols)
+            k = _kernel("softmax_cluster.cu", f"softmax_bwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", y)
+            k.launch(_launch.launch_config(_resident(k, plan)), g, y, dx, rows, cols)
         else:
             chunks = plan.chunks or _launch.WIDE_CHUNKS  # WIDE8_CHUNKS: float rows past WIDE_CHUNKS
             name = f"softmax_bwd_wide<{{T}}, {chunks}>" if plan.strategy == "wide" else "softmax_bwd<{T}>"
@@ -268,7 +268,22 @@ def _dim(x, dim: int) -> int:
     return dim % nd
 
 
-# -- what the norms (_norms.py), add_rms_norm and cross_entropy share ----------------------------------
+# -- what the norms (_norms.py), add_rms_norm, softmax and cross_entropy share ---------------------------
+
+def _resident(k, plan):
+    """``plan`` of kernel ``k``, a persistent cluster plan (``"cluster"``: the norms', add_rms_norm's and softmax's)
+    with no more clusters than the device holds at once (``Kernel.active_clusters``; the plans count SMs, but a
+    cluster's blocks share a GPC and GPCs leave SMs over): the clusters past that ran after the others, their rows'
+    time twice. H100, float32 2048x32768
+    rms_norm backward, 8 blocks of 512 threads (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows2.json):
+    16 clusters (the SMs' count) 463 us, 14 299; 4096x16384 at 256 threads (the driver: 30 at once): 33 386 us,
+    28 291 (fp32rows3.json, as shipped: 293.2 and 290.1)."""
+    if plan.strategy != "cluster":
+        return plan
+    held = k.active_clusters(_launch.launch_config(plan))
+    return plan._replace(grid=(held * plan.cluster,)) if 0 < held < plan.grid[0] // plan.cluster else plan
+
+
 def _rows_cols(x, normalized_shape: Sequence[int], op: str) -> tuple[int, int]:
     shape = tuple(int(s) for s in normalized_shape)
     if tuple(x.shape[x.dim() - len(shape):]) != shape or len(shape) > x.dim():

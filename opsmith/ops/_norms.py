@@ -3,7 +3,7 @@ norm_cluster.cu, norm_l2.cu, norm_split.cu and norm_small.cu (the strategy from 
 from __future__ import annotations
 
 from opsmith.ops import _launch, _launch_norm
-from opsmith.ops._functional import _kernel, _rows_cols, _stats_dtype
+from opsmith.ops._functional import _kernel, _resident, _rows_cols, _stats_dtype
 
 __all__ = ["layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd"]
 
@@ -100,19 +100,6 @@ def _new_grad(x, shape, written: bool, other):
 
 def _or(t, other):
     return t if t is not None else other
-
-
-def _resident(k, plan):
-    """``plan`` of kernel ``k``, a persistent cluster plan (``"cluster"``) with no more clusters than the device
-    holds at once (``Kernel.active_clusters``; the plans count SMs, but a cluster's blocks share a GPC and GPCs
-    leave SMs over): the clusters past that ran after the others, their rows' time twice. H100, float32 2048x32768
-    rms_norm backward, 8 blocks of 512 threads (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows2.json):
-    16 clusters (the SMs' count) 463 us, 14 299; 4096x16384 at 256 threads (the driver: 30 at once): 33 386 us,
-    28 291 (fp32rows3.json, as shipped: 293.2 and 290.1)."""
-    if plan.strategy != "cluster":
-        return plan
-    held = k.active_clusters(_launch.launch_config(plan))
-    return plan._replace(grid=(held * plan.cluster,)) if 0 < held < plan.grid[0] // plan.cluster else plan
 
 
 def _partials(plan, cols: int, rstd, wanted: bool):

@@ -499,6 +499,33 @@ def test_cluster_grids_fit_the_clusters_the_device_holds():
     assert _norms._resident(k, plan).grid[0] == 8 * min(held, plan.grid[0] // 8)
 
 
+def test_softmax_cluster_grids_fit_the_clusters_the_device_holds():
+    """softmax's 4-block cluster forward (16-bit rows of 16,385-20,480) and 2-block backward take at most the clusters
+    the driver says the device holds at once (_functional._resident, as the norms'), and still compute every row."""
+    props = _launch.device_props(torch.cuda.current_device())
+    if not props.clusters:
+        pytest.skip("thread-block clusters need sm_90+")
+    from opsmith.ops import _functional, _sources
+    for arrays, cols, name in ((1, 18432, "softmax_fwd_cluster<{K}, {C}, {{T}}>"),
+                               (2, 18432, "softmax_bwd_cluster<{K}, {C}, {{T}}>")):
+        plan = _launch.softmax_plan(4096, cols, 2, arrays, props)
+        assert plan.strategy == "cluster"
+        k = _sources.kernel("softmax_cluster.cu", name.format(K=plan.cluster, C=plan.chunks), "bfloat16",
+                            torch.cuda.current_device())
+        held = k.active_clusters(_launch.launch_config(plan))
+        assert 1 <= held and held * plan.cluster * plan.block[0] <= props.sm_count * props.max_threads_per_sm
+        fitted = _functional._resident(k, plan)
+        assert fitted.grid[0] == plan.cluster * min(held, plan.grid[0] // plan.cluster)
+    x = torch.randn(4096, 18432, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = ops.softmax(x, -1)
+    torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=2e-2)
+    g = torch.randn_like(y)
+    (dx,) = torch.autograd.grad(y, x, g)
+    yr = torch.softmax(x.double(), -1)
+    want = yr * (g.double() - (g.double() * yr).sum(-1, keepdim=True))
+    torch.testing.assert_close(dx.double(), want, atol=2e-3, rtol=3e-2)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_l2_rows_of_one_block_an_sm_hold_one_block_an_sm(dtype):
     """norm_l2.cu's kernels of B = 1 (rows past 80 KiB; their plans pad no shared memory): the driver's occupancy of

@@ -106,17 +106,17 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         const bool aligned = aligned16(xp) && aligned16(yp);
         const bool wide_full = aligned && fills_chunks(p, c, isz, K[C_WIDE_CHUNKS]);
         const bool reg_full = aligned && fills_chunks(p, c, isz, K[C_ROW_CHUNKS]);
-        launch(p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
-               : wide3                   ? (wide_full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
-               : p.strategy == S_WIDE    ? (p.chunks == 2 * K[C_WIDE_CHUNKS]          ? SOFTMAX_FWD_WIDE8
-                                            : wide_full && p.bx <= K[C_C4_THREADS] ? SOFTMAX_FWD_WIDEF
-                                                                                   : SOFTMAX_FWD_WIDE)
-               : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2
-                                            : p.cluster == 4            ? SOFTMAX_FWD_CL4W
-                                                                        : SOFTMAX_FWD_CL2W)
-               : reg_full                ? SOFTMAX_FWD_FULL
-                                         : SOFTMAX_FWD,
-               dt, dev, p, params);
+        const int k = p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
+                      : wide3                   ? (wide_full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
+                      : p.strategy == S_WIDE    ? (p.chunks == 2 * K[C_WIDE_CHUNKS]          ? SOFTMAX_FWD_WIDE8
+                                                   : wide_full && p.bx <= K[C_C4_THREADS] ? SOFTMAX_FWD_WIDEF
+                                                                                          : SOFTMAX_FWD_WIDE)
+                      : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2
+                                                   : p.cluster == 4            ? SOFTMAX_FWD_CL4W
+                                                                               : SOFTMAX_FWD_CL2W)
+                      : reg_full                ? SOFTMAX_FWD_FULL
+                                                : SOFTMAX_FWD;
+        launch(k, dt, dev, resident(k, dt, dev, p), params);  // (_functional._resident: cluster plans only)
     }
     return y;
 }
@@ -138,11 +138,12 @@ at::Tensor softmax_backward_last(const at::Tensor &grad, const at::Tensor &y_) {
         void *gp = g.data_ptr(), *yp = y.data_ptr(), *dp = dx.data_ptr();
         int cache = p.cache;
         void *params[] = {&gp, &yp, &dp, &rows, &cols, &cache};
-        launch(p.strategy == S_LONG      ? SOFTMAX_BWD_LONG
-               : p.strategy == S_WIDE    ? (p.chunks == 2 * K[C_WIDE_CHUNKS] ? SOFTMAX_BWD_WIDE8 : SOFTMAX_BWD_WIDE)
-               : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_BWD_CL2 : SOFTMAX_BWD_CL2W)
-                                         : SOFTMAX_BWD,
-               dt, dev, p, params);
+        const int k = p.strategy == S_LONG      ? SOFTMAX_BWD_LONG
+                      : p.strategy == S_WIDE    ? (p.chunks == 2 * K[C_WIDE_CHUNKS] ? SOFTMAX_BWD_WIDE8
+                                                                                     : SOFTMAX_BWD_WIDE)
+                      : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_BWD_CL2 : SOFTMAX_BWD_CL2W)
+                                                : SOFTMAX_BWD;
+        launch(k, dt, dev, resident(k, dt, dev, p), params);
     }
     return dx;
 }
