@@ -274,10 +274,11 @@ def _resident(k, plan):
     """``plan`` of kernel ``k``, a persistent cluster plan (``"cluster"``: the norms', add_rms_norm's and softmax's)
     with no more clusters than the device holds at once (``Kernel.active_clusters``; the plans count SMs, but a
     cluster's blocks share a GPC and GPCs leave SMs over): the clusters past that ran after the others, their rows'
-    time twice. H100, float32 2048x32768
-    rms_norm backward, 8 blocks of 512 threads (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows2.json):
-    16 clusters (the SMs' count) 463 us, 14 299; 4096x16384 at 256 threads (the driver: 30 at once): 33 386 us,
-    28 291 (fp32rows3.json, as shipped: 293.2 and 290.1)."""
+    time twice. H100, float32 2048x32768 rms_norm backward, 8 blocks of 512 threads
+    (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows2.json): 16 clusters (the SMs' count) 463 us, 14 299;
+    4096x16384 at 256 threads (the driver: 30 at once): 33 386 us, 28 291 (fp32rows3.json, as shipped: 293.2 and
+    290.1). softmax's plans ask no more than an H100 holds (bench/results/ops-l2-weights-h100-2026-11-27/smx.json).
+    """
     if plan.strategy != "cluster":
         return plan
     held = k.active_clusters(_launch.launch_config(plan))
