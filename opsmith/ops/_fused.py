@@ -72,7 +72,7 @@ def add_rms_norm_cuda(x, residual, normalized_shape, weight=None, eps: float | N
     y, s = torch.empty_like(x), torch.empty_like(x)
     rstd = torch.empty(rows, dtype=fn._stats_dtype(x), device=x.device)
     k = _sources.kernel(file, name, fn._dtype_name(x, "add_rms_norm"), x.get_device())
-    plan = _norms._resident(k, plan)
+    plan = fn._resident(k, plan)
     k.launch(_launch.launch_config(plan), x, residual, w, y, s, rstd, rows, cols, float(eps), int(weight is not None))
     return y, s, rstd
 

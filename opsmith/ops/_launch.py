@@ -361,7 +361,7 @@ def norm_cluster_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, b
     ran bf16 forwards 1.16-1.96x and forward + backward 1.56-2.0x as fast, fp32 0.95-1.26x and 1.60-1.94x; the 4-chunk
     forwards 1.08x (bf16 rms_norm) and 1.69x (layer_norm), but 0.85-1.09x at fp32, which keeps long there; K = 8
     forwards ran 0.74-0.95x. H100, the backwards of 8 blocks of 512 threads on as many clusters as the device holds
-    (_norms._resident), against long (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows3.json): fp32 2048x32768
+    (_functional._resident), against long (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows3.json): fp32 2048x32768
     rms_norm 648.7 -> 293.2 us, layer_norm 660.5 -> 297.1; bf16 2048x65536 703.7 -> 307.6, 722.6 -> 482.9.
     Both directions are persistent: as many clusters as the SMs hold at once (``ROW_THREADS * CLUSTER_FWD_BLOCKS``
     threads an SM forward, ``ROW_THREADS * ROW_BWD_BLOCKS`` backward; the launch lowers that to the driver's count),

@@ -143,7 +143,7 @@ def _init(lib, cuda: bool) -> None:
         if cuda_lib is None or not hasattr(cuda_lib, "aoti_torch_get_current_cuda_stream"):
             raise OpsmithError("this torch has no aoti_torch_get_current_cuda_stream (torch >= 2.4 with CUDA does)")
         fns.append(ctypes.cast(cuda_lib.aoti_torch_get_current_cuda_stream, ctypes.c_void_p).value)
-        clusters = getattr(drv, "cuOccupancyMaxActiveClusters", None)  # CUDA 12.0+ (_norms._resident)
+        clusters = getattr(drv, "cuOccupancyMaxActiveClusters", None)  # CUDA 12.0+ (_functional._resident)
         fns.append(ctypes.cast(clusters, ctypes.c_void_p).value if clusters is not None else None)
     numbers = consts()
     cb = _PREPARE(_prepare)

@@ -485,18 +485,18 @@ def test_the_sweep_covers_every_strategy():
 
 
 def test_cluster_grids_fit_the_clusters_the_device_holds():
-    """_norms._resident on the device: the driver's count of resident clusters (Kernel.active_clusters) for the
+    """_functional._resident on the device: the driver's count of resident clusters (Kernel.active_clusters) for the
     float rms_norm backward of 32,768 columns (8 blocks of 512 threads) is at least one and at most the SMs allow,
     and the fitted plan keeps no more clusters than that."""
     props = _launch.device_props(torch.cuda.current_device())
     if not props.clusters:
         pytest.skip("thread-block clusters need sm_90+")
-    from opsmith.ops import _norms, _sources
+    from opsmith.ops import _functional, _sources
     plan = _launch.norm_cluster_plan(4096, 32768, 4, props, True)
     k = _sources.kernel("norm_cluster.cu", "rms_norm_bwd_cluster<8, {T}, {A}>", "float32", torch.cuda.current_device())
     held = k.active_clusters(_launch.launch_config(plan))
     assert 1 <= held <= props.sm_count // 8
-    assert _norms._resident(k, plan).grid[0] == 8 * min(held, plan.grid[0] // 8)
+    assert _functional._resident(k, plan).grid[0] == 8 * min(held, plan.grid[0] // 8)
 
 
 def test_softmax_cluster_grids_fit_the_clusters_the_device_holds():

@@ -494,14 +494,14 @@ class _Held:
 
 @pytest.mark.parametrize("held, groups", [(14, 14), (16, 16), (30, 16), (0, 16), (1, 1)])
 def test_cluster_grids_shrink_to_the_clusters_the_device_holds(held, groups):
-    """_norms._resident: a persistent cluster plan (here the float rms_norm backward of 32,768 columns on an H100:
+    """_functional._resident: a persistent cluster plan (here the float rms_norm backward of 32,768 columns on an H100:
     8 blocks of 512 threads, 16 clusters by the SM count) keeps no more clusters than the driver says the device
     holds at once; a count of 0 (the driver cannot say) or more keeps the plan."""
-    from opsmith.ops import _norms
+    from opsmith.ops import _functional
     plan = _launch.norm_cluster_plan(4096, 32768, 4, H100, True)
     assert (plan.cluster, plan.block, plan.grid) == (8, (512, 1), (16 * 8,))
     k = _Held(held)
-    fitted = _norms._resident(k, plan)
+    fitted = _functional._resident(k, plan)
     assert fitted._replace(grid=plan.grid) == plan and fitted.grid == (groups * 8,)
     assert k.asked == [_launch.launch_config(plan)]
 

@@ -210,7 +210,7 @@ struct ExConfig {
 std::mutex held_mutex;
 std::map<std::array<int64_t, 5>, int> held_clusters;  // (kernel, dtype, device, block, smem) -> clusters held at once
 
-// _norms._resident: a persistent cluster plan of kernel k with no more clusters than the device holds at once (the
+// _functional._resident: a persistent cluster plan of kernel k with no more clusters than the device holds at once (the
 // driver's count, asked once a kernel, dtype, device and block): the clusters past it ran after the others
 Plan resident(int k, int dt, int dev, Plan p) {
     if (p.strategy != S_CLUSTER || !api.active_clusters) return p;
