@@ -111,11 +111,10 @@ ROTARY_ROWS = 1  # OPSMITH_ROTARY_ROWS in kernels/rotary.cu
 ROTARY_ROWS_HALF = 2  # OPSMITH_ROTARY_ROWS_HALF: float16's
 
 
-def rows_a_trip(dtype, full: bool) -> int:
-    """The rows a thread of rotary.cu's vector path takes a trip for ``dtype`` (a torch dtype) with full tables or
-    half ones."""
-    import torch
-    return ROTARY_ROWS_HALF if dtype == torch.float16 and not full else ROTARY_ROWS
+def rows_a_trip(dtype: str, full: bool) -> int:
+    """The rows a thread of rotary.cu's vector path takes a trip for ``dtype`` (its name: ``"float16"``, as the
+    kernel lookup takes it) with full tables or half ones."""
+    return ROTARY_ROWS_HALF if dtype == "float16" and not full else ROTARY_ROWS
 
 
 @functools.lru_cache(maxsize=4096)
@@ -210,10 +209,9 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
         return y
     d = x.shape[-1]
     cos, sin, pos = _tables(x, cos, sin, positions)
-    plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()),
-                 rows_a_trip(x.dtype, full))
-    k = _sources.kernel("rotary.cu", "rotary_full<{T}>" if full else "rotary<{T}>",
-                        fn._dtype_name(x, "rotary_embedding"), x.get_device())
+    dt = fn._dtype_name(x, "rotary_embedding")
+    plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()), rows_a_trip(dt, full))
+    k = _sources.kernel("rotary.cu", "rotary_full<{T}>" if full else "rotary<{T}>", dt, x.get_device())
     k.launch(_launch.launch_config(plan), xk, cos, sin, pos, yk, rows, d, half, int(interleaved), sign,
              int(positions is not None), *lead)
     return y
@@ -238,11 +236,11 @@ def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, si
                 rotary_cuda(k, cos, sin, positions, interleaved, sign) if rows_k else yk)
     d = q.shape[-1]
     cos, sin, pos = _tables(q, cos, sin, positions)
+    dt = fn._dtype_name(q, "rotary_embedding_qk")
     plan = _plan(max(rows_q, rows_k), d, half, q.element_size(), _launch.device_props(q.get_device()),
-                 rows_a_trip(q.dtype, full))
+                 rows_a_trip(dt, full))
     plan = plan._replace(grid=(2 * min(plan.grid[0], 2**30 - 1),))  # even blocks q, odd blocks k
-    kern = _sources.kernel("rotary.cu", "rotary_qk_full<{T}>" if full else "rotary_qk<{T}>",
-                           fn._dtype_name(q, "rotary_embedding_qk"), q.get_device())
+    kern = _sources.kernel("rotary.cu", "rotary_qk_full<{T}>" if full else "rotary_qk<{T}>", dt, q.get_device())
     kern.launch(_launch.launch_config(plan), qk_, kk, cos, sin, pos, yqk, ykk, rows_q, rows_k, d, half,
                 int(interleaved), sign, int(positions is not None), *lead_q, *lead_k)
     return yq, yk
