@@ -60,7 +60,8 @@ L2_ONE_CHUNKS = 4  # OPSMITH_L2_UNROLL_ONE in norm_l2.cu: B = 1's chunks a trip 
 C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu (softmax.cu): the most threads a block of *_fwd_c4 (wide_full)
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
 LN_FULL2_MAX_ROW_BYTES = 4096  # layer_norm_full2_plan: layer_norm's 16-bit rows up to this at 2 chunks a thread, full
-C4_FULL_SM_GBPS = 30  # norm_c4_plan: rows of exactly L2_MIN_ROW_BYTES too, on devices of at most this DRAM GB/s an SM
+LOW_BW_SM_GBPS = 30  # _launch_norm.low_bandwidth_per_sm: at most this DRAM GB/s an SM (H100 25, H200 36)
+LN_FULL2_HIGH_BW_ROWS = 4096  # layer_norm_full2_plan: its rows on the other devices, at most this many
 SMALL_BWD_ROWS = 1024  # norm_bwd_small_plan: the norm backwards of 1 to this many rows take norm_small.cu's one launch
 C8_MAX_ROW_BYTES = 32768  # norm_c8_plan: norm forward rows past L2_MIN_ROW_BYTES up to this: 8 chunks a thread
 C8K_THREADS = 512     # OPSMITH_C8K_THREADS in fused_norm.cu: add_rms_c8_plan's most threads (64 KiB rows)

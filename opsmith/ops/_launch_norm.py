@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (C4_FULL_SM_GBPS, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
+from opsmith.ops._launch import (C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS, L2_ONE_CHUNKS,
                                  L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES,
-                                 LN_FWD4_CHUNKS,
-                                 LN_WIDE_TPR, NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS,
-                                 SMALL_MIN_LANES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least,
+                                 LN_FULL2_HIGH_BW_ROWS, LN_FWD4_CHUNKS, LN_WIDE_TPR,
+                                 LOW_BW_SM_GBPS, NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS,
+                                 SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least,
                                  full_rows, row_plan)
 
 __all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "l2_kernel", "layer_norm_full2_plan", "layer_norm_fwd4_plan",
-           "layer_norm_kernel", "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
+           "layer_norm_kernel", "low_bandwidth_per_sm", "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan",
+           "norm_l2_plan"]
+
+
+def low_bandwidth_per_sm(props: DeviceProps) -> bool:
+    """Whether ``props``' DRAM bandwidth is known and at most ``LOW_BW_SM_GBPS`` an SM (H100 25: yes; H200 36,
+    B200 54, a device that does not report it: no). Such a device fills its DRAM with fewer bytes in flight an SM:
+    the forwards' plans that hold fewer (c4 at 16 KiB rows, c8, layer_norm's full2) win there and lose elsewhere."""
+    return 0 < props.mem_gbps <= LOW_BW_SM_GBPS * props.sm_count
 
 
 @functools.lru_cache(maxsize=4096)
@@ -47,19 +55,22 @@ def norm_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     3,531 -> 3,636, 2048x8192 3,434 -> 3,632; float layer_norm 65536x1024 3,705 -> 4,051. Float rms_norm ran
     as fast or up to 1.5 % slower (it keeps 2), and so did several rows a block.
 
-    Rows of exactly ``L2_MIN_ROW_BYTES`` (bf16 8,192, float 4,096) too where the device's DRAM bandwidth is at
-    most ``C4_FULL_SM_GBPS`` an SM (``DeviceProps.mem_gbps``); the callers try this plan before
-    ``norm_l2_plan``. bench/diag_fwd_16k.py (bench/results/ops-h100-2026-11-27/), GB/s of the two plans at
-    those rows, L2 flushed: H100 (25 GB/s an SM) layer_norm 1.07-1.14x the L2 rows', rms_norm 1.00-1.09x;
-    H200 (36 GB/s an SM) 0.94-1.03x and 0.96-1.05x, slower from 8,192 rows: its L2 rows keep more bytes in
-    flight. A device whose bandwidth is not known keeps the L2 rows.
+    Rows of exactly ``L2_MIN_ROW_BYTES`` (bf16 8,192, float 4,096) too: layer_norm's (``arrays`` 2) on every
+    device, rms_norm's where the device's DRAM bandwidth is at most ``LOW_BW_SM_GBPS`` an SM
+    (:func:`low_bandwidth_per_sm`); the callers try this plan before ``norm_l2_plan``. bench/diag_fwd_16k.py
+    (bench/results/ops-h100-2026-11-27/), GB/s of the two plans at those rows, L2 flushed: H100 (25 GB/s an SM)
+    layer_norm 1.07-1.14x the L2 rows', rms_norm 1.00-1.09x; H200 (36 GB/s an SM) then 0.94-1.03x and 0.96-1.05x.
+    Since layer_norm's 4-chunk rows read w and b a chunk at a time, the H200 runs them 1.06-1.07x the L2 rows'
+    (bf16 8192x8192, 32768x8192, fp32 16384x4096; bench/results/ops-h200-2026-12-01/plans-rules-h200.json), and
+    rms_norm's 0.98-1.00x: its L2 rows keep more bytes in flight. A device whose bandwidth is not known keeps
+    rms_norm's L2 rows.
 
     layer_norm's callers try :func:`layer_norm_full2_plan` first: its 16-bit rows of 2 to 4 KiB that fill 2 chunks
     a thread (aligned) run faster at 2 chunks."""
     vec = 16 // itemsize
     if itemsize not in ((2, 4) if arrays == 2 else (2,)) or cols % vec:
         return None
-    top = L2_MIN_ROW_BYTES if 0 < props.mem_gbps <= C4_FULL_SM_GBPS * props.sm_count else L2_MIN_ROW_BYTES - 1
+    top = L2_MIN_ROW_BYTES if arrays == 2 or low_bandwidth_per_sm(props) else L2_MIN_ROW_BYTES - 1
     if not C4_MIN_ROW_BYTES <= cols * itemsize <= top:
         return None
     tpr = _pow2_at_least(_cdiv(cols // vec, 4))
@@ -75,8 +86,13 @@ def layer_norm_full2_plan(rows: int, cols: int, itemsize: int, props: DeviceProp
     each (the power-of-two widths), else None; the caller adds the pointers' alignment and tries it before
     :func:`norm_c4_plan`. The unchecked row at 2 chunks holds 56 registers where the 4-chunk one holds 80. H100, L2
     flushed (bench/diag_full_rows.py, two runs), against layer_norm_fwd_c4_full: bf16 2048x2048 1.09-1.12x, 2048x1024
-    1.04x, 65536x1024 1.01x, 16384x2048 1.00x, 512x1024 0.98x; from 4,096 columns 0.82-0.94x."""
-    if itemsize != 2 or not C4_MIN_ROW_BYTES <= cols * itemsize <= LN_FULL2_MAX_ROW_BYTES:
+    1.04x, 65536x1024 1.01x, 16384x2048 1.00x, 512x1024 0.98x; from 4,096 columns 0.82-0.94x. On devices of more
+    DRAM bandwidth an SM (not :func:`low_bandwidth_per_sm`) only up to ``LN_FULL2_HIGH_BW_ROWS`` rows: H200
+    (bench/diag_plans_bw.py, bench/results/ops-h200-2026-12-01/plans-rules-h200.json) 1.08-1.15x c4's on 256 to
+    4,096 rows of 1,024 and 256 to 1,024 of 2,048 (2048x2048 0.96x, 4096x2048 1.02x), 0.93-0.98x at 8,192 rows and
+    0.85-0.89x at 65,536 (bf16 65536x2048 3,443 against 4,040 GB/s)."""
+    if itemsize != 2 or not C4_MIN_ROW_BYTES <= cols * itemsize <= LN_FULL2_MAX_ROW_BYTES \
+            or (not low_bandwidth_per_sm(props) and rows > LN_FULL2_HIGH_BW_ROWS):
         return None
     p = row_plan(rows, cols, itemsize, 1, props)
     return p if full_rows(p, cols, itemsize, True) else None
@@ -89,7 +105,13 @@ def norm_c8_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Pla
     ``C8_MAX_ROW_BYTES`` in whole 16-byte vectors of 2- and 4-byte types, else None; the callers try it after
     ``norm_c4_plan`` and before ``norm_l2_plan`` (the row read twice, the second time from L2). H100, kernels
     alone (bench/diag_fwd_long1.py), the 32 KiB rows 1.01-1.06x the L2 rows'; at 64 KiB rms_norm 1.01-1.02x and
-    bf16 layer_norm 0.90x (it spills), which keep the L2 rows."""
+    bf16 layer_norm 0.90x (it spills), which keep the L2 rows. On devices of more DRAM bandwidth an SM
+    (:func:`low_bandwidth_per_sm`) it declines: H200 (bench/diag_plans_bw.py,
+    bench/results/ops-h200-2026-12-01/plans-h200.json) against the L2 rows, bf16 32 KiB rows layer_norm 0.95-0.96x,
+    rms_norm 0.96-1.00x; fp32 24 KiB (16384x6144) 0.90x and 0.91x; fp32 32 KiB layer_norm 0.99-1.01x, rms_norm
+    1.02x. (add_rms_norm's rows keep theirs there: 1.04-1.06x.)"""
+    if not low_bandwidth_per_sm(props):
+        return None
     return _c8(rows, cols, itemsize, props, C8_MAX_ROW_BYTES, C4_THREADS)
 
 
@@ -100,7 +122,8 @@ def add_rms_c8_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> 
     ``L2_MIN_ROW_BYTES`` up to ``C8_FUSED_MAX_ROW_BYTES`` in whole 16-byte vectors of 2- and 4-byte types, else
     None; the caller (which checks every pointer's alignment) tries it before ``norm_l2_plan``. H100, kernels alone
     (bench/results/ops-c8-h100-2026-11-27/long1.json): 1.026-1.036x the L2 rows' GB/s at 32 and 64 KiB (128
-    registers, no spills; layer_norm and rms_norm keep the L2 rows at 64 KiB, where they spill or gain 1 %)."""
+    registers, no spills; layer_norm and rms_norm keep the L2 rows at 64 KiB, where they spill or gain 1 %). On
+    every device: H200 (bench/results/ops-h200-2026-12-01/plans-h200.json) 1.04-1.06x the L2 rows' at 32-64 KiB."""
     return _c8(rows, cols, itemsize, props, C8_FUSED_MAX_ROW_BYTES, C8K_THREADS)
 
 

@@ -299,12 +299,17 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
 def test_norm_c8_plan_takes_rows_past_16_kib_up_to_32_kib_in_whole_vectors(props):
     """norm_c8_plan: rows of more than L2_MIN_ROW_BYTES up to C8_MAX_ROW_BYTES in whole 16-byte vectors of 2- and
     4-byte types, a block a row of 8 chunks a thread within norm.cu's OPSMITH_C4_THREADS (its launch bounds);
-    the row fits the block's registers. Everything else: None."""
+    the row fits the block's registers; on devices of at most LOW_BW_SM_GBPS of DRAM bandwidth an SM only (the H100
+    and A100: the H200's L2 rows ran faster, and a device whose bandwidth is not known keeps them). Everything
+    else: None."""
+    low = props in (H100, A100)
+    assert _launch_norm.low_bandwidth_per_sm(props) == low
     for rows, cols, itemsize in itertools.product((1, 300, 65536), (4096, 8192, 8196, 12000, 12288, 16384, 16392,
                                                                     32768), (2, 4, 8)):
         p = _launch_norm.norm_c8_plan(rows, cols, itemsize, props)
         vec = 16 // itemsize
-        if itemsize == 8 or cols % vec or not _launch.L2_MIN_ROW_BYTES < cols * itemsize <= _launch.C8_MAX_ROW_BYTES:
+        if itemsize == 8 or cols % vec or not _launch.L2_MIN_ROW_BYTES < cols * itemsize <= _launch.C8_MAX_ROW_BYTES \
+                or not low:
             assert p is None, (rows, cols, itemsize)
             continue
         tpr = p.block[0]
@@ -393,8 +398,9 @@ def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whol
 @pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
 def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_a_thread(props):
     """norm.cu's *_fwd_c4: rows of C4_MIN_ROW_BYTES up to L2_MIN_ROW_BYTES, and rows of exactly that (the
-    callers try it before norm_l2_plan) on devices of at most C4_FULL_SM_GBPS of DRAM bandwidth an SM (the
-    H100 and A100, not the H200 or a device whose bandwidth is not known), in whole 16-byte vectors, of
+    callers try it before norm_l2_plan): layer_norm's on every device, rms_norm's on devices of at most
+    LOW_BW_SM_GBPS of DRAM bandwidth an SM (the H100 and A100, not the H200 or a device whose bandwidth is not
+    known), in whole 16-byte vectors, of
     2-byte types (layer_norm, arrays 2: float too), one block a row of the least power of two threads that
     holds 4 chunks each, at most C4_THREADS; everything else keeps its plan (None)."""
     for rows, cols, itemsize, arrays in itertools.product(
@@ -402,14 +408,14 @@ def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_
         p = _launch_norm.norm_c4_plan(rows, cols, itemsize, props, arrays)
         vec = 16 // itemsize
         types = (2, 4) if arrays == 2 else (2,)
-        top = 16384 if props in (H100, A100) else 16383
+        top = 16384 if props in (H100, A100) or arrays == 2 else 16383  # layer_norm's 16 KiB rows: every device
         if itemsize not in types or cols % vec or not 2048 <= cols * itemsize <= top:
             assert p is None, (rows, cols, itemsize, arrays)
             continue
         tpr = p.block[0]
         assert p == _launch.Plan("block", (rows,), (tpr, 1), 0, 0)
         assert tpr & (tpr - 1) == 0 and 32 <= tpr <= _launch.C4_THREADS and tpr * 4 >= cols // vec > tpr * 2
-    assert (_launch.C4_MIN_ROW_BYTES, _launch.L2_MIN_ROW_BYTES, _launch.C4_FULL_SM_GBPS) == (2048, 16384, 30)
+    assert (_launch.C4_MIN_ROW_BYTES, _launch.L2_MIN_ROW_BYTES, _launch.LOW_BW_SM_GBPS) == (2048, 16384, 30)
     assert _launch_norm.norm_c4_plan(9, 1024, 2, props, 1).block == (32, 1)  # bf16 1,024: a warp a row
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     assert f"#define OPSMITH_C4_THREADS {_launch.C4_THREADS}" in source
@@ -419,17 +425,20 @@ def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_
 def test_layer_norm_full2_plan_takes_16_bit_rows_of_2_to_4_kib_that_fill_two_chunks(props):
     """norm.cu's layer_norm_fwd_full: 16-bit rows of C4_MIN_ROW_BYTES to LN_FULL2_MAX_ROW_BYTES whose width fills
     row_plan's threads at ROW_CHUNKS chunks each (bf16 1,024 and 2,048: 64 and 128 threads a row) take row_plan's
-    plan; every other row (checked widths, float, 512 or 4,096 bf16 columns) keeps norm_c4_plan's (None here)."""
-    for rows, cols, itemsize in itertools.product((1, 300, 65536), (512, 1000, 1024, 1032, 1536, 2048, 2056, 3000,
-                                                                    4096), (2, 4, 8)):
+    plan, on devices of low DRAM bandwidth an SM (H100, A100) at any row count, on the others (the H200, the small
+    device) up to LN_FULL2_HIGH_BW_ROWS rows; every other row (checked widths, float, 512 or 4,096 bf16 columns)
+    keeps norm_c4_plan's (None here)."""
+    for rows, cols, itemsize in itertools.product((1, 300, 4096, 4097, 65536), (512, 1000, 1024, 1032, 1536, 2048,
+                                                                                2056, 3000, 4096), (2, 4, 8)):
         p = _launch_norm.layer_norm_full2_plan(rows, cols, itemsize, props)
         tpr = cols // 16
-        if itemsize != 2 or cols not in (1024, 2048):  # 1,536: 96 threads, not row_plan's power of two
+        few = props in (H100, A100) or rows <= _launch.LN_FULL2_HIGH_BW_ROWS
+        if itemsize != 2 or cols not in (1024, 2048) or not few:  # 1,536: 96 threads, not a power of two
             assert p is None, (rows, cols, itemsize)
             continue
         assert p == _launch.row_plan(rows, cols, itemsize, 1, props) == _launch.Plan("block", (rows,), (tpr, 1), 0, 0)
         assert _launch.full_rows(p, cols, itemsize, True) and not _launch.full_rows(p, cols, itemsize, True, 4)
-    assert (_launch.LN_FULL2_MAX_ROW_BYTES, _launch.ROW_CHUNKS) == (4096, 2)
+    assert (_launch.LN_FULL2_MAX_ROW_BYTES, _launch.ROW_CHUNKS, _launch.LN_FULL2_HIGH_BW_ROWS) == (4096, 2, 4096)
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     assert "layer_norm_fwd_row<ROW_FULL, 0, T, A>(x, w, b, y" in source  # layer_norm_fwd_full: 2 chunks (the default)
 

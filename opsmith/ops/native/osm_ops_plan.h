@@ -13,8 +13,9 @@ enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C
        C_WIDE_CHUNKS, C_CLUSTER_MAX, C_CLUSTER_THREADS,
        C_CLUSTER_FWD_BLOCKS, C_NORM_SPLIT_BYTES, C_WEIGHT_LANE_ROWS, C_WEIGHT_CLUSTER, C_WEIGHT_CLUSTER_BYTES,
        C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS, C_C4_THREADS,
-       C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_C4_FULL_SM_GBPS, C_SMALL_BWD_ROWS, C_SMALL_MIN_LANES,
-       C_C8_MAX_ROW_BYTES, C_LN_FULL2_MAX_ROW_BYTES, C_L2_ONE_ROW_BYTES, C_L2_ONE_CHUNKS, N_CONSTS };
+       C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_LOW_BW_SM_GBPS, C_SMALL_BWD_ROWS, C_SMALL_MIN_LANES,
+       C_C8_MAX_ROW_BYTES, C_LN_FULL2_MAX_ROW_BYTES, C_L2_ONE_ROW_BYTES, C_L2_ONE_CHUNKS,
+       C_LN_FULL2_HIGH_BW_ROWS, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -168,15 +169,18 @@ Plan layer_norm_fwd4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Pr
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, pow2_at_least(cdiv(cols, K[C_LN_FWD4_CHUNKS] * vec)), 1, 0, 0, 0};
 }
 
+// _launch_norm.low_bandwidth_per_sm: DRAM bandwidth known and at most LOW_BW_SM_GBPS an SM (H100: yes; H200: no), where
+// the norm forwards' plans of fewer bytes in flight (c4 at 16 KiB rows, c8, layer_norm's full2) win
+bool low_bandwidth_per_sm(const Props &p) { return p.mem_gbps > 0 && p.mem_gbps <= K[C_LOW_BW_SM_GBPS] * p.sm_count; }
+
 // _launch_norm.norm_c4_plan: the norm forwards of 4 chunks a thread, rows of C4_MIN_ROW_BYTES to L2_MIN_ROW_BYTES
 // (arrays 2: layer_norm, 2- and 4-byte types; 1: rms_norm, 2-byte)
 Plan norm_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
     const int64_t vec = 16 / itemsize;
     if (!(itemsize == 2 || (itemsize == 4 && arrays == 2)) || cols % vec) return none;
-    // rows of exactly L2_MIN_ROW_BYTES on devices of at most C4_FULL_SM_GBPS of DRAM bandwidth an SM
-    const bool full = p.mem_gbps > 0 && p.mem_gbps <= K[C_C4_FULL_SM_GBPS] * p.sm_count;
-    const int64_t top = full ? K[C_L2_MIN_ROW_BYTES] : K[C_L2_MIN_ROW_BYTES] - 1;
+    // rows of exactly L2_MIN_ROW_BYTES: layer_norm's, and rms_norm's on devices of low DRAM bandwidth an SM
+    const int64_t top = arrays == 2 || low_bandwidth_per_sm(p) ? K[C_L2_MIN_ROW_BYTES] : K[C_L2_MIN_ROW_BYTES] - 1;
     if (cols * itemsize < K[C_C4_MIN_ROW_BYTES] || cols * itemsize > top) return none;
     const int64_t tpr = pow2_at_least(cdiv(cols / vec, 4));
     if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
@@ -184,10 +188,12 @@ Plan norm_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
 }
 
 // _launch_norm.layer_norm_full2_plan: layer_norm's 16-bit rows of C4_MIN_ROW_BYTES to LN_FULL2_MAX_ROW_BYTES that fill
-// row_plan's threads at ROW_CHUNKS chunks (the caller adds the alignment): layer_norm_fwd_full
+// row_plan's threads at ROW_CHUNKS chunks (the caller adds the alignment), on other devices than those of low bandwidth
+// an SM only up to LN_FULL2_HIGH_BW_ROWS rows: layer_norm_fwd_full
 Plan layer_norm_full2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
-    if (itemsize != 2 || cols * itemsize < K[C_C4_MIN_ROW_BYTES] || cols * itemsize > K[C_LN_FULL2_MAX_ROW_BYTES])
+    if (itemsize != 2 || cols * itemsize < K[C_C4_MIN_ROW_BYTES] || cols * itemsize > K[C_LN_FULL2_MAX_ROW_BYTES] ||
+        (!low_bandwidth_per_sm(p) && rows > K[C_LN_FULL2_HIGH_BW_ROWS]))
         return none;
     const Plan r = row_plan(rows, cols, itemsize, 1, p);
     return (r.strategy == S_WARP || r.strategy == S_BLOCK) && fills_chunks(r, cols, itemsize, K[C_ROW_CHUNKS]) ? r
@@ -195,12 +201,12 @@ Plan layer_norm_full2_plan(int64_t rows, int64_t cols, int64_t itemsize, const P
 }
 
 // _launch_norm.norm_c8_plan: the norm forwards of 8 chunks a thread, rows past L2_MIN_ROW_BYTES up to C8_MAX_ROW_BYTES
-// (2- and 4-byte types, whole vectors)
+// (2- and 4-byte types, whole vectors), on devices of low bandwidth an SM
 Plan norm_c8_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
     const int64_t vec = 16 / itemsize;
     if ((itemsize != 2 && itemsize != 4) || cols % vec || cols * itemsize <= K[C_L2_MIN_ROW_BYTES] ||
-        cols * itemsize > K[C_C8_MAX_ROW_BYTES])
+        cols * itemsize > K[C_C8_MAX_ROW_BYTES] || !low_bandwidth_per_sm(p))
         return none;
     const int64_t tpr = pow2_at_least(cdiv(cols / vec, 8));
     if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
