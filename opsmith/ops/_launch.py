@@ -7,10 +7,8 @@ Plans are cached per shape class (``functools.lru_cache`` on the shape and the p
 
 Row strategies (see ``kernels/softmax.cu``):
 
-- ``"warp"``: the row fits in the registers of at most 32 threads: ``tpr`` threads per row,
-  several rows per block;
-- ``"block"``: the row fits in the registers of up to ``ROW_THREADS`` threads: one row per
-  block;
+- ``"warp"``: the row fits in the registers of at most 32 threads: ``tpr`` threads per row, several rows per block;
+- ``"block"``: the row fits in the registers of up to ``ROW_THREADS`` threads: one row per block;
 - ``"long"``: longer rows: one block of up to ``LONG_THREADS`` threads per row, grid-stride
   over rows, the row staged in shared memory when ``arrays`` rows of it fit, else read again;
 - ``"wide"`` (softmax only, ``softmax_plan``): rows beyond ``"block"`` that fit ``LONG_THREADS``

@@ -11,10 +11,9 @@ import functools
 from opsmith.ops._launch import (C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS, L2_ONE_CHUNKS,
                                  L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES,
-                                 LN_FULL2_HIGH_BW_ROWS, LN_FWD4_CHUNKS, LN_WIDE_TPR,
-                                 LOW_BW_SM_GBPS, NORM_BWD_BLOCK, ROW_CHUNKS, ROW_THREADS,
-                                 SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv, _pow2_at_least,
-                                 full_rows, row_plan)
+                                 LN_FULL2_HIGH_BW_ROWS, LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, NORM_BWD_BLOCK,
+                                 ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS,
+                                 DeviceProps, Plan, _cdiv, _pow2_at_least, full_rows, row_plan)
 
 __all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "l2_kernel", "layer_norm_full2_plan", "layer_norm_fwd4_plan",
            "layer_norm_kernel", "low_bandwidth_per_sm", "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan",

@@ -400,15 +400,15 @@ def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_
     """norm.cu's *_fwd_c4: rows of C4_MIN_ROW_BYTES up to L2_MIN_ROW_BYTES, and rows of exactly that (the
     callers try it before norm_l2_plan): layer_norm's on every device, rms_norm's on devices of at most
     LOW_BW_SM_GBPS of DRAM bandwidth an SM (the H100 and A100, not the H200 or a device whose bandwidth is not
-    known), in whole 16-byte vectors, of
-    2-byte types (layer_norm, arrays 2: float too), one block a row of the least power of two threads that
-    holds 4 chunks each, at most C4_THREADS; everything else keeps its plan (None)."""
+    known), in whole 16-byte vectors, of 2-byte types (layer_norm, arrays 2: float too), one block a row of the
+    least power of two threads that holds 4 chunks each, at most C4_THREADS; everything else keeps its plan
+    (None)."""
     for rows, cols, itemsize, arrays in itertools.product(
             (1, 300, 65536), (100, 512, 1000, 1024, 1028, 2048, 3000, 4096, 6000, 8192, 8200, 16384), (2, 4, 8), (1, 2)):
         p = _launch_norm.norm_c4_plan(rows, cols, itemsize, props, arrays)
         vec = 16 // itemsize
         types = (2, 4) if arrays == 2 else (2,)
-        top = 16384 if props in (H100, A100) or arrays == 2 else 16383  # layer_norm's 16 KiB rows: every device
+        top = 16384 if props in (H100, A100) or arrays == 2 else 16383  # layer_norm's: every device
         if itemsize not in types or cols % vec or not 2048 <= cols * itemsize <= top:
             assert p is None, (rows, cols, itemsize, arrays)
             continue
