@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import cache_dir  # noqa: E402
-from devices import A100, H100, H200  # noqa: E402  (tests/ops/devices.py)
+from devices import A100, B200, H100, H200  # noqa: E402  (tests/ops/devices.py)
 from opsmith.ops import _launch, _launch_norm, _native, _sources  # noqa: E402
 from opsmith.ops._launch import DeviceProps  # noqa: E402
 
@@ -24,7 +24,7 @@ DEVICES = {
     "A100": A100,
     "H100": H100,
     "H200": H200,
-    "B200": DeviceProps(148, 1024, 2048, 232448, 233472, clusters=True, mem_gbps=7672),
+    "B200": B200,
     "T4": DeviceProps(40, 1024, 1024, 65536, 65536),
     "small": DeviceProps(2, 512, 1024, 49152, 65536),
 }

@@ -8,12 +8,12 @@ import itertools
 
 import pytest
 
-from devices import A100, H100, H200, SMALL  # tests/ops/devices.py (pytest puts tests/ops on the path)
+from devices import A100, H100, PLAN_DEVICES, SMALL  # tests/ops/devices.py (pytest puts tests/ops on the path)
 from opsmith.ops import _launch, _launch_norm, _sources
 from opsmith.ops._launch import row_plan
 
 
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["h100", "a100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 @pytest.mark.parametrize("itemsize", [2, 4, 8])
 def test_row_plans_cover_every_row_within_the_device_limits(props, itemsize):
     vec = 16 // itemsize
@@ -104,7 +104,7 @@ def test_elementwise_and_weight_grad_plans():
         _launch.launch_config(_launch.elementwise_plan(1 << 20, 4, H100))  # one config per plan
 
 
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_long_rows(props):
     """Rows beyond the register strategy: a backward's rows that fill the chunks of a "wide" block exactly
     (no bounds checks) "wide"; with clusters, 16-bit rows "cluster" where 2 blocks of ROW_THREADS hold
@@ -188,7 +188,7 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
     assert _launch.softmax_plan(2048, 1000, 2, 1, props).strategy == "block"  # and partial vectors
 
 
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_layer_norm_forward_kernel_choice(props):
     """layer_norm_fwd_wide for block rows of LN_WIDE_TPR threads or more with 16-byte access only;
     layer_norm_fwd for warp rows, narrower block rows and element access; the long kernel for long rows."""
@@ -208,7 +208,7 @@ def test_layer_norm_forward_kernel_choice(props):
     assert _launch_norm.layer_norm_kernel(_launch.row_plan(65536, 1024, 2, 1, props), True) == "layer_norm_fwd"
 
 
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_norm_cluster_plan_covers_rows_between_one_block_and_eight(props):
     """norm_cluster_plan: only on devices with clusters, only for rows row_plan sends to "long": 2
     blocks of up to ROW_THREADS both ways, for rows twice as long 2 blocks of 4 chunks a thread
@@ -248,7 +248,7 @@ def test_norm_cluster_plan_covers_rows_between_one_block_and_eight(props):
                 assert groups == max(1, resident)
 
 
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
     """norm_bwd_plan on synthetic devices: few rows a block run "split" (grad_x a row a row lane,
     where the partial sums' bytes would outweigh a second read of the input; half the bytes for
@@ -295,7 +295,7 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
             assert p.grid[0] * cols * 4 * 4 <= rows * cols * itemsize
 
 
-@pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_norm_c8_plan_takes_rows_past_16_kib_up_to_32_kib_in_whole_vectors(props):
     """norm_c8_plan: rows of more than L2_MIN_ROW_BYTES up to C8_MAX_ROW_BYTES in whole 16-byte vectors of 2- and
     4-byte types, a block a row of 8 chunks a thread within norm.cu's OPSMITH_C4_THREADS (its launch bounds);
@@ -320,7 +320,7 @@ def test_norm_c8_plan_takes_rows_past_16_kib_up_to_32_kib_in_whole_vectors(props
     assert "layer_norm_fwd_c8<{T}, {A}>" in _sources.FILES["norm.cu"]
 
 
-@pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_add_rms_c8_plan_takes_rows_past_16_kib_up_to_64_kib_in_whole_vectors(props):
     """add_rms_c8_plan: add_rms_norm's rows of more than L2_MIN_ROW_BYTES up to C8_FUSED_MAX_ROW_BYTES in whole
     16-byte vectors of 2- and 4-byte types, a block a row of 8 chunks a thread: add_rms_norm_fwd_c8 up to
@@ -348,7 +348,7 @@ def test_add_rms_c8_plan_takes_rows_past_16_kib_up_to_64_kib_in_whole_vectors(pr
     assert {"add_rms_norm_fwd_c8<{T}, {A}>", "add_rms_norm_fwd_c8k<{T}, {A}>"} <= set(_sources.FILES["fused_norm.cu"])
 
 
-@pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_norm_backward_of_few_rows_is_one_launch_of_grad_x_blocks_then_weight_blocks(props):
     """norm_bwd_small_plan: 1 to SMALL_BWD_ROWS rows whose row lane fits NORM_BWD_BLOCK threads (norm_small.cu's
     OPSMITH_SMALL_THREADS; its kernels trap on other blocks) take one launch: ceil(rows / rows a block) blocks of
@@ -377,7 +377,7 @@ def test_norm_backward_of_few_rows_is_one_launch_of_grad_x_blocks_then_weight_bl
         assert lanes <= 32 and (lanes <= _launch._pow2_at_least(-(-cols // vec)) or lanes == -(-8 // vec))
 
 
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whole_vectors(props):
     """layer_norm_fwd4: float rows past the register strategy (4,096) that fit a block of 4 chunks a
     thread (8,192), in whole 16-byte vectors; everything else keeps its plan (None)."""
@@ -395,7 +395,7 @@ def test_layer_norm_fwd4_plan_takes_float_rows_between_one_block_and_two_in_whol
     assert "layer_norm_fwd_any<0, T, A, 4>" in source and _launch.LN_FWD4_CHUNKS == 4
 
 
-@pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_a_thread(props):
     """norm.cu's *_fwd_c4: rows of C4_MIN_ROW_BYTES up to L2_MIN_ROW_BYTES, and rows of exactly that (the
     callers try it before norm_l2_plan): layer_norm's on every device, rms_norm's on devices of at most
@@ -421,7 +421,7 @@ def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_
     assert f"#define OPSMITH_C4_THREADS {_launch.C4_THREADS}" in source
 
 
-@pytest.mark.parametrize("props", [H100, H200, A100, SMALL], ids=["H100", "H200", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_layer_norm_full2_plan_takes_16_bit_rows_of_2_to_4_kib_that_fill_two_chunks(props):
     """norm.cu's layer_norm_fwd_full: 16-bit rows of C4_MIN_ROW_BYTES to LN_FULL2_MAX_ROW_BYTES whose width fills
     row_plan's threads at ROW_CHUNKS chunks each (bf16 1,024 and 2,048: 64 and 128 threads a row) take row_plan's
@@ -443,7 +443,7 @@ def test_layer_norm_full2_plan_takes_16_bit_rows_of_2_to_4_kib_that_fill_two_chu
     assert "layer_norm_fwd_row<ROW_FULL, 0, T, A>(x, w, b, y" in source  # layer_norm_fwd_full: 2 chunks (the default)
 
 
-@pytest.mark.parametrize("props", [H100, A100, SMALL], ids=["H100", "A100", "small"])
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks_a_thread(props):
     """norm_l2.cu's forwards: 2- and 4-byte rows of L2_MIN_ROW_BYTES or more in whole 16-byte vectors, up to
     2^31 - 1 rows, a block a row of a power of two threads holding at most L2_CHUNKS chunks each (more only
