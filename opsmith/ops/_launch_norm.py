@@ -22,7 +22,7 @@ __all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "l2_kernel", "layer_norm_full
 
 def low_bandwidth_per_sm(props: DeviceProps) -> bool:
     """Whether ``props``' DRAM bandwidth is known and at most ``LOW_BW_SM_GBPS`` an SM (H100 25: yes; H200 36,
-    B200 54, a device that does not report it: no). Such a device fills its DRAM with fewer bytes in flight an SM:
+    B200 52, a device that does not report it: no). Such a device fills its DRAM with fewer bytes in flight an SM:
     the forwards' plans that hold fewer (c4 at 16 KiB rows, c8, layer_norm's full2) win there and lose elsewhere."""
     return 0 < props.mem_gbps <= LOW_BW_SM_GBPS * props.sm_count
 
