@@ -81,6 +81,7 @@ case "$PART" in
     # bench/diag_full_rows.py --bounds (or FULL_ROWS_ARGS), the full-row forwards at 2 and 4 chunks and tighter register
     # caps; DIAG_ADD_RMS=1: bench/diag_add_rms_full.py, add_rms_norm's full-row variants; after the tests
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
+    # ROTARY_IP=1: bench/bench_rotary_inplace.py, rotary in place beside out of place, compile and Liger;
     # AB_BEFORE=DIR: bench/diag_kernels_ab.py first, this tree's row kernels against DIR's (AB_ARGS);
     # PEERS=0 skips the peers benchmark).
     # Liger-Kernel (pure Python over Triton) from its wheel, carried in .whlp/ (run with carry [".whlp"])
@@ -108,6 +109,7 @@ case "$PART" in
       run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
         tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py
       [ "${DIAG_EW:-0}" = 1 ] && run diag_ew python3 bench/diag_ew_map.py --json "$L/diag_ew.json"
+      [ "${ROTARY_IP:-0}" = 1 ] && run bench_rotary_inplace python3 bench/bench_rotary_inplace.py --json "$L/rotary_inplace.json"
       [ "${EW_BENCH:-0}" = 1 ] && run bench_ops_quick python3 bench/bench_ops.py --out "$L/ew" --quick --budget-s 120
       [ "${PEERS:-1}" = 1 ] && run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
       if [ "${LLAMA:-0}" = 1 ]; then  # LLAMA_MODELS: "hf" (default), "plain" or both

@@ -256,26 +256,39 @@ def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps: f
     return y, s
 
 
-def rotary_embedding(x, cos, sin, positions=None, *, interleaved: bool = False):
+def rotary_embedding(x, cos, sin, positions=None, *, interleaved: bool = False, inplace: bool = False):
     """Rotary position embedding of ``x`` (``[..., head_dim]``, up to 4 leading dims): each
     row's first ``2 * half`` elements rotated in pairs, neox layout ``(j, j + half)`` or, with
     ``interleaved=True``, GPT-J's ``(2j, 2j + 1)``; the rest copied. ``cos``/``sin`` end in
     ``half`` and broadcast against ``x.shape[:-1]`` (numpy rules, right-aligned: for ``x``
     ``[batch, heads, seq, head_dim]`` pass ``[seq, half]`` or ``[batch, 1, seq, half]``); with
     ``positions`` (integers broadcast the same way) they are tables ``[max_position, half]``.
-    Out of place; the gradient flows to ``x`` only. ``torch.ops.opsmith.rotary_embedding``."""
+    The gradient flows to ``x`` only. ``torch.ops.opsmith.rotary_embedding``.
+
+    ``inplace=True`` writes the rotation over ``x`` and returns ``x``
+    (``torch.ops.opsmith.rotary_embedding_``): one pass where ``x`` is contiguous or a permuted
+    contiguous tensor, else rotated out of place and copied back. With autograd ``x`` must not be a
+    leaf that requires grad (torch forbids writing one); its gradient is the inverse rotation."""
     if cos.dtype != x.dtype:
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    if inplace:
+        from opsmith.ops._rotary import rotate_inplace
+        return rotate_inplace(x, cos, sin, positions, bool(interleaved))
     return _call("rotary_embedding")(x, cos, sin, positions, bool(interleaved))
 
 
-def rotary_embedding_qk(q, k, cos, sin, positions=None, *, interleaved: bool = False):
+def rotary_embedding_qk(q, k, cos, sin, positions=None, *, interleaved: bool = False, inplace: bool = False):
     """:func:`rotary_embedding` of ``q`` and of ``k`` by the same ``cos``/``sin`` (and
     ``positions``) in one CUDA launch, as attention applies it; returns ``(q_rot, k_rot)``. They
     must share dtype, device and head dim; ``k`` may have fewer heads (grouped-query attention).
-    ``torch.ops.opsmith.rotary_embedding_qk``."""
+    ``torch.ops.opsmith.rotary_embedding_qk``; ``inplace=True`` writes both rotations over ``q``
+    and ``k`` (which must not overlap) and returns ``(q, k)``
+    (``torch.ops.opsmith.rotary_embedding_qk_``), as :func:`rotary_embedding`'s ``inplace``."""
     if cos.dtype != q.dtype:
         cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+    if inplace:
+        from opsmith.ops._rotary import rotate_qk_inplace
+        return rotate_qk_inplace(q, k, cos, sin, positions, bool(interleaved))
     return _call("rotary_embedding_qk")(q, k, cos, sin, positions, bool(interleaved))
 
 

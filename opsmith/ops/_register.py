@@ -20,8 +20,8 @@ ops without a graph break) and an autograd formula that calls the backward opera
 ``silu_mul``           ``(Tensor gate, Tensor up) -> Tensor``: gate and up as two tensors; ``gelu_mul``;
                        their backwards return ``(d_gate, d_up)`` (:mod:`opsmith.ops._gated`)
 ``rotary_embedding``   rotary position embedding, neox or interleaved, cos/sin given or indexed by
-                       positions; ``rotary_embedding_qk``: q and k in one launch
-                       (:mod:`opsmith.ops._rotary`)
+                       positions; ``rotary_embedding_qk``: q and k in one launch; ``rotary_embedding_``
+                       and ``rotary_embedding_qk_`` in place (:mod:`opsmith.ops._rotary`)
 ``add_rms_norm``       ``x + residual`` then RMS norm, one kernel: ``(y, residual_out, rstd)``
                        (:mod:`opsmith.ops._fused`); ``add_layer_norm``: ``(y, residual_out, mean,
                        rstd)``, an add and layer_norm's kernels
@@ -269,6 +269,7 @@ def _register_all() -> None:
                *_fused.define_layer_norm(define, ln_parts), *_rotary.define_all(define),
                *_cross_entropy.define_all(define)]:
         op.register_kernel("cuda", python_cuda.pop(op))
+    _rotary.define_inplace()  # rotary_embedding_, rotary_embedding_qk_: torch custom ops that write their tensors
 
     if native:
         try:

@@ -7,6 +7,8 @@
 ``rotary_embedding_qk``    ``(Tensor q, Tensor k, <the same>) -> (Tensor, Tensor)``: both
                            rotated by one table in one launch (``k`` may have fewer heads)
 ``rotary_embedding_qk_backward``  ``(Tensor grad_q, Tensor grad_k, <the same>)``
+``rotary_embedding_``      ``(Tensor(a!) x, <the same>) -> ()``: ``x`` rotated in place
+``rotary_embedding_qk_``   ``(Tensor(a!) q, Tensor(b!) k, <the same>) -> ()``: both, one launch
 =========================  =================================================================
 
 ``x`` is ``[..., d]`` (at most 4 leading dims, e.g. ``[batch, heads, seq, head_dim]``); each
@@ -20,6 +22,12 @@ the second by the second half's, ``x * cos + rotate_half(x) * sin`` exactly, wha
 hold. Their gradients are not computed. The output has ``x``'s layout where ``x`` is a permuted
 dense tensor with a unit last stride (``q.transpose(1, 2)``: no copy), else it is contiguous.
 The CUDA code (``kernels/rotary.cu``) is Python-launched on every machine.
+
+In place (``rotary_ip`` kernels), ``x`` is written where it lies when it is contiguous or a permuted
+contiguous tensor (the dims beyond the rotary ones are not touched); any other ``x`` (a slice of a
+packed ``qkv``, rows with gaps) is rotated out of place and copied back. The in-place ops have no
+autograd formula of their own (torch's custom ops that mutate cannot have one): :func:`rotate_inplace`
+gives them one (``mark_dirty``), the gradient being the out-of-place inverse rotation.
 """
 from __future__ import annotations
 
@@ -29,7 +37,8 @@ from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
 from opsmith.ops import _launch, _sources
 
-__all__ = ["check", "check_qk", "define_all", "out_like", "rotary_cuda", "rotary_qk_cuda"]
+__all__ = ["check", "check_qk", "define_all", "define_inplace", "out_like", "rotary_cuda", "rotary_inplace_cuda",
+           "rotary_qk_cuda", "rotary_qk_inplace_cuda", "rotate_inplace", "rotate_qk_inplace"]
 
 MAX_LEAD = 4
 
@@ -246,6 +255,87 @@ def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, si
     return yq, yk
 
 
+def _writable(x, where: str) -> None:
+    """A SpecError where writing ``x`` in place would write one element twice (an expanded view)."""
+    for i, (size, stride) in enumerate(zip(x.shape, x.stride())):
+        if size > 1 and stride == 0:
+            raise SpecError(f"opsmith.ops.{where}: x is an expanded view (stride 0 along dim {i}), so rotating it in "
+                            f"place would write one element many times; pass x.clone() or inplace=False")
+
+
+def _dense_rows(x) -> bool:
+    """Can the in-place kernels write ``x`` where it lies (contiguous, or a permuted contiguous tensor)?"""
+    return x.is_contiguous() or _memory_order(x) is not None
+
+
+def rotary_inplace_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1) -> None:
+    """The rotation of ``x`` written over ``x`` on CUDA: in place where its rows are dense, else out of place and
+    copied back."""
+    _writable(x, "rotary_embedding")
+    half, full, order, lead = _checked(x, cos, sin, positions, interleaved)
+    if order is None and not x.is_contiguous():
+        x.copy_(rotary_cuda(x, cos, sin, positions, interleaved, sign))
+        return
+    d = x.shape[-1]
+    rows = x.numel() // d if d else 0
+    if not rows:
+        return
+    xk = x if order is None else x.permute(*order, x.dim() - 1)
+    cos, sin, pos = _tables(x, cos, sin, positions)
+    dt = fn._dtype_name(x, "rotary_embedding")
+    plan = _plan(rows, d, half, x.element_size(), _launch.device_props(x.get_device()), rows_a_trip(dt, full))
+    k = _sources.kernel("rotary.cu", "rotary_ip_full<{T}>" if full else "rotary_ip<{T}>", dt, x.get_device())
+    k.launch(_launch.launch_config(plan), xk, cos, sin, pos, rows, d, half, int(interleaved), sign,
+             int(positions is not None), *lead)
+
+
+def _overlap(a, b) -> bool:
+    """Do ``a`` and ``b`` certainly share elements? The same first element, or two tensors with dense rows (whose
+    elements fill the bytes from their first to their last) whose bytes meet. Views with gaps whose spans interleave
+    (q and k of a packed qkv) count as apart, as torch's own overlap check leaves them."""
+    if a.numel() == 0 or b.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    if a.data_ptr() == b.data_ptr():
+        return True
+    if not (_dense_rows(a) and _dense_rows(b)):
+        return False
+    span = [(t.data_ptr(), t.data_ptr() + t.element_size() * t.numel()) for t in (a, b)]
+    return span[0][0] < span[1][1] and span[1][0] < span[0][1]
+
+
+def _check_qk_inplace(q, k) -> None:
+    check_qk(q, k)
+    if _overlap(q, k):
+        raise SpecError("opsmith.ops.rotary_embedding_qk: in place, q and k must not share memory (the same tensor "
+                        "twice, or views that overlap): each element would be rotated twice; pass inplace=False")
+
+
+def rotary_qk_inplace_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, sign: int = 1) -> None:
+    """Both rotations written over ``q`` and ``k`` in one launch where both have dense rows (else one at a time,
+    :func:`rotary_inplace_cuda`)."""
+    _check_qk_inplace(q, k)
+    _writable(q, "rotary_embedding_qk")
+    _writable(k, "rotary_embedding_qk")
+    if not (_dense_rows(q) and _dense_rows(k)) or not q.numel() or not k.numel():
+        rotary_inplace_cuda(q, cos, sin, positions, interleaved, sign)  # one at a time (a view with gaps: out of
+        rotary_inplace_cuda(k, cos, sin, positions, interleaved, sign)  # place, copied back)
+        return
+    half, full, order_q, lead_q = _checked(q, cos, sin, positions, interleaved)
+    _, _, order_k, lead_k = _checked(k, cos, sin, positions, interleaved)
+    d = q.shape[-1]
+    rows_q, rows_k = q.numel() // d, k.numel() // d
+    qk_ = q if order_q is None else q.permute(*order_q, q.dim() - 1)
+    kk = k if order_k is None else k.permute(*order_k, k.dim() - 1)
+    cos, sin, pos = _tables(q, cos, sin, positions)
+    dt = fn._dtype_name(q, "rotary_embedding_qk")
+    plan = _plan(max(rows_q, rows_k), d, half, q.element_size(), _launch.device_props(q.get_device()),
+                 rows_a_trip(dt, full))
+    plan = plan._replace(grid=(2 * min(plan.grid[0], 2**30 - 1),))  # even blocks q, odd blocks k
+    kern = _sources.kernel("rotary.cu", "rotary_qk_ip_full<{T}>" if full else "rotary_qk_ip<{T}>", dt, q.get_device())
+    kern.launch(_launch.launch_config(plan), qk_, kk, cos, sin, pos, rows_q, rows_k, d, half, int(interleaved), sign,
+                int(positions is not None), *lead_q, *lead_k)
+
+
 def _cpu(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
     """The rotation in torch (float32 math for 16-bit inputs, as the kernel)."""
     import torch
@@ -319,3 +409,116 @@ def define_all(define) -> list:
     op.register_autograd(backward, setup_context)
     qk.register_autograd(backward_qk, setup_context)
     return [op, back, qk, qk_back]
+
+
+def define_inplace() -> list:
+    """``rotary_embedding_`` and ``rotary_embedding_qk_``: torch custom ops that write their tensors (torch's
+    functionalization turns them into out-of-place ones under ``torch.compile``); returns both ops."""
+    import torch
+    args = "Tensor cos, Tensor sin, Tensor? positions=None, bool interleaved=False"
+
+    def cpu(x, cos, sin, positions=None, interleaved=False):
+        _writable(x, "rotary_embedding")
+        x.copy_(_cpu(x, cos, sin, positions, interleaved, 1))
+
+    def cpu_qk(q, k, cos, sin, positions=None, interleaved=False):
+        _check_qk_inplace(q, k)
+        cpu(q, cos, sin, positions, interleaved)
+        cpu(k, cos, sin, positions, interleaved)
+
+    def fake(x, cos, sin, positions=None, interleaved=False):
+        check(x, cos, sin, positions, interleaved)
+
+    def fake_qk(q, k, cos, sin, positions=None, interleaved=False):
+        check_qk(q, k)
+        check(q, cos, sin, positions, interleaved)
+
+    one = torch.library.custom_op("opsmith::rotary_embedding_", cpu, mutates_args=("x",),
+                                  schema=f"(Tensor(a!) x, {args}) -> ()")
+    one.register_kernel("cuda", lambda x, c, s, p=None, i=False: rotary_inplace_cuda(x, c, s, p, i, 1))
+    one.register_fake(fake)
+    two = torch.library.custom_op("opsmith::rotary_embedding_qk_", cpu_qk, mutates_args=("q", "k"),
+                                  schema=f"(Tensor(a!) q, Tensor(b!) k, {args}) -> ()")
+    two.register_kernel("cuda", lambda q, k, c, s, p=None, i=False: rotary_qk_inplace_cuda(q, k, c, s, p, i, 1))
+    two.register_fake(fake_qk)
+    return [one, two]
+
+
+_inplace_fns: list = []  # the autograd.Function of the in-place rotations, made on first use
+
+
+def _functions():
+    """The autograd.Functions of the in-place rotations (one tensor; q and k): the forward writes the inputs
+    (``mark_dirty``), the backward is the out-of-place inverse rotation."""
+    if _inplace_fns:
+        return _inplace_fns
+    import torch
+
+    from opsmith.ops._register import ops
+
+    class RotaryInplace(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, cos, sin, positions, interleaved):
+            ops().rotary_embedding_(x, cos, sin, positions, interleaved)
+            ctx.mark_dirty(x)
+            ctx.save_for_backward(cos, sin, positions)
+            ctx.interleaved = interleaved
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            _no_table_grads(ctx, 1)
+            cos, sin, positions = ctx.saved_tensors
+            return ops().rotary_embedding_backward(grad, cos, sin, positions, ctx.interleaved), None, None, None, None
+
+    class RotaryQKInplace(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, cos, sin, positions, interleaved):
+            ops().rotary_embedding_qk_(q, k, cos, sin, positions, interleaved)
+            ctx.mark_dirty(q, k)
+            ctx.save_for_backward(cos, sin, positions)
+            ctx.interleaved = interleaved
+            return q, k
+
+        @staticmethod
+        def backward(ctx, grad_q, grad_k):
+            _no_table_grads(ctx, 2)
+            cos, sin, positions = ctx.saved_tensors
+            back = ops().rotary_embedding_backward
+            return (*[None if g is None else back(g, cos, sin, positions, ctx.interleaved) for g in (grad_q, grad_k)],
+                    None, None, None, None)
+
+    _inplace_fns[:] = [RotaryInplace, RotaryQKInplace]
+    return _inplace_fns
+
+
+def _needs_graph(tensors, where: str) -> bool:
+    """Does autograd record the in-place rotation of ``tensors``? A SpecError for a leaf that requires grad (torch
+    forbids writing one in place)."""
+    import torch
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
+        return False
+    for t in tensors:
+        if t.requires_grad and t.is_leaf:
+            raise SpecError(f"opsmith.ops.{where}: inplace=True on a leaf tensor that requires grad (a parameter, or "
+                            f"a tensor made with requires_grad=True): torch forbids writing it in place; pass "
+                            f"inplace=False, or rotate the output of an op (x = proj(h)) in place")
+    return True
+
+
+def rotate_inplace(x, cos, sin, positions, interleaved: bool):
+    """``x`` rotated in place and returned, with autograd where ``x`` requires grad."""
+    if _needs_graph((x,), "rotary_embedding"):
+        return _functions()[0].apply(x, cos, sin, positions, interleaved)
+    from opsmith.ops._register import ops
+    ops().rotary_embedding_(x, cos, sin, positions, interleaved)
+    return x
+
+
+def rotate_qk_inplace(q, k, cos, sin, positions, interleaved: bool):
+    """``(q, k)`` rotated in place and returned, with autograd where either requires grad."""
+    if _needs_graph((q, k), "rotary_embedding_qk"):
+        return _functions()[1].apply(q, k, cos, sin, positions, interleaved)
+    from opsmith.ops._register import ops
+    ops().rotary_embedding_qk_(q, k, cos, sin, positions, interleaved)
+    return q, k

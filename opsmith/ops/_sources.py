@@ -51,7 +51,8 @@ FILES: dict[str, tuple[str, ...]] = {
     + tuple(f"{op}_and_mul_{d}_one<{{T}}>" for op in ("silu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>", "add_rms_norm_fwd_full<{T}, {A}>", "add_rms_norm_fwd_c8<{T}, {A}>",
                       "add_rms_norm_fwd_c8k<{T}, {A}>"),
-    "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),
+    "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>",
+                  "rotary_ip<{T}>", "rotary_ip_full<{T}>", "rotary_qk_ip<{T}>", "rotary_qk_ip_full<{T}>"),
     "cross_entropy.cu": ("cross_entropy_fwd<{T}, {A}, true>", "cross_entropy_fwd<{T}, {A}, false>",
                          "cross_entropy_finish<{T}, {A}>", "cross_entropy_bwd<{T}, {A}>"),
 }

@@ -376,6 +376,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             cos = torch.randn(3, half, dtype=dt)
             assert _rotary.rotary_cuda(x, cos, cos, None, False, 1).shape == x.shape
             assert _rotary.rotary_cuda(x, cos, cos, torch.tensor([2, 0, 1]), True, -1).shape == x.shape
+            _rotary.rotary_inplace_cuda(x.clone(), cos, cos, None, False, 1)  # rotary_ip
         if cols % 2 == 0:  # full-width tables on a transposed [batch, seq, heads, d] view: no copy
             xt = torch.randn(2, 3, 2, cols, dtype=dt).transpose(1, 2)
             full = torch.randn(2, 1, 3, cols, dtype=dt)
@@ -387,9 +388,13 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             kt = torch.randn(2, 3, 1, cols, dtype=dt).transpose(1, 2)  # q and k in one launch, k with fewer heads
             yq, yk = _rotary.rotary_qk_cuda(xt, kt, full, full, None, False, -1)
             assert (yq.shape, yq.stride(), yk.shape, yk.stride()) == (xt.shape, xt.stride(), kt.shape, kt.stride())
+            _rotary.rotary_inplace_cuda(xt.clone().transpose(1, 2).contiguous().transpose(1, 2), full, full, None,
+                                        False, 1)  # rotary_ip_full on the transposed view itself
+            _rotary.rotary_qk_inplace_cuda(xt, kt, full, full, None, False, -1)  # rotary_qk_ip_full
         if cols >= 2:
             q, k = torch.randn(2, 4, 3, cols, dtype=dt), torch.randn(2, 2, 3, cols, dtype=dt)
             assert [t.shape for t in _rotary.rotary_qk_cuda(q, k, cos, cos, None, True, 1)] == [q.shape, k.shape]
+            _rotary.rotary_qk_inplace_cuda(q, k, cos, cos, None, True, 1)  # rotary_qk_ip
         from opsmith.ops import _cross_entropy
         target = torch.tensor([0, cols - 1, -100])
         loss, lse, count = _cross_entropy.cross_entropy_cuda(x, target, -100, "mean", 0.1, 1e-4)

@@ -230,7 +230,7 @@ def test_launch_plan_covers_every_row_and_pair():
     assert re.search(r"#define OPSMITH_ROTARY_ROWS (\d+)", source).group(1) == str(_rotary.ROTARY_ROWS)
     assert re.search(r"#define OPSMITH_ROTARY_ROWS_HALF (\d+)", source).group(1) == str(_rotary.ROTARY_ROWS_HALF)
     assert "template <> struct RotaryRows<__half> { static constexpr int R = OPSMITH_ROTARY_ROWS_HALF; };" in source
-    assert "rotate_rows<T, N, FULL ? OPSMITH_ROTARY_ROWS : RotaryRows<T>::R, FULL>(" in source
+    assert "rotate_rows<T, N, FULL ? OPSMITH_ROTARY_ROWS : RotaryRows<T>::R, FULL, IP>(" in source
     assert [_rotary.rows_a_trip(dt, full) for dt in ("float16", "bfloat16", "float32", "float64")
             for full in (False, True)] == [_rotary.ROTARY_ROWS_HALF] + [_rotary.ROTARY_ROWS] * 7
     props = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
@@ -246,3 +246,96 @@ def test_launch_plan_covers_every_row_and_pair():
     # q of [1, 32, 16384, 128] bf16: 8 threads a row, 32 rows a block, ROTARY_ROWS rows a thread; float16 2
     assert _rotary._plan(524288, 128, 64, 2, props, 2).grid == (524288 // (32 * 2),)
     assert _rotary._plan(524288, 128, 64, 2, props).grid == (524288 // (32 * _rotary.ROTARY_ROWS),)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "gaps"])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_inplace_writes_the_out_of_place_result_into_x(layout, interleaved):
+    """inplace=True: x holds rotary_embedding's result and is returned; a partial rotary dim leaves the rest as it
+    was; a contiguous, a transposed and a gapped x (a slice of a packed qkv: rotated, then copied back)."""
+    base = torch.randn(2, 5, 3, 12, dtype=torch.float64)
+    x = {"contiguous": base, "transposed": base.transpose(1, 2), "gaps": base[..., :8]}[layout]
+    for half in (x.shape[-1] // 2, 2):
+        cos, sin = _angles(3 if layout != "transposed" else 5, half)
+        if layout != "transposed":
+            cos, sin = cos[:, None].expand(3, 1, half).squeeze(1), sin[:, None].squeeze(1)
+        want = O.rotary_embedding(x, cos, sin, interleaved=interleaved)
+        before = base.clone()
+        got = O.rotary_embedding(x, cos, sin, interleaved=interleaved, inplace=True)
+        assert got is x and torch.equal(x, want)
+        if layout == "gaps":  # the packed tensor's other columns are untouched
+            assert torch.equal(base[..., 8:], before[..., 8:])
+        base.copy_(before)
+
+
+@pytest.mark.parametrize("tables", ["half", "full", "positions"])
+def test_inplace_qk_gradients_opcheck_and_compile(tables):
+    """rotary_embedding_qk(inplace=True) == the out-of-place pair; the gradient through the in-place ops (an op's
+    output rotated in place, gradcheck; one output unused), opcheck of rotary_embedding_ and rotary_embedding_qk_,
+    and fullgraph compile with and without autograd."""
+    from opsmith.ops._register import ops
+    T = ops()
+    q = torch.randn(2, 5, 4, 8, dtype=torch.float64).transpose(1, 2)  # [batch, heads, seq, d], transposed
+    k = torch.randn(2, 2, 5, 8, dtype=torch.float64)
+    pos = None
+    if tables == "half":
+        cos, sin = _angles(5, 4)
+    elif tables == "full":
+        ang = torch.randn(2, 1, 5, 8, dtype=torch.float64)
+        cos, sin = ang.cos(), ang.sin()
+    else:
+        cos, sin = _angles(9, 4)
+        pos = torch.randint(0, 9, (2, 1, 5))
+    wq, wk = O.rotary_embedding_qk(q, k, cos, sin, pos)
+    q2, k2 = q.clone(), k.clone()
+    got = O.rotary_embedding_qk(q2, k2, cos, sin, pos, inplace=True)
+    assert got[0] is q2 and got[1] is k2 and torch.equal(q2, wq) and torch.equal(k2, wk)
+    assert torch.autograd.gradcheck(lambda a, b: O.rotary_embedding_qk(a * 1, b * 1, cos, sin, pos, inplace=True),
+                                    (q.clone().requires_grad_(), k.clone().requires_grad_()))
+    assert torch.autograd.gradcheck(lambda a, b: O.rotary_embedding_qk(a * 1, b * 1, cos, sin, pos, inplace=True)[1],
+                                    (q.clone().requires_grad_(), k.clone().requires_grad_()))
+    assert torch.autograd.gradcheck(lambda a: O.rotary_embedding(a * 1, cos, sin, pos, inplace=True),
+                                    (q.clone().requires_grad_(),))
+    for op, args in ((T.rotary_embedding_.default, (q.clone(), cos, sin, pos, False)),
+                     (T.rotary_embedding_qk_.default, (q.clone(), k.clone(), cos, sin, pos, False))):
+        assert set(torch.library.opcheck(op, args).values()) == {"SUCCESS"}
+
+    def step(a, b):
+        a, b = a * 2, b * 2
+        O.rotary_embedding_qk(a, b, cos, sin, pos, inplace=True)
+        return a + 1, b + 1
+    f = torch.compile(step, fullgraph=True, dynamic=False)
+    for gotc, want in zip(f(q, k), (wq, wk)):
+        torch.testing.assert_close(gotc, O.rotary_embedding(want * 0 + 1, cos, sin, pos) * 0 + want * 2 + 1)
+    qg = q.clone().requires_grad_()
+    g = torch.compile(lambda a: O.rotary_embedding(a * 1.0, cos, sin, pos, inplace=True).square().sum(), fullgraph=True)
+    g(qg).backward()
+    qe = q.clone().requires_grad_()
+    O.rotary_embedding(qe * 1.0, cos, sin, pos).square().sum().backward()
+    torch.testing.assert_close(qg.grad, qe.grad)
+
+
+def test_inplace_refusals_name_the_fix():
+    x = torch.randn(2, 5, 8)
+    cos, sin = torch.randn(5, 4), torch.randn(5, 4)
+    with pytest.raises(SpecError, match="leaf tensor that requires grad.*inplace=False"):
+        O.rotary_embedding(x.clone().requires_grad_(), cos, sin, inplace=True)
+    with pytest.raises(SpecError, match="expanded view .stride 0 along dim 0.*x.clone"):
+        O.rotary_embedding(torch.randn(1, 5, 8).expand(2, 5, 8), cos, sin, inplace=True)
+    with pytest.raises(SpecError, match="q and k must not share memory"):
+        O.rotary_embedding_qk(x, x, cos, sin, inplace=True)
+    with pytest.raises(SpecError, match="q and k must not share memory"):  # two dense views that meet
+        O.rotary_embedding_qk(x[:, None][:1].expand(1, 1, 5, 8).squeeze(1), x[:1], cos, sin, inplace=True)
+    four = torch.randn(4, 5, 8)
+    with pytest.raises(SpecError, match="q and k must not share memory"):
+        O.rotary_embedding_qk(four[:3], four[2:], cos, sin, inplace=True)
+    packed = torch.randn(2, 5, 16)  # q and k side by side in one tensor: no overlap, each in place
+    q, k = packed[..., :8], packed[..., 8:]
+    wq, wk = O.rotary_embedding_qk(q, k, cos, sin)
+    O.rotary_embedding_qk(q, k, cos, sin, inplace=True)
+    assert torch.equal(q, wq) and torch.equal(k, wk)
+    with pytest.raises(SpecError, match="must broadcast against x's leading dims"):
+        O.rotary_embedding(x, cos[:4], sin[:4], inplace=True)
+    with pytest.raises(SpecError, match="gradients for cos and sin are not computed"):
+        O.rotary_embedding(x.clone().requires_grad_() * 1, cos.clone().requires_grad_(), sin,
+                           inplace=True).sum().backward()

@@ -191,3 +191,86 @@ def test_gradcheck_opcheck_compile():
     f = torch.compile(lambda t: O.rotary_embedding(t, cos.float(), sin.float()).sum(), fullgraph=True, dynamic=False)
     xf = x.detach().float()
     torch.testing.assert_close(f(xf), _ref(xf, cos.float(), sin.float(), False).sum(), atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", sorted(TOL, key=str))
+@pytest.mark.parametrize("tables", ["half", "full", "positions", "interleaved", "partial"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "gaps"])
+def test_inplace_writes_the_out_of_place_bits(dtype, tables, layout):
+    """inplace=True (the rotary_ip kernels; a view with gaps: out of place, copied back) leaves in q and k exactly
+    the out-of-place rotation's bits, one tensor and q with k (fewer heads) in one launch, vector and pair-at-a-time
+    head dims; a partial rotary dim leaves the rest of each row, and a packed tensor's other columns, as they were;
+    the gradient through the in-place rotation equals the out-of-place one's."""
+    for d in (128, 6):
+        half = 2 if tables == "partial" else d // 2
+        width = d + 8 if layout == "gaps" else d
+        bq = torch.randn(2, 33, 4, width, device="cuda", dtype=dtype)
+        bk = torch.randn(2, 2, 33, width, device="cuda", dtype=dtype)
+        q = {"contiguous": bq.transpose(1, 2).contiguous(), "transposed": bq.transpose(1, 2),
+             "gaps": bq.transpose(1, 2)[..., :d]}[layout]
+        k = bk[..., :d] if layout == "gaps" else bk
+        pos, inter = None, tables == "interleaved"
+        ang = torch.randn(33, half, device="cuda")
+        if tables == "full":
+            ang = torch.randn(2, 1, 33, d, device="cuda")
+        elif tables == "positions":
+            ang, pos = torch.randn(50, half, device="cuda"), torch.randint(0, 50, (2, 1, 33), device="cuda")
+        cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+        want = [O.rotary_embedding(t, cos, sin, pos, interleaved=inter) for t in (q, k)]
+        before, q0, k0 = [bq.clone(), bk.clone()], q.clone(), k.clone()
+        qi = O.rotary_embedding(q, cos, sin, pos, interleaved=inter, inplace=True)
+        assert qi is q
+        torch.testing.assert_close(q, want[0], rtol=0, atol=0)
+        q.copy_(q0)
+        got = O.rotary_embedding_qk(q, k, cos, sin, pos, interleaved=inter, inplace=True)
+        assert got[0] is q and got[1] is k
+        for a, b in zip((q, k), want):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        if layout == "gaps":  # the packed tensors' other columns
+            for base, old in zip((bq, bk), before):
+                torch.testing.assert_close(base[..., d:], old[..., d:], rtol=0, atol=0)
+        q.copy_(q0)
+        k.copy_(k0)
+        # the gradient: q and k as the outputs of an op (a projection), rotated in place
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k)]
+        rq, rk = O.rotary_embedding_qk(leaves[0] * 1, leaves[1] * 1, cos, sin, pos, interleaved=inter, inplace=True)
+        g = [torch.randn_like(t) for t in (rq, rk)]
+        got_g = torch.autograd.grad((rq, rk), leaves, g)
+        outs = [O.rotary_embedding(t, cos, sin, pos, interleaved=inter) for t in leaves]
+        for a, b in zip(got_g, torch.autograd.grad(outs, leaves, g)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_inplace_of_large_tensors_matches_out_of_place_and_compiles(dtype):
+    """Tensors of 8 MiB tables and more (the heads taken in turn) and many rows a thread: rotary_ip_qk's bits equal
+    the out-of-place ones; fullgraph compile of an in-place rotation, with autograd, gives eager's values and
+    gradients; opcheck of both in-place ops on CUDA."""
+    seq = 32768
+    q = torch.randn(1, 8, seq, 128, device="cuda", dtype=dtype)
+    k = torch.randn(1, 2, seq, 128, device="cuda", dtype=dtype)
+    ang = torch.randn(seq, 64, device="cuda")
+    cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+    want = O.rotary_embedding_qk(q, k, cos, sin)
+    O.rotary_embedding_qk(q, k, cos, sin, inplace=True)
+    for a, b in zip((q, k), want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    x = torch.randn(2, 4, 64, 128, device="cuda", dtype=dtype, requires_grad=True)
+    c, s = cos[:64], sin[:64]
+    f = torch.compile(lambda t: O.rotary_embedding(t * 2, c, s, inplace=True).float().square().sum(), fullgraph=True,
+                      dynamic=False)
+    loss = f(x)
+    (got,) = torch.autograd.grad(loss, x)
+    ref = O.rotary_embedding(x * 2, c, s).float().square().sum()
+    (exp,) = torch.autograd.grad(ref, x)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(loss, ref, atol=atol * 100, rtol=rtol)
+    torch.testing.assert_close(got, exp, atol=atol * 10, rtol=rtol * 10)
+    from opsmith.ops._register import ops
+    T = ops()
+    x64 = torch.randn(3, 2, 16, device="cuda", dtype=torch.float64)
+    k64 = torch.randn(3, 1, 16, device="cuda", dtype=torch.float64)
+    a64 = torch.randn(3, 1, 8, device="cuda", dtype=torch.float64)
+    for op, args in ((T.rotary_embedding_.default, (x64.clone(), a64.cos(), a64.sin(), None, True)),
+                     (T.rotary_embedding_qk_.default, (x64.clone(), k64.clone(), a64.cos(), a64.sin(), None, False))):
+        assert set(torch.library.opcheck(op, args).values()) == {"SUCCESS"}

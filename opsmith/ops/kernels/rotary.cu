@@ -138,7 +138,7 @@ struct Unit {
 };
 
 template <class T, int P, bool FULL>
-__device__ __forceinline__ Unit<T, P> load_unit(const T* __restrict__ xr, const T* __restrict__ cs,
+__device__ __forceinline__ Unit<T, P> load_unit(const T* xr, const T* __restrict__ cs,
                                                  const T* __restrict__ sn, int j, int half, int interleaved) {
     Unit<T, P> u;
     u.c = ld<T, P>(cs + j);
@@ -174,7 +174,7 @@ __device__ __forceinline__ void st_vals(T* p, const A* v) {
 }
 
 template <class T, int P, bool FULL>
-__device__ __forceinline__ void store_unit(T* __restrict__ yr, const Unit<T, P>& u, int j, int half, int interleaved,
+__device__ __forceinline__ void store_unit(T* yr, const Unit<T, P>& u, int j, int half, int interleaved,
                                            int sign) {
     typedef typename Elem<T>::acc A;
     A ra[P], rb[P];
@@ -210,10 +210,10 @@ __device__ __forceinline__ void store_unit(T* __restrict__ yr, const Unit<T, P>&
 // Rows grid-stride; a thread's chunks of a row stride by blockDim.x. Where a row is one chunk a
 // thread (chunks <= blockDim.x, no copied tail: head dims of 64-256), each trip takes R rows
 // (rstep apart) and loads all of them before it computes, so that R units are in flight.
-template <class T, int P, int R, bool FULL>
-__device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __restrict__ cos_t,
+template <class T, int P, int R, bool FULL, bool IP>
+__device__ __forceinline__ void rotate_rows(const T* x, const T* __restrict__ cos_t,
                                             const T* __restrict__ sin_t, const long long* __restrict__ positions,
-                                            T* __restrict__ y, long long rows, int d, int half, int interleaved,
+                                            T* y, long long rows, int d, int half, int interleaved,
                                             int sign, int has_pos, int s1, int s2, int s3, long long c0,
                                             long long c1, long long c2, long long c3, long long p0, long long p1,
                                             long long p2, long long p3, unsigned blk, unsigned nblk) {
@@ -272,8 +272,10 @@ __device__ __forceinline__ void rotate_rows(const T* __restrict__ x, const T* __
             const Unit<T, P> u = load_unit<T, P, FULL>(xr, cos_t + coff, sin_t + coff, c * P, half, interleaved);
             store_unit<T, P, FULL>(yr, u, c * P, half, interleaved, sign);
         }
-        for (int c = threadIdx.x; c < tail; c += blockDim.x)  // the dims beyond the rotary ones
-            st<T, P>(yr + 2 * half + c * P, ld<T, P>(xr + 2 * half + c * P));
+        if constexpr (!IP) {  // the dims beyond the rotary ones (in place: left where they are)
+            for (int c = threadIdx.x; c < tail; c += blockDim.x)
+                st<T, P>(yr + 2 * half + c * P, ld<T, P>(xr + 2 * half + c * P));
+        }
     }
 }
 
@@ -285,10 +287,10 @@ template <class T> struct RotaryRows { static constexpr int R = OPSMITH_ROTARY_R
 template <> struct RotaryRows<__half> { static constexpr int R = OPSMITH_ROTARY_ROWS_HALF; };
 
 // The kernels' body: the vector path where `vec`, else one pair at a time
-template <bool FULL, class T>
-__device__ __forceinline__ void rotary_any(const T* __restrict__ x, const T* __restrict__ cos_t,
+template <bool FULL, bool IP, class T>
+__device__ __forceinline__ void rotary_any(const T* x, const T* __restrict__ cos_t,
                                            const T* __restrict__ sin_t, const long long* __restrict__ positions,
-                                           T* __restrict__ y, long long rows, int d, int half, int interleaved,
+                                           T* y, long long rows, int d, int half, int interleaved,
                                            int sign, int has_pos, int s1, int s2, int s3, long long c0, long long c1,
                                            long long c2, long long c3, long long p0, long long p1, long long p2,
                                            long long p3, unsigned blk, unsigned nblk) {
@@ -296,11 +298,11 @@ __device__ __forceinline__ void rotary_any(const T* __restrict__ x, const T* __r
     const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
                      aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
     if (vec)
-        rotate_rows<T, N, FULL ? OPSMITH_ROTARY_ROWS : RotaryRows<T>::R, FULL>(
+        rotate_rows<T, N, FULL ? OPSMITH_ROTARY_ROWS : RotaryRows<T>::R, FULL, IP>(
             x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1, c2, c3, p0,
             p1, p2, p3, blk, nblk);
     else
-        rotate_rows<T, 1, 1, FULL>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2,
+        rotate_rows<T, 1, 1, FULL, IP>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2,
                                    s3, c0, c1, c2, c3, p0, p1, p2, p3, blk, nblk);
 }
 
@@ -315,7 +317,7 @@ rotary(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __restrict
        int sign, int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1, long long c2, long long c3,
        long long p0, long long p1, long long p2, long long p3) {
     (void)s0;  // the outermost size bounds nothing: rows does
-    rotary_any<false>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1,
+    rotary_any<false, false>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1,
                       c2, c3, p0, p1, p2, p3, blockIdx.x, gridDim.x);
 }
 
@@ -326,7 +328,7 @@ rotary_full(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __res
             int interleaved, int sign, int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1,
             long long c2, long long c3, long long p0, long long p1, long long p2, long long p3) {
     (void)s0;
-    rotary_any<true>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1,
+    rotary_any<true, false>(x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1,
                      c2, c3, p0, p1, p2, p3, blockIdx.x, gridDim.x);
 }
 
@@ -336,9 +338,9 @@ rotary_full(const T* __restrict__ x, const T* __restrict__ cos_t, const T* __res
 // time: where the table is large ([1, heads, seq, d] with seq rows of angles, read once a head),
 // k finds the rows q just read in L2. The tensor's arguments are picked before the body, which
 // is rotary's (one copy of it, the same registers).
-#define OPSMITH_ROTARY_QK_BODY(FULL)                                                                      \
+#define OPSMITH_ROTARY_QK_BODY(FULL, IP, Y, Y2)                                                           \
     const bool second = blockIdx.x & 1u;                                                                  \
-    rotary_any<FULL>(second ? x2 : x, cos_t, sin_t, positions, second ? y2 : y, second ? rows2 : rows, d, \
+    rotary_any<FULL, IP>(second ? x2 : x, cos_t, sin_t, positions, second ? Y2 : Y, second ? rows2 : rows, d, \
                      half, interleaved, sign, has_pos, second ? t1 : s1, second ? t2 : s2, second ? t3 : s3, \
                      second ? e0 : c0, second ? e1 : c1, second ? e2 : c2, second ? e3 : c3, second ? f0 : p0, \
                      second ? f1 : p1, second ? f2 : p2, second ? f3 : p3, blockIdx.x >> 1, gridDim.x >> 1)
@@ -352,7 +354,7 @@ rotary_qk(const T* __restrict__ x, const T* __restrict__ x2, const T* __restrict
           long long p3, int t0, int t1, int t2, int t3, long long e0, long long e1, long long e2, long long e3,
           long long f0, long long f1, long long f2, long long f3) {
     (void)s0, (void)t0;
-    OPSMITH_ROTARY_QK_BODY(false);
+    OPSMITH_ROTARY_QK_BODY(false, false, y, y2);
 }
 
 template <class T>
@@ -364,5 +366,56 @@ rotary_qk_full(const T* __restrict__ x, const T* __restrict__ x2, const T* __res
                long long p0, long long p1, long long p2, long long p3, int t0, int t1, int t2, int t3, long long e0,
                long long e1, long long e2, long long e3, long long f0, long long f1, long long f2, long long f3) {
     (void)s0, (void)t0;
-    OPSMITH_ROTARY_QK_BODY(true);
+    OPSMITH_ROTARY_QK_BODY(true, false, y, y2);
+}
+
+// In place: x is rotated where it lies (one pointer read and written, so not __restrict__; a thread writes only the
+// elements it has read, after reading them), the dims beyond the rotary ones untouched. rotary_ip<T>,
+// rotary_ip_full<T>: (x, cos, sin, positions, rows, d, half, interleaved, sign, has_pos, s0..s3, c0..c3, p0..p3);
+// rotary_qk_ip<T>, rotary_qk_ip_full<T>: (x, x2, cos, sin, positions, rows, rows2, d, half, interleaved, sign, has_pos,
+// x's s, c, p, then x2's t, e, f), as rotary_qk.
+template <class T>
+__global__ void OPSMITH_ROTARY_BOUNDS
+rotary_ip(T* x, const T* __restrict__ cos_t, const T* __restrict__ sin_t, const long long* __restrict__ positions,
+          long long rows, int d, int half, int interleaved, int sign, int has_pos, int s0, int s1, int s2, int s3,
+          long long c0, long long c1, long long c2, long long c3, long long p0, long long p1, long long p2,
+          long long p3) {
+    (void)s0;
+    rotary_any<false, true>(x, cos_t, sin_t, positions, x, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
+                            c1, c2, c3, p0, p1, p2, p3, blockIdx.x, gridDim.x);
+}
+
+template <class T>
+__global__ void OPSMITH_ROTARY_BOUNDS
+rotary_ip_full(T* x, const T* __restrict__ cos_t, const T* __restrict__ sin_t,
+               const long long* __restrict__ positions, long long rows, int d, int half, int interleaved, int sign,
+               int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1, long long c2, long long c3,
+               long long p0, long long p1, long long p2, long long p3) {
+    (void)s0;
+    rotary_any<true, true>(x, cos_t, sin_t, positions, x, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0,
+                           c1, c2, c3, p0, p1, p2, p3, blockIdx.x, gridDim.x);
+}
+
+template <class T>
+__global__ void OPSMITH_ROTARY_BOUNDS
+rotary_qk_ip(T* x, T* x2, const T* __restrict__ cos_t, const T* __restrict__ sin_t,
+             const long long* __restrict__ positions, long long rows, long long rows2, int d, int half,
+             int interleaved, int sign, int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1,
+             long long c2, long long c3, long long p0, long long p1, long long p2, long long p3, int t0, int t1,
+             int t2, int t3, long long e0, long long e1, long long e2, long long e3, long long f0, long long f1,
+             long long f2, long long f3) {
+    (void)s0, (void)t0;
+    OPSMITH_ROTARY_QK_BODY(false, true, x, x2);
+}
+
+template <class T>
+__global__ void OPSMITH_ROTARY_BOUNDS
+rotary_qk_ip_full(T* x, T* x2, const T* __restrict__ cos_t, const T* __restrict__ sin_t,
+                  const long long* __restrict__ positions, long long rows, long long rows2, int d, int half,
+                  int interleaved, int sign, int has_pos, int s0, int s1, int s2, int s3, long long c0, long long c1,
+                  long long c2, long long c3, long long p0, long long p1, long long p2, long long p3, int t0, int t1,
+                  int t2, int t3, long long e0, long long e1, long long e2, long long e3, long long f0, long long f1,
+                  long long f2, long long f3) {
+    (void)s0, (void)t0;
+    OPSMITH_ROTARY_QK_BODY(true, true, x, x2);
 }
