@@ -44,6 +44,7 @@ def _case(heads, kv, seq, dt, liger):
     cos, sin = ang.cos().to(dt), ang.sin().to(dt)
     cf, sf = torch.cat([cos, cos], -1)[None], torch.cat([sin, sin], -1)[None]
     nbytes = 2 * (q.nbytes + k.nbytes) + cos.nbytes + sin.nbytes
+    torch._dynamo.reset()  # compiled per shape: a fresh cache, no recompile limit met across the cases
     comp = _compiled()
     impls = {"inplace": lambda: ops.rotary_embedding_qk(q, k, cos, sin, inplace=True),
              "out_of_place": lambda: ops.rotary_embedding_qk(q, k, cos, sin),

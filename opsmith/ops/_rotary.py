@@ -411,20 +411,51 @@ def define_all(define) -> list:
     return [op, back, qk, qk_back]
 
 
+_inplace_lib: list = []  # the Library that defines rotary_embedding_ and rotary_embedding_qk_, kept alive
+
+
+def _written(name: str, *tensors) -> None:
+    """Before an in-place kernel writes ``tensors``: a SpecError where autograd would miss the write (a tensor that
+    requires grad, grad mode on: these ops have no formula of their own), then their version counters bumped as
+    torch's in-place ops bump them (a tensor saved for a backward and written since is caught there)."""
+    import torch
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise SpecError(f"torch.ops.opsmith.{name} has no autograd formula, and its input requires grad: call "
+                        f"opsmith.ops.{name[:-1]}(..., inplace=True), which records the inverse rotation as the "
+                        f"gradient, or run it under torch.no_grad()")
+    for t in tensors:
+        if not t.is_inference():
+            torch.autograd.graph.increment_version(t)
+
+
 def define_inplace() -> list:
-    """``rotary_embedding_`` and ``rotary_embedding_qk_``: torch custom ops that write their tensors (torch's
-    functionalization turns them into out-of-place ones under ``torch.compile``); returns both ops."""
+    """``rotary_embedding_`` and ``rotary_embedding_qk_``: torch operators that write their tensors (``Tensor(a!)``;
+    under ``torch.compile`` torch's functionalization makes out-of-place ones of them); returns both overloads.
+    Defined on a ``torch.library.Library`` with CPU and CUDA kernels that bump the written tensors' versions
+    themselves: ``torch.library.custom_op`` with ``mutates_args`` does it through Python kernels of its own on the
+    ADInplaceOrView and Autograd keys, 12 us more a call on the 2-core CPU machine."""
     import torch
     args = "Tensor cos, Tensor sin, Tensor? positions=None, bool interleaved=False"
 
     def cpu(x, cos, sin, positions=None, interleaved=False):
         _writable(x, "rotary_embedding")
+        _written("rotary_embedding_", x)
         x.copy_(_cpu(x, cos, sin, positions, interleaved, 1))
 
     def cpu_qk(q, k, cos, sin, positions=None, interleaved=False):
         _check_qk_inplace(q, k)
-        cpu(q, cos, sin, positions, interleaved)
-        cpu(k, cos, sin, positions, interleaved)
+        _written("rotary_embedding_qk_", q, k)
+        for t in (q, k):
+            _writable(t, "rotary_embedding_qk")
+            t.copy_(_cpu(t, cos, sin, positions, interleaved, 1))
+
+    def cuda(x, cos, sin, positions=None, interleaved=False):
+        _written("rotary_embedding_", x)
+        rotary_inplace_cuda(x, cos, sin, positions, interleaved, 1)
+
+    def cuda_qk(q, k, cos, sin, positions=None, interleaved=False):
+        _written("rotary_embedding_qk_", q, k)
+        rotary_qk_inplace_cuda(q, k, cos, sin, positions, interleaved, 1)
 
     def fake(x, cos, sin, positions=None, interleaved=False):
         check(x, cos, sin, positions, interleaved)
@@ -433,15 +464,15 @@ def define_inplace() -> list:
         check_qk(q, k)
         check(q, cos, sin, positions, interleaved)
 
-    one = torch.library.custom_op("opsmith::rotary_embedding_", cpu, mutates_args=("x",),
-                                  schema=f"(Tensor(a!) x, {args}) -> ()")
-    one.register_kernel("cuda", lambda x, c, s, p=None, i=False: rotary_inplace_cuda(x, c, s, p, i, 1))
-    one.register_fake(fake)
-    two = torch.library.custom_op("opsmith::rotary_embedding_qk_", cpu_qk, mutates_args=("q", "k"),
-                                  schema=f"(Tensor(a!) q, Tensor(b!) k, {args}) -> ()")
-    two.register_kernel("cuda", lambda q, k, c, s, p=None, i=False: rotary_qk_inplace_cuda(q, k, c, s, p, i, 1))
-    two.register_fake(fake_qk)
-    return [one, two]
+    lib = torch.library.Library("opsmith", "FRAGMENT")
+    lib.define(f"rotary_embedding_(Tensor(a!) x, {args}) -> ()")
+    lib.define(f"rotary_embedding_qk_(Tensor(a!) q, Tensor(b!) k, {args}) -> ()")
+    for name, c, g, f in (("rotary_embedding_", cpu, cuda, fake), ("rotary_embedding_qk_", cpu_qk, cuda_qk, fake_qk)):
+        lib.impl(name, c, "CPU")
+        lib.impl(name, g, "CUDA")
+        torch.library.register_fake(f"opsmith::{name}", f, lib=lib)
+    _inplace_lib.append(lib)
+    return [torch.ops.opsmith.rotary_embedding_.default, torch.ops.opsmith.rotary_embedding_qk_.default]
 
 
 _inplace_fns: list = []  # the autograd.Function of the in-place rotations, made on first use
@@ -459,7 +490,7 @@ def _functions():
     class RotaryInplace(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, cos, sin, positions, interleaved):
-            ops().rotary_embedding_(x, cos, sin, positions, interleaved)
+            ops().rotary_embedding_.default(x, cos, sin, positions, interleaved)
             ctx.mark_dirty(x)
             ctx.save_for_backward(cos, sin, positions)
             ctx.interleaved = interleaved
@@ -474,7 +505,7 @@ def _functions():
     class RotaryQKInplace(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, cos, sin, positions, interleaved):
-            ops().rotary_embedding_qk_(q, k, cos, sin, positions, interleaved)
+            ops().rotary_embedding_qk_.default(q, k, cos, sin, positions, interleaved)
             ctx.mark_dirty(q, k)
             ctx.save_for_backward(cos, sin, positions)
             ctx.interleaved = interleaved
@@ -506,19 +537,19 @@ def _needs_graph(tensors, where: str) -> bool:
     return True
 
 
-def rotate_inplace(x, cos, sin, positions, interleaved: bool):
-    """``x`` rotated in place and returned, with autograd where ``x`` requires grad."""
+def rotate_inplace(x, cos, sin, positions, interleaved: bool, call):
+    """``x`` rotated in place and returned, with autograd where ``x`` requires grad; ``call``: what runs
+    ``rotary_embedding_`` without autograd (the public functions' ``_call``: the builtin in eager mode)."""
     if _needs_graph((x,), "rotary_embedding"):
         return _functions()[0].apply(x, cos, sin, positions, interleaved)
-    from opsmith.ops._register import ops
-    ops().rotary_embedding_(x, cos, sin, positions, interleaved)
+    call(x, cos, sin, positions, interleaved)
     return x
 
 
-def rotate_qk_inplace(q, k, cos, sin, positions, interleaved: bool):
-    """``(q, k)`` rotated in place and returned, with autograd where either requires grad."""
+def rotate_qk_inplace(q, k, cos, sin, positions, interleaved: bool, call):
+    """``(q, k)`` rotated in place and returned, with autograd where either requires grad (``call``: as
+    :func:`rotate_inplace`'s, of ``rotary_embedding_qk_``)."""
     if _needs_graph((q, k), "rotary_embedding_qk"):
         return _functions()[1].apply(q, k, cos, sin, positions, interleaved)
-    from opsmith.ops._register import ops
-    ops().rotary_embedding_qk_(q, k, cos, sin, positions, interleaved)
+    call(q, k, cos, sin, positions, interleaved)
     return q, k

@@ -339,3 +339,32 @@ def test_inplace_refusals_name_the_fix():
     with pytest.raises(SpecError, match="gradients for cos and sin are not computed"):
         O.rotary_embedding(x.clone().requires_grad_() * 1, cos.clone().requires_grad_(), sin,
                            inplace=True).sum().backward()
+
+
+def test_inplace_ops_bump_versions_and_refuse_a_write_autograd_would_miss():
+    from opsmith.ops._register import ops
+    T = ops()
+    cos, sin = torch.randn(5, 4), torch.randn(5, 4)
+    x = torch.randn(2, 5, 8)
+    v = x._version
+    O.rotary_embedding(x, cos, sin, inplace=True)
+    q, k = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
+    vq, vk = q._version, k._version
+    O.rotary_embedding_qk(q, k, cos, sin, inplace=True)
+    assert x._version > v and q._version > vq and k._version > vk
+    h = torch.randn(2, 5, 8, requires_grad=True)
+    y = h * 1
+    z = (y * y).sum()  # saves y for its backward
+    with torch.no_grad():
+        O.rotary_embedding(y, cos, sin, inplace=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.backward()
+    with pytest.raises(SpecError, match=r"rotary_embedding_ has no autograd formula.*inplace=True"):
+        T.rotary_embedding_(h * 1, cos, sin)
+    with pytest.raises(SpecError, match=r"rotary_embedding_qk_ has no autograd formula"):
+        T.rotary_embedding_qk_(h * 1, k, cos, sin)
+    with torch.inference_mode():  # inference tensors have no version counter: rotated all the same
+        xi = torch.randn(2, 5, 8)
+        want = O.rotary_embedding(xi, cos, sin)
+        O.rotary_embedding(xi, cos, sin, inplace=True)
+        assert torch.equal(xi, want)
