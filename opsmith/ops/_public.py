@@ -272,7 +272,7 @@ def rotary_embedding(x, cos, sin, positions=None, *, interleaved: bool = False, 
     if cos.dtype != x.dtype:
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if inplace:
-        from opsmith.ops._rotary import rotate_inplace
+        from opsmith.ops._rotary_inplace import rotate_inplace
         return rotate_inplace(x, cos, sin, positions, bool(interleaved), _call("rotary_embedding_"))
     return _call("rotary_embedding")(x, cos, sin, positions, bool(interleaved))
 
@@ -287,7 +287,7 @@ def rotary_embedding_qk(q, k, cos, sin, positions=None, *, interleaved: bool = F
     if cos.dtype != q.dtype:
         cos, sin = cos.to(q.dtype), sin.to(q.dtype)
     if inplace:
-        from opsmith.ops._rotary import rotate_qk_inplace
+        from opsmith.ops._rotary_inplace import rotate_qk_inplace
         return rotate_qk_inplace(q, k, cos, sin, positions, bool(interleaved), _call("rotary_embedding_qk_"))
     return _call("rotary_embedding_qk")(q, k, cos, sin, positions, bool(interleaved))
 

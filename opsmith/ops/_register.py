@@ -20,8 +20,8 @@ ops without a graph break) and an autograd formula that calls the backward opera
 ``silu_mul``           ``(Tensor gate, Tensor up) -> Tensor``: gate and up as two tensors; ``gelu_mul``;
                        their backwards return ``(d_gate, d_up)`` (:mod:`opsmith.ops._gated`)
 ``rotary_embedding``   rotary position embedding, neox or interleaved, cos/sin given or indexed by
-                       positions; ``rotary_embedding_qk``: q and k in one launch; ``rotary_embedding_``
-                       and ``rotary_embedding_qk_`` in place (:mod:`opsmith.ops._rotary`)
+                       positions; ``rotary_embedding_qk``: q and k in one launch (:mod:`opsmith.ops._rotary`);
+                       ``rotary_embedding_``, ``rotary_embedding_qk_`` in place (``_rotary_inplace``)
 ``add_rms_norm``       ``x + residual`` then RMS norm, one kernel: ``(y, residual_out, rstd)``
                        (:mod:`opsmith.ops._fused`); ``add_layer_norm``: ``(y, residual_out, mean,
                        rstd)``, an add and layer_norm's kernels
@@ -262,14 +262,14 @@ def _register_all() -> None:
                           grads_for=("x", "weight"))
 
     # gated activations (silu_and_mul, gelu_and_mul, silu_mul, gelu_mul): their CUDA code is Python everywhere
-    from opsmith.ops import _cross_entropy, _fused, _gated, _rotary
+    from opsmith.ops import _cross_entropy, _fused, _gated, _rotary, _rotary_inplace
     rms_parts = (_rms_norm_cpu, _rms_norm_backward_cpu, _rms_norm_fake, _rms_norm_backward_fake)
     ln_parts = (_layer_norm_cpu, _layer_norm_backward_cpu, _layer_norm_fake, _layer_norm_backward_fake)
     for op in [*_gated.define_all(define), *_fused.define_all(define, rms_parts),
                *_fused.define_layer_norm(define, ln_parts), *_rotary.define_all(define),
                *_cross_entropy.define_all(define)]:
         op.register_kernel("cuda", python_cuda.pop(op))
-    _rotary.define_inplace()  # rotary_embedding_, rotary_embedding_qk_: torch custom ops that write their tensors
+    _rotary_inplace.define_inplace()  # rotary_embedding_, rotary_embedding_qk_: operators that write their tensors
 
     if native:
         try:

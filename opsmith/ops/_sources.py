@@ -2,7 +2,7 @@
 
 One NVRTC program per (source file, element type): ``elementwise.cu``, ``softmax.cu``,
 ``softmax_cluster.cu``, ``norm.cu``, ``norm_long.cu``, ``norm_cluster.cu``, ``norm_l2.cu``, ``norm_split.cu``,
-``norm_small.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu`` and ``cross_entropy.cu`` for float32, float64,
+``norm_small.cu``, ``gated.cu``, ``fused_norm.cu``, ``rotary.cu``, ``rotary_ip.cu`` and ``cross_entropy.cu`` for float32, float64,
 float16 and bfloat16, each with the name expressions of its kernels. The first use of any op on a dtype
 compiles that dtype's programs at once (:func:`opsmith.compile_many`); ``opsmith warm --ops`` compiles all
 of them ahead of time.
@@ -51,8 +51,8 @@ FILES: dict[str, tuple[str, ...]] = {
     + tuple(f"{op}_and_mul_{d}_one<{{T}}>" for op in ("silu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>", "add_rms_norm_fwd_full<{T}, {A}>", "add_rms_norm_fwd_c8<{T}, {A}>",
                       "add_rms_norm_fwd_c8k<{T}, {A}>"),
-    "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>",
-                  "rotary_ip<{T}>", "rotary_ip_full<{T}>", "rotary_qk_ip<{T}>", "rotary_qk_ip_full<{T}>"),
+    "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),
+    "rotary_ip.cu": ("rotary_ip<{T}>", "rotary_ip_full<{T}>", "rotary_qk_ip<{T}>", "rotary_qk_ip_full<{T}>"),
     "cross_entropy.cu": ("cross_entropy_fwd<{T}, {A}, true>", "cross_entropy_fwd<{T}, {A}, false>",
                          "cross_entropy_finish<{T}, {A}>", "cross_entropy_bwd<{T}, {A}>"),
 }

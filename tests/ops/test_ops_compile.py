@@ -50,7 +50,7 @@ def test_every_source_compiles_for_every_arch_and_dtype():
                 kernel = module.get_kernel(name)
                 dts = {p.dtypes[0] for p in _pointer_params(kernel)}
                 expected = {TORCH_DTYPE[dtype], "float64" if acc == "double" else "float32"}
-                expected |= {"int64"} if file in ("rotary.cu", "cross_entropy.cu") else set()
+                expected |= {"int64"} if file in ("rotary.cu", "rotary_ip.cu", "cross_entropy.cu") else set()
                 assert dts <= expected, (name, dts)
                 assert TORCH_DTYPE[dtype] in dts
 
@@ -105,10 +105,12 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
     assert names == ["activations.cuh", "common.cuh", "cross_entropy.cu", "elementwise.cu", "fused_norm.cu", "gated.cu",
                      "norm.cu", "norm_cluster.cu", "norm_dx.cuh", "norm_fwd.cuh", "norm_l2.cu", "norm_long.cu",
-                     "norm_small.cu", "norm_split.cu", "rotary.cu", "rows.cuh", "softmax.cu", "softmax_cluster.cu"]
+                     "norm_small.cu", "norm_split.cu", "rotary.cu", "rotary.cuh", "rotary_ip.cu", "rows.cuh", "softmax.cu",
+                     "softmax_cluster.cu"]
     # the only includes are our own headers (common.cuh first, or rows.cuh, norm_fwd.cuh or norm_dx.cuh, which
-    # include it) and CUDA's fp16/bf16 headers, behind __has_include
-    first = ('#include "common.cuh"', '#include "rows.cuh"', '#include "norm_fwd.cuh"', '#include "norm_dx.cuh"')
+    # include it; rotary.cuh likewise) and CUDA's fp16/bf16 headers, behind __has_include
+    first = ('#include "common.cuh"', '#include "rows.cuh"', '#include "norm_fwd.cuh"', '#include "norm_dx.cuh"',
+             '#include "rotary.cuh"')
     ours = {*first, '#include "activations.cuh"'}
     for path in [*_sources.KERNEL_DIR.glob("*.cu"), *_sources.KERNEL_DIR.glob("*.cuh")]:
         includes = [line for line in path.read_text().splitlines() if line.startswith("#include")]
@@ -370,13 +372,13 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             assert y.shape == s.shape == x.shape and rstd.shape == (3,)
             y, s, mean, rstd = _fused.add_layer_norm_cuda(x, x, [cols], weight, weight, 1e-5)
             assert y.shape == s.shape == x.shape and mean.shape == rstd.shape == (3,)
-        from opsmith.ops import _rotary
+        from opsmith.ops import _rotary, _rotary_inplace
         if cols >= 2:
             half = cols // 2
             cos = torch.randn(3, half, dtype=dt)
             assert _rotary.rotary_cuda(x, cos, cos, None, False, 1).shape == x.shape
             assert _rotary.rotary_cuda(x, cos, cos, torch.tensor([2, 0, 1]), True, -1).shape == x.shape
-            _rotary.rotary_inplace_cuda(x.clone(), cos, cos, None, False, 1)  # rotary_ip
+            _rotary_inplace.rotary_inplace_cuda(x.clone(), cos, cos, None, False, 1)  # rotary_ip
         if cols % 2 == 0:  # full-width tables on a transposed [batch, seq, heads, d] view: no copy
             xt = torch.randn(2, 3, 2, cols, dtype=dt).transpose(1, 2)
             full = torch.randn(2, 1, 3, cols, dtype=dt)
@@ -388,13 +390,13 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             kt = torch.randn(2, 3, 1, cols, dtype=dt).transpose(1, 2)  # q and k in one launch, k with fewer heads
             yq, yk = _rotary.rotary_qk_cuda(xt, kt, full, full, None, False, -1)
             assert (yq.shape, yq.stride(), yk.shape, yk.stride()) == (xt.shape, xt.stride(), kt.shape, kt.stride())
-            _rotary.rotary_inplace_cuda(xt.clone().transpose(1, 2).contiguous().transpose(1, 2), full, full, None,
+            _rotary_inplace.rotary_inplace_cuda(xt.clone().transpose(1, 2).contiguous().transpose(1, 2), full, full, None,
                                         False, 1)  # rotary_ip_full on the transposed view itself
-            _rotary.rotary_qk_inplace_cuda(xt, kt, full, full, None, False, -1)  # rotary_qk_ip_full
+            _rotary_inplace.rotary_qk_inplace_cuda(xt, kt, full, full, None, False, -1)  # rotary_qk_ip_full
         if cols >= 2:
             q, k = torch.randn(2, 4, 3, cols, dtype=dt), torch.randn(2, 2, 3, cols, dtype=dt)
             assert [t.shape for t in _rotary.rotary_qk_cuda(q, k, cos, cos, None, True, 1)] == [q.shape, k.shape]
-            _rotary.rotary_qk_inplace_cuda(q, k, cos, cos, None, True, 1)  # rotary_qk_ip
+            _rotary_inplace.rotary_qk_inplace_cuda(q, k, cos, cos, None, True, 1)  # rotary_qk_ip
         from opsmith.ops import _cross_entropy
         target = torch.tensor([0, cols - 1, -100])
         loss, lse, count = _cross_entropy.cross_entropy_cuda(x, target, -100, "mean", 0.1, 1e-4)

@@ -165,7 +165,7 @@ def test_rotary_kernel_compiles_for_every_dtype():
     pytest.importorskip("cuda.bindings.nvrtc")
     from opsmith._build._nvrtc import compile_request, make_request
     from opsmith.ops import _sources
-    for job in _sources.jobs("sm_90", files=("rotary.cu",)):
+    for job in _sources.jobs("sm_90", files=("rotary.cu", "rotary_ip.cu")):
         b = compile_request(make_request(**job))
         assert set(b.lowered_names) == set(job["name_expressions"]) and b.code[:4] == b"\x7fELF"
 
@@ -226,7 +226,7 @@ def test_launch_plan_covers_every_row_and_pair():
     import re
 
     from opsmith.ops import _launch, _rotary, _sources
-    source = (_sources.KERNEL_DIR / "rotary.cu").read_text()
+    source = (_sources.KERNEL_DIR / "rotary.cuh").read_text()
     assert re.search(r"#define OPSMITH_ROTARY_ROWS (\d+)", source).group(1) == str(_rotary.ROTARY_ROWS)
     assert re.search(r"#define OPSMITH_ROTARY_ROWS_HALF (\d+)", source).group(1) == str(_rotary.ROTARY_ROWS_HALF)
     assert "template <> struct RotaryRows<__half> { static constexpr int R = OPSMITH_ROTARY_ROWS_HALF; };" in source
