@@ -94,6 +94,7 @@ def main() -> None:
             cols = " / ".join(f"{r[n]['gbps']:.0f}" if n in r else "-"
                               for n in ("inplace", "out_of_place", "compile", "liger"))
             print(f"{r['dtype']:9} {heads:7} {kv:3} {seq:6}  {cols}   {r['inplace_vs_best_peer']:.3f}x", flush=True)
+            _write(args, liger_rope, rows, None)  # each case kept, should the run be cut short
     q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(1, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
     ang = torch.randn(1, 64, device="cuda")
@@ -102,6 +103,10 @@ def main() -> None:
             "out_of_place_us": _host_us(lambda: ops.rotary_embedding_qk(q, k, cos, sin))}
     print(f"host time of one decode-step call (bf16 q [1, 32, 1, 128], k [1, 8, 1, 128]): in place "
           f"{host['inplace_us']:.1f} us, out of place {host['out_of_place_us']:.1f} us")
+    _write(args, liger_rope, rows, host)
+
+
+def _write(args, liger_rope, rows, host) -> None:
     meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
             "liger": liger_rope is not None, "command": "python3 bench/bench_rotary_inplace.py " + " ".join(
                 f"--{k} {v}" for k, v in vars(args).items())}
