@@ -14,7 +14,7 @@ device's copy bandwidth and of that same-size copy. torch.compile is reset and r
 every shape (its default would recompile once with dynamic shapes and understate it). Liger is
 used when importable (pure Python over Triton: carry its wheel, pip install --no-deps).
 
-Ops: rms_norm, layer_norm, softmax, add_rms_norm (rows 1 MiB .. >= 1 GiB moved, row length
+Ops: rms_norm, layer_norm, softmax, add_rms_norm, add_layer_norm (no Liger equivalent; rows 1 MiB .. >= 1 GiB moved, row length
 1024 .. 32768), silu_and_mul / gelu_and_mul (packed [gate | up]; Liger gets gate and up as two
 tensors, as its MLP has them), rotary (q and k [1, cols / 128 heads, rows, 128]; opsmith's
 rotary_embedding_qk and Liger's liger_rope rotate both in one call), cross_entropy (logits [rows, vocabulary] for
@@ -149,6 +149,15 @@ def impls(op: str, liger):
         if liger is not None and hasattr(liger, "liger_fused_add_rms_norm"):
             out["liger"] = (mk, lambda x, w, res: liger.liger_fused_add_rms_norm(x, res, w, 1e-6, in_place=False))
         return out
+    if op == "add_layer_norm":  # as add_rms_norm: y and the new residual from every implementation; Liger has none
+        mk = lambda r, c, dt, dev, g: (*row_args(r, c, dt, dev, g, 2), torch.randn(r, c, dtype=dt, device=dev,
+                                                                                   requires_grad=g))
+
+        def eager_add_ln(x, w, b, res):
+            s = x + res
+            return F.layer_norm(s, (x.shape[-1],), w, b, 1e-5), s
+        return {"opsmith": (mk, lambda x, w, b, res: ops.add_layer_norm(x, res, (x.shape[-1],), w, b, 1e-5)),
+                "eager": (mk, eager_add_ln), "compile": (mk, eager_add_ln)}
     act = {"silu_and_mul": F.silu, "gelu_and_mul": lambda g: F.gelu(g, approximate="tanh")}[op]
     ours = {"silu_and_mul": ops.silu_and_mul, "gelu_and_mul": lambda x: ops.gelu_and_mul(x, "tanh")}[op]
 
@@ -175,6 +184,8 @@ def floor_bytes(op: str, rows: int, cols: int, size: int, direction: str) -> int
         fwd, bwd = valid + 8 * rows, valid + n + 8 * rows
     elif op == "add_rms_norm":  # x, residual -> y, residual_out (+ w, rstd); bwd: g, s -> dx, dres (+ dw)
         fwd, bwd = 4 * n + cols * size + 4 * rows, 4 * n + 2 * cols * size + 4 * rows
+    elif op == "add_layer_norm":  # as add_rms_norm, with the bias (and its gradient) and the mean
+        fwd, bwd = 4 * n + 2 * cols * size + 8 * rows, 4 * n + 4 * cols * size + 8 * rows
     else:
         params = {"rms_norm": 1, "layer_norm": 2, "softmax": 0}[op] * cols * size
         stats = {"rms_norm": 4, "layer_norm": 8, "softmax": 0}[op] * rows
@@ -266,8 +277,8 @@ def measure_case(calls, rounds, device) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,add_rms_norm,silu_and_mul,gelu_and_mul,rotary,"
-                                     "cross_entropy")
+    ap.add_argument("--ops", default="rms_norm,layer_norm,softmax,add_rms_norm,add_layer_norm,silu_and_mul,gelu_and_mul,"
+                                     "rotary,cross_entropy")
     ap.add_argument("--dtypes", default="bfloat16")
     ap.add_argument("--runs", type=int, default=20, help="timed runs a round (the copy: at least COPY_RUNS)")
     ap.add_argument("--rounds", type=int, default=3,
@@ -367,7 +378,7 @@ def plot(records, meta, path) -> None:
                  meta.get("copy_gbps"))
 
 def _header() -> str:
-    return f"{'op':<14}{'dtype':<9}{'shape':<14}{'dir':<8}{'MiB':>7}  GB/s: opsmith / eager / compile / liger   ours vs best"
+    return f"{'op':<16}{'dtype':<9}{'shape':<14}{'dir':<8}{'MiB':>7}  GB/s: opsmith / eager / compile / liger   ours vs best"
 
 
 def _line(r) -> str:
@@ -376,7 +387,7 @@ def _line(r) -> str:
     if r.get("noise") is not None:
         ratio += f" ±{r['noise']:.1%}"
     copy = f"   copy {cell('copy')}" if "copy" in r["results"] else ""
-    return (f"{r['op']:<14}{r['dtype']:<9}{'x'.join(map(str, r['shape'])):<14}{r['dir']:<8}{r['bytes'] / MIB:>7.0f}  "
+    return (f"{r['op']:<16}{r['dtype']:<9}{'x'.join(map(str, r['shape'])):<14}{r['dir']:<8}{r['bytes'] / MIB:>7.0f}  "
             f"{cell('opsmith')} / {cell('eager')} / {cell('compile')} / {cell('liger')}   {ratio}{copy}")
 
 

@@ -16,9 +16,11 @@ and their backwards.
 ``add_layer_norm_backward``  layer_norm's backward on ``s`` plus ``grad_residual``
 
 On CUDA add_rms_norm's forward is one kernel (``kernels/fused_norm.cu``) for rows that fit in
-registers, else an add and rms_norm's long-row kernel. add_layer_norm is an add and layer_norm's
-kernels (two passes over the row: not fused yet). The CUDA implementations are Python on every
-machine.
+registers, else an add and rms_norm's long-row kernel. add_layer_norm's forward is one kernel on
+layer_norm's register rows (up to 16 KiB) and on its L2 rows (longer, in whole aligned vectors), else an
+add and layer_norm's kernels. Both backwards are
+their norm's on ``s`` with the residual's gradient added (inside rms_norm's kernels; after
+layer_norm's). The CUDA implementations are Python on every machine.
 """
 from __future__ import annotations
 
@@ -146,7 +148,45 @@ def _add_layer_norm(layer_norm):
     return forward
 
 
-add_layer_norm_cuda = _add_layer_norm(_norms.layer_norm_fwd)  # on CUDA: torch's add, then layer_norm's kernels
+_add_then_layer_norm = _add_layer_norm(_norms.layer_norm_fwd)
+
+
+def add_layer_norm_cuda(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """(y, residual_out, mean, rstd) on CUDA: one pass over x and residual on layer_norm's register rows (up to
+    16 KiB: fused_norm.cu's add_layer_norm_fwd*, on the plan layer_norm itself takes there: 2 chunks a thread, or 4
+    on norm_c4_plan's rows); longer rows in whole aligned 16-byte vectors two passes, the second over the new
+    residual from L2 (norm_l2.cu's add_layer_norm_fwd_l2: x and residual read once); else torch's add, then
+    layer_norm's kernels."""
+    import torch
+    _check(x, residual, "add_layer_norm")
+    x, residual = x.contiguous(), residual.contiguous()
+    rows, cols = fn._rows_cols(x, normalized_shape, "add_layer_norm")
+    plan, file = _norms._fwd_plan(rows, cols, x) if rows and cols else (None, "")
+    w = weight.contiguous() if weight is not None else x
+    b = bias.contiguous() if bias is not None else x
+    props, size = _launch.device_props(x.get_device()), x.element_size()
+    aligned = _norms._aligned(x, residual, w, b)  # y and s are new: aligned
+    two = _launch_norm.layer_norm_full2_plan(rows, cols, size, props) if aligned and file == "norm.cu" else None
+    c4 = _launch_norm.norm_c4_plan(rows, cols, size, props, 2) if file == "norm.cu" else None
+    if two is not None:  # as layer_norm: 16-bit rows of 2 to 4 KiB that fill 2 chunks a thread
+        plan, name = two, "add_layer_norm_fwd_full<{T}, {A}>"
+    elif c4 is not None:  # rows of 2 to 16 KiB in whole vectors: 4 chunks a thread
+        plan, name = c4, "add_layer_norm_fwd_c4" + "_full" * _launch.full_rows(c4, cols, size, aligned, 4) + "<{T}, {A}>"
+    elif file == "norm.cu":  # the other register rows: 2 chunks a thread
+        name = "add_layer_norm_fwd" + "_full" * _launch.full_rows(plan, cols, size, aligned) + "<{T}, {A}>"
+    elif rows and cols and (l2 := _norms._l2_plan(rows, cols, props, 2, x, residual, w, b)) is not None:
+        # rows past the register strategy in whole 16-byte vectors: two passes, the second over s from L2
+        plan, file, name = l2, "norm_l2.cu", _launch_norm.l2_kernel("add_layer_norm", l2)
+    else:  # the long rows not in whole aligned vectors, or an empty input
+        return _add_then_layer_norm(x, residual, normalized_shape, weight, bias, eps)
+    file = "fused_norm.cu" if file == "norm.cu" else file
+    y, s = torch.empty_like(x), torch.empty_like(x)
+    mean = torch.empty(rows, dtype=fn._stats_dtype(x), device=x.device)
+    rstd = torch.empty_like(mean)
+    k = _sources.kernel(file, name, fn._dtype_name(x, "add_layer_norm"), x.get_device())
+    k.launch(_launch.launch_config(plan), x, residual, w, b, y, s, mean, rstd, rows, cols, float(eps),
+             int(weight is not None), int(bias is not None))
+    return y, s, mean, rstd
 
 
 def define_layer_norm(define, ln) -> list:
@@ -164,12 +204,15 @@ def define_layer_norm(define, ln) -> list:
             return (ds + grad_residual if grad_residual is not None else ds), dw, db
         return backward
 
+    def back_cuda(grad, s, normalized_shape, mean, rstd, want_w, want_b, weight=None, grad_residual=None):
+        return _norms.layer_norm_bwd(grad, s, normalized_shape, mean, rstd, want_w, want_b, weight, grad_residual)
+
     op = define("add_layer_norm", "(Tensor x, Tensor residual, int[] normalized_shape, Tensor? weight=None, "
                 "Tensor? bias=None, float eps=1e-05) -> (Tensor, Tensor, Tensor, Tensor)", add_layer_norm_cuda,
                 _add_layer_norm(cpu), fake_fwd)
     back = define("add_layer_norm_backward", "(Tensor grad, Tensor s, int[] normalized_shape, Tensor mean, "
                   "Tensor rstd, bool want_w, bool want_b, Tensor? weight=None, Tensor? grad_residual=None) "
-                  "-> (Tensor, Tensor, Tensor)", back_of(_norms.layer_norm_bwd), back_of(backward_cpu),
+                  "-> (Tensor, Tensor, Tensor)", back_cuda, back_of(backward_cpu),
                   back_of(backward_fake))
 
     def setup_context(ctx, inputs, output):

@@ -157,8 +157,20 @@ def _bwd_plan(rows: int, cols: int, x, arrays: int):
     return (cluster, _CL) if cluster is not None else (plan, "norm_long.cu")
 
 
-def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b: bool, weight=None):
-    """(grad_x, grad_weight, grad_bias) of layer norm (CUDA); an empty tensor where not wanted."""
+def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b: bool, weight=None,
+                   grad_residual=None):
+    """(grad_x, grad_weight, grad_bias) of layer norm (CUDA); an empty tensor where not wanted.
+    ``grad_residual`` (add_layer_norm's): added to grad_x by the kernel itself (the ``*_res`` kernels) on the
+    persistent register rows, the clusters and the long rows; after the small and split backwards."""
+    res = grad_residual.contiguous().to(x.dtype) if grad_residual is not None else None
+    dx, dw, db, added = _layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w, want_b, weight, res)
+    if res is not None and not added:
+        dx.add_(res)
+    return dx, dw, db
+
+
+def _layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b: bool, weight, res):
+    """layer_norm_bwd's kernels: (grad_x, grad_weight, grad_bias, whether ``res`` is in grad_x)."""
     import torch
     x = x.contiguous()
     g = grad_y.contiguous().to(x.dtype)
@@ -168,7 +180,7 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
     none = x.new_empty(0)
     if not (rows and cols):
         z = torch.zeros(shape, dtype=x.dtype, device=x.device)
-        return dx, (z if want_w else none), (z.clone() if want_b else none.clone())
+        return dx, (z if want_w else none), (z.clone() if want_b else none.clone()), False
     w = weight.contiguous() if weight is not None else x
     dw, db = none, none.clone()
     small = _launch_norm.norm_bwd_small_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
@@ -177,43 +189,47 @@ def layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_b
         _kernel("norm_small.cu", "layer_norm_bwd_small<{T}, {A}>", x).launch(
             _launch.launch_config(small), g, x, w, mean, rstd, dx, dw if want_w else x, db if want_b else x, rows,
             cols, int(weight is not None), int(want_w), int(want_b), small.chunks)
-        return dx, dw, db
+        return dx, dw, db, False
     plan, file = _bwd_plan(rows, cols, x, 2)
     if plan.strategy in ("long", "split"):  # grad_x alone, then the weight and bias gradients (norm_bwd_weight)
         args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
+        added = plan.strategy == "long" and res is not None  # the residual's gradient added by the long kernel
         if plan.strategy == "long":
-            _kernel("norm_long.cu", "layer_norm_bwd_long<{T}, {A}>", x).launch(_launch.launch_config(plan), *args,
-                                                                               plan.cache)
+            name = "layer_norm_bwd_long_res<{T}, {A}>" if added else "layer_norm_bwd_long<{T}, {A}>"
+            _kernel("norm_long.cu", name, x).launch(_launch.launch_config(plan), *args, plan.cache, *((res,) * added))
         else:  # one row: its weight and bias gradients are elementwise, written by the same kernel
             one_w, one_b = rows == 1 and want_w, rows == 1 and want_b
             dw, db = _new_grad(x, shape, one_w, dw), _new_grad(x, shape, one_b, db)
             _kernel("norm_split.cu", "layer_norm_bwd_dx<{T}, {A}>", x).launch(
                 _launch.launch_config(plan), *args, dw if one_w else x, db if one_b else x, int(one_w), int(one_b))
             if rows == 1:
-                return dx, dw, db
+                return dx, dw, db, False
         if want_w or want_b:
             sw, sb = _weight_grads(g, x, mean, rstd, rows, cols, want_w, want_b, shape)
             dw, db = (sw if want_w else dw), (sb if want_b else db)
-        return dx, dw, db
+        return dx, dw, db, added
     # the weight and bias gradients come out of the same kernel: one row of partial sums a block, or with
     # one block (norm.cu's), the gradients themselves
     direct = file != _CL and plan.grid[0] == 1
-    name = f"layer_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "layer_norm_bwd<{T}, {A}>"
+    fused = res is not None  # the residual's gradient added by the kernel
+    name = (f"layer_norm_bwd_cluster{'_res' * fused}<{plan.cluster}, {{T}}, {{A}}>" if file == _CL
+            else f"layer_norm_bwd{'_res' * fused}<{{T}}, {{A}}>")
     k = _kernel(file, name, x)
     plan = _resident(k, plan)
     pw, pb = _partials(plan, cols, rstd, want_w and not direct), _partials(plan, cols, rstd, want_b and not direct)
     dw, db = _new_grad(x, shape, direct and want_w, dw), _new_grad(x, shape, direct and want_b, db)
-    extra = () if file == _CL else (dw if direct and want_w else x, db if direct and want_b else x, int(direct))
+    extra = (() if file == _CL else (dw if direct and want_w else x, db if direct and want_b else x, int(direct))) \
+        + ((res,) if fused else ())
     k.launch(
         _launch.launch_config(plan), g, x, w, mean, rstd, dx, pw, pb, rows, cols, int(weight is not None),
         int(want_w), int(want_b), *extra)
     if direct:
-        return dx, dw, db
+        return dx, dw, db, fused
     if want_w or want_b:
         sw, sb = _col_sums(x, pw if want_w else None, pb if want_b else None, cols, shape)
         dw = sw if want_w else dw
         db = sb if want_b else db
-    return dx, dw, db
+    return dx, dw, db, fused
 
 
 def rms_norm_fwd(x, normalized_shape, weight=None, eps: float | None = None):

@@ -34,15 +34,17 @@ FILES: dict[str, tuple[str, ...]] = {
     + ("layer_norm_fwd_wide<{T}, {A}>", "layer_norm_fwd4<{T}, {A}>", "layer_norm_fwd_c4<{T}, {A}>",
        "rms_norm_fwd_c4<{T}, {A}>", "layer_norm_fwd_c4_full<{T}, {A}>", "rms_norm_fwd_c4_full<{T}, {A}>",
        "layer_norm_fwd_full<{T}, {A}>",
-       "layer_norm_fwd_c8<{T}, {A}>", "rms_norm_fwd_c8<{T}, {A}>"),
+       "layer_norm_fwd_c8<{T}, {A}>", "rms_norm_fwd_c8<{T}, {A}>", "layer_norm_bwd_res<{T}, {A}>"),
     "softmax_cluster.cu": tuple(f"softmax_{d}_cluster<2, {c}, {{T}}>" for d in ("fwd", "bwd") for c in (2, 4))
     + ("softmax_fwd_cluster<4, 4, {T}>",),  # _launch.softmax_plan's forward of 16,385-20,480 16-bit columns
     "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
-                          for d in ("fwd", "bwd")),
+                          for d in ("fwd", "bwd")) + ("layer_norm_bwd_long_res<{T}, {A}>",),
     "norm_cluster.cu": tuple(f"{op}_fwd_cluster<2, {c}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm")
                              for c in (2, 4))  # _launch.norm_cluster_plan's: K, then chunks a thread
-    + tuple(f"{op}_bwd_cluster<{k}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in (2, 8)),
-    "norm_l2.cu": tuple(f"{op}_fwd_l2<{b}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm")
+    + tuple(f"{op}_bwd_cluster<{k}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in (2, 8))
+    + tuple(f"layer_norm_bwd_cluster_res<{k}, {{T}}, {{A}}>" for k in (2, 8)),
+    "norm_l2.cu": tuple(f"{op}_fwd_l2<{b}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm",
+                                                                     "add_layer_norm")
                         for b in (2, 1)),  # blocks an SM: _launch_norm.l2_kernel
     "norm_split.cu": ("layer_norm_bwd_dx<{T}, {A}>", "rms_norm_bwd_dx<{T}, {A}>", "norm_bwd_weight<{T}, {A}>",
                       "norm_bwd_weight_cluster<{T}, {A}>", "norm_col_sum<{T}, {A}>"),
@@ -50,7 +52,9 @@ FILES: dict[str, tuple[str, ...]] = {
     "gated.cu": tuple(f"{op}_and_mul_{d}<{{T}}>" for op in ("silu", "gelu", "gelu_tanh") for d in ("fwd", "bwd"))
     + tuple(f"{op}_and_mul_{d}_one<{{T}}>" for op in ("silu", "gelu_tanh") for d in ("fwd", "bwd")),
     "fused_norm.cu": ("add_rms_norm_fwd<{T}, {A}>", "add_rms_norm_fwd_full<{T}, {A}>", "add_rms_norm_fwd_c8<{T}, {A}>",
-                      "add_rms_norm_fwd_c8k<{T}, {A}>"),
+                      "add_rms_norm_fwd_c8k<{T}, {A}>", "add_layer_norm_fwd<{T}, {A}>",
+                      "add_layer_norm_fwd_full<{T}, {A}>", "add_layer_norm_fwd_c4<{T}, {A}>",
+                      "add_layer_norm_fwd_c4_full<{T}, {A}>"),
     "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),
     "rotary_ip.cu": ("rotary_ip<{T}>", "rotary_ip_full<{T}>", "rotary_qk_ip<{T}>", "rotary_qk_ip_full<{T}>"),
     "cross_entropy.cu": ("cross_entropy_fwd<{T}, {A}, true>", "cross_entropy_fwd<{T}, {A}, false>",

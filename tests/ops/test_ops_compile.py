@@ -56,8 +56,9 @@ def test_every_source_compiles_for_every_arch_and_dtype():
 
 
 def test_the_l2_norm_forwards_fit_their_registers_without_spilling():
-    """norm_l2.cu's forwards of B = 2 hold 2,048 threads an SM at 32 registers (a version that spilled, a loop over
-    rows, ran 10-30 % slower on an H200), those of B = 1 (one block an SM, 4 chunks a trip) 1,024 at 33 to 64.
+    """norm_l2.cu's forwards (layer_norm, rms_norm, add_rms_norm, add_layer_norm) of B = 2 hold 2,048 threads an SM
+    at 32 registers (a version that spilled, a loop over rows, ran 10-30 % slower on an H200), those of B = 1 (one
+    block an SM, 4 chunks a trip) 1,024 at 33 to 64.
     ptxas's report through NVRTC, every 2- and 4-byte type and arch: no spills for sm_80 and sm_90 (sm_100's ptxas
     spills 20 bytes in the float kernels of B = 2: unmeasured, no B200 here)."""
     import re
@@ -66,8 +67,8 @@ def test_the_l2_norm_forwards_fit_their_registers_without_spilling():
     for job, binary in zip(jobs, opsmith.compile_many(jobs, progress=False)):
         reports = re.findall(r"Compiling entry function '_Z\d+\w+?_fwd_l2ILi(\d)E\w*'.*?(\d+) bytes spill stores, "
                              r"(\d+) bytes spill loads\s+ptxas info\s+: Used (\d+) registers", binary.log, re.S)
-        assert len(reports) == len(job["name_expressions"]) == 6, (job["arch"], binary.log)
-        assert sorted(b for b, *_ in reports) == ["1"] * 3 + ["2"] * 3
+        assert len(reports) == len(job["name_expressions"]) == 8, (job["arch"], binary.log)
+        assert sorted(b for b, *_ in reports) == ["1"] * 4 + ["2"] * 4
         for blocks, stores, loads, regs in reports:
             assert int(regs) <= 64 // int(blocks), (job["arch"], blocks, regs)
             # B = 1: more than 32 registers, so that a second block of 1,024 threads never fits an SM's 65,536 (the
@@ -350,6 +351,9 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
             assert mean.dtype == (torch.float64 if dtype == "float64" else torch.float32) and mean.shape == (3,)
             dx, dw, db = nf.layer_norm_bwd(x, x, [cols], mean, rstd, weight is not None, bias is not None, weight)
             assert dx.shape == x.shape and dw.shape == ((cols,) if weight is not None else (0,))
+            dx, dw, db = nf.layer_norm_bwd(x, x, [cols], mean, rstd, weight is not None, bias is not None, weight,
+                                           x)  # add_layer_norm's: the residual's gradient (the *_res kernels)
+            assert dx.shape == x.shape
             y, rstd = nf.rms_norm_fwd(x, [cols], weight, None)
             dx, dw = nf.rms_norm_bwd(x, x, [cols], rstd, weight is not None, weight)
         if cols in (100, 3000):  # one row: the split backwards write the weight gradients themselves
@@ -417,9 +421,16 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         assert [t.shape for t in grads] == [x.shape, w.shape, w.shape]
         y, rstd = nf.rms_norm_fwd(x, [cols], w, None)
         assert [t.shape for t in nf.rms_norm_bwd(x, x, [cols], rstd, True, w)] == [x.shape, w.shape]
+        from opsmith.ops import _fused  # 16-bit rows of 4,096: add_layer_norm_fwd_c4_full
+        assert [t.shape for t in _fused.add_layer_norm_cuda(x, x, [cols], w, w, 1e-5)[:2]] == [x.shape, x.shape]
     x, w = torch.randn(_launch.SMALL_BWD_ROWS + 100, 256, dtype=dt), torch.randn(256, dtype=dt)  # more rows than
     y, mean, rstd = nf.layer_norm_fwd(x, [256], w, w, 1e-5)  # "small" takes: the persistent backwards (norm.cu)
     assert [t.shape for t in nf.layer_norm_bwd(x, x, [256], mean, rstd, True, True, w)] == [x.shape, w.shape, w.shape]
+    got = nf.layer_norm_bwd(x, x, [256], mean, rstd, True, True, w, x)  # add_layer_norm's: layer_norm_bwd_res
+    assert [t.shape for t in got] == [x.shape, w.shape, w.shape]
+    from opsmith.ops import _fused
+    y, s, mean, rstd = _fused.add_layer_norm_cuda(x, x, [256], w, w, 1e-5)  # 2 chunks that fill the row (_full)
+    assert y.shape == s.shape == x.shape and mean.shape == rstd.shape == (x.shape[0],)
     y, rstd = nf.rms_norm_fwd(x, [256], w, None)
     assert [t.shape for t in nf.rms_norm_bwd(x, x, [256], rstd, True, w)] == [x.shape, w.shape]
     names = {n.split("<")[0] for n, _ in calls}
@@ -429,8 +440,9 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         want -= {"layer_norm_fwd_full"}  # layer_norm_full2_plan: 16-bit rows of 2 to 4 KiB
     if dtype != "float32":  # layer_norm_fwd4_plan: float rows only
         want -= {"layer_norm_fwd4"}
-    if dtype == "float64":  # norm_l2_plan, norm_c8_plan and add_rms_c8_plan: 2- and 4-byte types only
-        want -= {"layer_norm_fwd_l2", "rms_norm_fwd_l2", "add_rms_norm_fwd_l2", "layer_norm_fwd_c8", "rms_norm_fwd_c8",
+    if dtype == "float64":  # norm_l2_plan, norm_c8_plan, add_rms_c8_plan and norm_c4_plan: 2- and 4-byte types only
+        want -= {"add_layer_norm_fwd_c4", "add_layer_norm_fwd_c4_full", "layer_norm_fwd_l2", "rms_norm_fwd_l2",
+                 "add_rms_norm_fwd_l2", "add_layer_norm_fwd_l2", "layer_norm_fwd_c8", "rms_norm_fwd_c8",
                  "add_rms_norm_fwd_c8", "add_rms_norm_fwd_c8k"}
     if dtype != "bfloat16":  # norm_c4_plan: rms_norm's 2-byte rows, layer_norm's 2- and 4-byte ones (and full)
         want -= ({"rms_norm_fwd_c4", "rms_norm_fwd_c4_full"} if dtype == "float32" else

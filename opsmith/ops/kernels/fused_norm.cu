@@ -7,7 +7,11 @@
 // for it take norm_cluster.cu's add_rms_norm_fwd_cluster where rms_norm takes a cluster (sm_90+), else
 // the caller runs an add and rms_norm (opsmith/ops/_fused.py).
 // inf and NaN as rms_norm: a nonfinite element makes the row NaN.
-#include "rows.cuh"
+//
+// add_layer_norm_fwd* (the LayerNorm twin): s = x + residual rounded to T, then layer_norm's forward on s, in one
+// pass over x and residual: norm_fwd.cuh's layer_norm_fwd_row with ADD, the register rows of layer_norm's plans
+// (2 chunks a thread up to 16 KiB, 4 chunks on norm_c4_plan's rows); longer rows: an add, then layer_norm.
+#include "norm_fwd.cuh"
 
 #ifndef OPSMITH_ROW_THREADS
 #define OPSMITH_ROW_THREADS 512
@@ -127,4 +131,81 @@ add_rms_norm_fwd_c8k(const T* __restrict__ x, const T* __restrict__ residual, co
                      T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
                      A eps, int has_w) {
     add_rms_norm_fwd_c8_any(x, residual, w, y, residual_out, rstd, rows, cols, eps, has_w);
+}
+
+// -- add_layer_norm ---------------------------------------------------------------------------------------------
+#define OPSMITH_ALN_C4_THREADS 256  // norm.cu's OPSMITH_C4_THREADS: norm_c4_plan's rows
+
+template <class T, class A, int CC>
+__device__ __noinline__ void add_layer_norm_fwd_scalar(const T* __restrict__ x, const T* __restrict__ residual,
+                                                       const T* __restrict__ w, const T* __restrict__ b,
+                                                       T* __restrict__ y, T* __restrict__ residual_out,
+                                                       A* __restrict__ mean, A* __restrict__ rstd, long long rows,
+                                                       int cols, A eps, int has_w, int has_b) {
+    layer_norm_fwd_row<ROW_SCALAR, 1, T, A, CC, true>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b, residual,
+                                                      residual_out);
+}
+
+// A row in the mode its launch allows (the element rows out of line, as layer_norm_fwd_any); w and b read after
+// the reductions (LATE 1: only s lives through them)
+template <class T, class A, int CC>
+__device__ __forceinline__ void add_layer_norm_fwd_any(const T* __restrict__ x, const T* __restrict__ residual,
+                                                       const T* __restrict__ w, const T* __restrict__ b,
+                                                       T* __restrict__ y, T* __restrict__ residual_out,
+                                                       A* __restrict__ mean, A* __restrict__ rstd, long long rows,
+                                                       int cols, A eps, int has_w, int has_b) {
+    const bool vec = cols % Vec<T>::N == 0 && aligned16(x) && aligned16(residual) && aligned16(y) &&
+                     aligned16(residual_out) && aligned16(w) && aligned16(b);
+    const int mode = row_mode<T, CC>(vec, cols);
+    if (mode == ROW_FULL)
+        layer_norm_fwd_row<ROW_FULL, 1, T, A, CC, true>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b,
+                                                        residual, residual_out);
+    else if (mode == ROW_VEC)
+        layer_norm_fwd_row<ROW_VEC, 1, T, A, CC, true>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b,
+                                                       residual, residual_out);
+    else add_layer_norm_fwd_scalar<T, A, CC>(x, residual, w, b, y, residual_out, mean, rstd, rows, cols, eps, has_w,
+                                             has_b);
+}
+
+// 2 chunks a thread: row_plan's register rows ("warp", "block": up to 16 KiB)
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
+add_layer_norm_fwd(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                   const T* __restrict__ b, T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ mean,
+                   A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
+    add_layer_norm_fwd_any<T, A, OPSMITH_ROW_CHUNKS>(x, residual, w, b, y, residual_out, mean, rstd, rows, cols, eps,
+                                                     has_w, has_b);
+}
+
+// add_layer_norm_fwd's rows that fill their threads' 2 chunks, every pointer 16-byte aligned (_launch.full_rows;
+// layer_norm_full2_plan's too): w and b loaded with x and residual, as layer_norm_fwd_full
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, (RowBlocks<T, 2, 2>::value))
+add_layer_norm_fwd_full(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                        const T* __restrict__ b, T* __restrict__ y, T* __restrict__ residual_out,
+                        A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+                        int has_b) {
+    layer_norm_fwd_row<ROW_FULL, 0, T, A, OPSMITH_ROW_CHUNKS, true>(x, w, b, y, mean, rstd, rows, cols, eps, has_w,
+                                                                    has_b, residual, residual_out);
+}
+
+// 4 chunks a thread, as layer_norm_fwd_c4 (norm_c4_plan's rows: 2 to 16 KiB in whole 16-byte vectors)
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ALN_C4_THREADS, (RowBlocks<T, 3, 3>::value))
+add_layer_norm_fwd_c4(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                      const T* __restrict__ b, T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ mean,
+                      A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
+    add_layer_norm_fwd_any<T, A, 4>(x, residual, w, b, y, residual_out, mean, rstd, rows, cols, eps, has_w, has_b);
+}
+
+// add_layer_norm_fwd_c4's rows that fill their threads' 4 chunks, every pointer 16-byte aligned: w and b a chunk at
+// a time in the output loop, as layer_norm_fwd_c4_full
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ALN_C4_THREADS, (RowBlocks<T, 3, 3>::value))
+add_layer_norm_fwd_c4_full(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                           const T* __restrict__ b, T* __restrict__ y, T* __restrict__ residual_out,
+                           A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
+                           int has_b) {
+    layer_norm_fwd_row<ROW_FULL, 2, T, A, 4, true>(x, w, b, y, mean, rstd, rows, cols, eps, has_w, has_b, residual,
+                                                   residual_out);
 }

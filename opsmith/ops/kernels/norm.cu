@@ -198,15 +198,20 @@ __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, T* _
         in[1][c_] = nx[1][c_];                                                           \
     }
 
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS)
-layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
-               const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
-               A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w, int want_w,
-               int want_b, T* __restrict__ grad_w, T* __restrict__ grad_b, int direct) {
+// layer_norm's persistent backward; RES (layer_norm_bwd_res, add_layer_norm's): grad_res, the gradient that reached
+// the new residual, added to grad_x
+template <class T, class A, bool RES>
+__device__ __forceinline__ void layer_norm_bwd_rows(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                                    const T* __restrict__ w, const A* __restrict__ mean,
+                                                    const A* __restrict__ rstd, T* __restrict__ grad_x,
+                                                    A* __restrict__ dw_part, A* __restrict__ db_part, long long rows,
+                                                    int cols, int has_w, int want_w, int want_b,
+                                                    T* __restrict__ grad_w, T* __restrict__ grad_b, int direct,
+                                                    const T* __restrict__ grad_res) {
     constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
     const int tpr = blockDim.x, t = threadIdx.x;
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
+                     (!RES || aligned16(grad_res));
     Raw wr_[1][C];  // the weight, as loaded
     Raw(&wr)[C] = wr_[0];
     load_chunks<T, 1>({w}, wr_, (long long)cols, vec, tpr, t, has_w ? 1u : 0u);
@@ -225,6 +230,8 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
         const A mu = m_now, r = r_now;
         Raw(&gr)[C] = in[0];
         Raw(&xr)[C] = in[1];
+        Raw res_[1][RES ? C : 1];
+        if constexpr (RES) load_chunks<T, 1>({grad_res + base}, res_, n, vec, tpr, t);
         A s1 = A(0), s2 = A(0);
 #pragma unroll
         for (int c = 0; c < C; ++c)
@@ -248,6 +255,7 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
                 for (int k = 0; k < N; ++k) {
                     const A g = OPSMITH_E(gr, c, k), xh = (OPSMITH_E(xr, c, k) - mu) * r;
                     o[k] = r * ((has_w ? g * OPSMITH_E(wr, c, k) : g) - s1 - xh * s2);
+                    if constexpr (RES) o[k] += OPSMITH_E(res_[0], c, k);
                 }
                 store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
             }
@@ -257,6 +265,27 @@ layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* _
     direct = direct && gridDim.x == 1;
     if (want_w) write_partial<T>(dw, dw_part, direct ? grad_w : nullptr, cols);
     if (want_b) write_partial<T>(db, db_part, direct ? grad_b : nullptr, cols);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS)
+layer_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+               const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+               A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w, int want_w,
+               int want_b, T* __restrict__ grad_w, T* __restrict__ grad_b, int direct) {
+    layer_norm_bwd_rows<T, A, false>(grad_y, x, w, mean, rstd, grad_x, dw_part, db_part, rows, cols, has_w, want_w,
+                                     want_b, grad_w, grad_b, direct, nullptr);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS)
+layer_norm_bwd_res(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                   const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+                   A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w, int want_w,
+                   int want_b, T* __restrict__ grad_w, T* __restrict__ grad_b, int direct,
+                   const T* __restrict__ grad_res) {
+    layer_norm_bwd_rows<T, A, true>(grad_y, x, w, mean, rstd, grad_x, dw_part, db_part, rows, cols, has_w, want_w,
+                                    want_b, grad_w, grad_b, direct, grad_res);
 }
 
 

@@ -296,16 +296,20 @@ rms_norm_bwd_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, cons
     cluster_wait();
 }
 
-template <int K, class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS) OPSMITH_CLUSTER_DIMS(K)
-layer_norm_bwd_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
-                       const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
-                       A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w,
-                       int want_w, int want_b) {
+// layer_norm's cluster backward; RES (layer_norm_bwd_cluster_res, add_layer_norm's): grad_res, the gradient that
+// reached the new residual, added to grad_x
+template <int K, bool RES, class T, class A>
+__device__ __forceinline__ void layer_norm_bwd_cluster_rows(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                                            const T* __restrict__ w, const A* __restrict__ mean,
+                                                            const A* __restrict__ rstd, T* __restrict__ grad_x,
+                                                            A* __restrict__ dw_part, A* __restrict__ db_part,
+                                                            long long rows, int cols, int has_w, int want_w,
+                                                            int want_b, const T* __restrict__ grad_res) {
     constexpr int CH = OPSMITH_ROW_CHUNKS;
     OPSMITH_SLICE_SETUP
     OPSMITH_CLUSTER_RED(2)
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
+                     (!RES || aligned16(grad_res));
     Raw wr_[1][C];
     load_chunks<T, 1>({w + off}, wr_, n, vec, tpr, t, has_w ? 1u : 0u);
     A dw[C * N], db[C * N];
@@ -319,6 +323,8 @@ layer_norm_bwd_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, co
         const A mu = m_nx, r = r_nx;
         Raw nx[2][C];
         OPSMITH_CL_LOAD(nx, row + groups, mean, rstd, m_nx, r_nx)
+        Raw res_[1][RES ? C : 1];
+        if constexpr (RES) load_chunks<T, 1>({grad_res + base}, res_, n, vec, tpr, t);
         A s[2] = {A(0), A(0)};
 #pragma unroll
         for (int c = 0; c < C; ++c)
@@ -341,6 +347,7 @@ layer_norm_bwd_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, co
             for (int k = 0; k < N; ++k) {
                 const A g = OPSMITH_E(in[0], c, k), xh = (OPSMITH_E(in[1], c, k) - mu) * r;
                 o[k] = r * ((has_w ? g * OPSMITH_E(wr_[0], c, k) : g) - s1 - xh * s2);
+                if constexpr (RES) o[k] += OPSMITH_E(res_[0], c, k);
             }
             store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
         }
@@ -354,4 +361,24 @@ layer_norm_bwd_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, co
     if (want_b) write_slice<T>(db, db_part + (blockIdx.x / K) * (long long)cols + off, n);
     cluster_arrive_relaxed();
     cluster_wait();
+}
+
+template <int K, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS) OPSMITH_CLUSTER_DIMS(K)
+layer_norm_bwd_cluster(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                       const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+                       A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w,
+                       int want_w, int want_b) {
+    layer_norm_bwd_cluster_rows<K, false>(grad_y, x, w, mean, rstd, grad_x, dw_part, db_part, rows, cols, has_w,
+                                          want_w, want_b, (const T*)nullptr);
+}
+
+template <int K, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS) OPSMITH_CLUSTER_DIMS(K)
+layer_norm_bwd_cluster_res(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                           const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+                           A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w,
+                           int want_w, int want_b, const T* __restrict__ grad_res) {
+    layer_norm_bwd_cluster_rows<K, true>(grad_y, x, w, mean, rstd, grad_x, dw_part, db_part, rows, cols, has_w,
+                                         want_w, want_b, grad_res);
 }

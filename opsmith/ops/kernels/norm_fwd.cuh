@@ -11,17 +11,31 @@ namespace opsmith {
 // partials a thread (chains of 4, not C * N). w and b are loaded with x (LATE = 0), after the
 // reductions (1: only x lives through them, which lets layer_norm_fwd_wide hold 3 blocks an SM), or a
 // chunk at a time in the output loop (2, ROW_FULL only: 56 registers at 4 chunks where 1 holds 80;
-// layer_norm_fwd_c4_full).
-template <int M, int LATE, class T, class A, int CC = OPSMITH_ROW_CHUNKS>
+// layer_norm_fwd_c4_full). ADD (fused_norm.cu's add_layer_norm_fwd*): the row is x + res, rounded to T as the
+// residual stream holds it and written to res_out before the reductions (x and res both read first).
+template <int M, int LATE, class T, class A, int CC = OPSMITH_ROW_CHUNKS, bool ADD = false>
 __device__ __forceinline__ void layer_norm_fwd_row(const T* __restrict__ x, const T* __restrict__ w,
                                                    const T* __restrict__ b, T* __restrict__ y, A* __restrict__ mean,
                                                    A* __restrict__ rstd, long long rows, int cols, A eps, int has_w,
-                                                   int has_b) {
+                                                   int has_b, const T* __restrict__ res = nullptr,
+                                                   T* __restrict__ res_out = nullptr) {
     static_assert(LATE != 2 || M == ROW_FULL, "LATE = 2 reads w and b unchecked");
     OPSMITH_ROW_SETUP_C(CC)
-    Raw in[1][C], wb[2][LATE == 2 ? 1 : C];  // x, w, b as loaded (zeros past the row's end)
+    Raw in[ADD ? 2 : 1][C], wb[2][LATE == 2 ? 1 : C];  // x (and res), w, b as loaded (zeros past the row's end)
     const unsigned on = (has_w ? 1u : 0u) | (has_b ? 2u : 0u);
-    load_chunks<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
+    if constexpr (ADD) {
+        load_chunks<T, 2>({x + base, res + base}, in, n, M != ROW_SCALAR, tpr, t);
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            A s[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) s[k] = OPSMITH_E(in[0], c, k) + OPSMITH_E(in[1], c, k);
+            in[0][c] = raw_pack<T>(s);  // rounded to T; idle rows: n = 0, nothing stored
+            store_chunk<T>(res_out + base, (long long)(c * tpr + t) * N, n, M != ROW_SCALAR, in[0][c]);
+        }
+    } else {
+        load_chunks<T, 1>({x + base}, in, n, M != ROW_SCALAR, tpr, t);
+    }
     if constexpr (LATE == 0) load_chunks<T, 2>({w, b}, wb, n, M != ROW_SCALAR, tpr, t, on);
     A p[4] = {A(0), A(0), A(0), A(0)};
 #pragma unroll

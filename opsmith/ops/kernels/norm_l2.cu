@@ -1,4 +1,4 @@
-// opsmith.ops LayerNorm, RMSNorm and add + RMSNorm forwards in two passes over a row held in L2 (the
+// opsmith.ops LayerNorm, RMSNorm, add + RMSNorm and add + LayerNorm forwards in two passes over a row held in L2 (the
 // "l2" strategy of opsmith/ops/_launch_norm.py's norm_l2_plan): one block a row, one 16-byte chunk a
 // thread a trip (U chunks with their loads issued together), few registers, so that an SM holds 2,048
 // threads. The first pass reads the row asking L2 to keep it (evict_last) and sums it; the second reads
@@ -113,47 +113,58 @@ using namespace opsmith;
     _Pragma("unroll") for (int u = 0; u < U; ++u)                                                       \
         if (OPSMITH_L2_IN(u)) r[u] = ld_l2(xr + (long long)(c0 + u * tpr) * N, pol);
 
-template <int B, class T, class A>
-__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
-layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
-                  A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
-    OPSMITH_L2_ROW
-    const T* xr = x + row * cols;
-    T* yr = y + row * cols;
-    A mu = A(0), m2 = A(0);
-    int cnt = 0;  // chunks merged into (mu, m2)
-    OPSMITH_L2_TRIPS {
-        OPSMITH_L2_LOAD(r, keep)
+// One 16-byte chunk merged into a thread's exact mean and squared deviations (mu, m2) of the cnt chunks before
+// (Chan et al.: the chunk's own mean and deviations, then the two merged)
+template <class T, class A>
+__device__ __forceinline__ void chan_merge(const Raw& r, A& mu, A& m2, int& cnt) {
+    constexpr int N = Vec<T>::N;
+    A s = A(0);
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (!OPSMITH_L2_IN(u)) break;
-            A s = A(0);
+    for (int k = 0; k < N; ++k) s += raw_get<T>(r, k);
+    const A cm = s * (A(1) / A(N));
+    A q = A(0);
 #pragma unroll
-            for (int k = 0; k < N; ++k) s += raw_get<T>(r[u], k);
-            const A cm = s * (A(1) / A(N));
-            A q = A(0);
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A d = raw_get<T>(r[u], k) - cm;
-                q += d * d;
-            }
-            ++cnt;
-            const A f = A(1) / A(cnt), delta = cm - mu;
-            mu += delta * f;
-            m2 += q + delta * delta * (A(N) * A(cnt - 1) * f);
-        }
+    for (int k = 0; k < N; ++k) {
+        const A d = raw_get<T>(r, k) - cm;
+        q += d * d;
     }
+    ++cnt;
+    const A f = A(1) / A(cnt), delta = cm - mu;
+    mu += delta * f;
+    m2 += q + delta * delta * (A(N) * A(cnt - 1) * f);
+}
+
+// layer_norm's statistics from the threads' (mu, m2) over their cnt chunks: the row's mean and rstd, written by
+// thread 0
+template <class T, class A>
+__device__ __forceinline__ void ln_row_stats(A mu, A m2, int cnt, int cols, A eps, int tpr, int t, long long row,
+                                             A* __restrict__ mean, A* __restrict__ rstd, A& mu_row, A& rs) {
+    constexpr int N = Vec<T>::N;
     const A n_t = A(N) * A(cnt);
-    const A mu_row = row_allreduce<true>(mu * n_t, SumOp(), A(0), tpr) / A(cols);
+    mu_row = row_allreduce<true>(mu * n_t, SumOp(), A(0), tpr) / A(cols);
     const A dm = mu - mu_row;
     const A var = row_allreduce<true>(m2 + n_t * dm * dm, SumOp(), A(0), tpr) / A(cols);
-    const A rs = m_rsqrt(var + eps);
+    rs = m_rsqrt(var + eps);
     if (t == 0) {
         mean[row] = mu_row;
         rstd[row] = rs;
     }
+}
+
+// layer_norm's and add_layer_norm's second pass: y = (v - mu) * rs (* w) (+ b) over the row at src, read back from
+// L2 under `first` (OWN: a row this kernel stored, read after those stores); B as the kernels'
+template <int B, int U, bool OWN, class T, class A>
+__device__ __forceinline__ void ln_scale_pass(const T* src, const T* __restrict__ w, const T* __restrict__ b,
+                                              T* __restrict__ yr, A mu_row, A rs, int has_w, int has_b, int nv,
+                                              int tpr, int t, unsigned long long first, unsigned long long keep) {
+    constexpr int N = Vec<T>::N;
     OPSMITH_L2_TRIPS {
-        OPSMITH_L2_LOAD(r, first)
+        Raw r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const T* p = src + (long long)(c0 + u * tpr) * N;
+            if (OPSMITH_L2_IN(u)) r[u] = OWN ? ld_l2_own(p, first) : ld_l2(p, first);
+        }
         Raw wr[U], br[U];
         OPSMITH_L2_WEIGHTS_FIRST(wr, w, has_w)
         OPSMITH_L2_WEIGHTS_FIRST(br, b, has_b)
@@ -176,6 +187,28 @@ layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __r
             *reinterpret_cast<Raw*>(yr + j) = raw_pack<T>(o);
         }
     }
+}
+
+template <int B, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
+layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                  A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
+    OPSMITH_L2_ROW
+    const T* xr = x + row * cols;
+    T* yr = y + row * cols;
+    A mu = A(0), m2 = A(0);
+    int cnt = 0;  // chunks merged into (mu, m2)
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(r, keep)
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            chan_merge<T>(r[u], mu, m2, cnt);
+        }
+    }
+    A mu_row, rs;
+    ln_row_stats<T>(mu, m2, cnt, cols, eps, tpr, t, row, mean, rstd, mu_row, rs);
+    ln_scale_pass<B, U, false>(xr, w, b, yr, mu_row, rs, has_w, has_b, nv, tpr, t, first, keep);
 }
 
 // rms_norm's and add_rms_norm's second pass: y = v * rs (* w) over the row at src, read back from L2 under
@@ -273,4 +306,41 @@ add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, con
     const A rs = m_rsqrt(row_allreduce<true>(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (t == 0) rstd[row] = rs;
     rms_scale_pass<B, U, true>(sr, w, yr, rs, has_w, nv, tpr, t, first, keep);
+}
+
+// add_layer_norm's forward (fused_norm.cu's): the first pass reads x and residual (their only read), writes
+// s = x + residual, rounded to T, as the new residual asking L2 to keep it, and merges its statistics; the second
+// reads s back from L2 and writes y. HBM: x and residual read, s and y written, the floor.
+template <int B, class T, class A>
+__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
+add_layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
+                      const T* __restrict__ b, T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ mean,
+                      A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
+    OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE / 2 : 1)
+    const T* xr = x + row * cols;
+    const T* rr = residual + row * cols;
+    T* sr = residual_out + row * cols;
+    T* yr = y + row * cols;
+    A mu = A(0), m2 = A(0);
+    int cnt = 0;
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(a, first)
+        Raw c[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (OPSMITH_L2_IN(u)) c[u] = ld_l2(rr + (long long)(c0 + u * tpr) * N, first);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            A v[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = raw_get<T>(a[u], k) + raw_get<T>(c[u], k);
+            const Raw p = raw_pack<T>(v);  // rounded to T, as the residual stream holds it
+            st_l2(sr + (long long)(c0 + u * tpr) * N, p, keep);
+            chan_merge<T>(p, mu, m2, cnt);
+        }
+    }
+    A mu_row, rs;
+    ln_row_stats<T>(mu, m2, cnt, cols, eps, tpr, t, row, mean, rstd, mu_row, rs);
+    ln_scale_pass<B, U, true>(sr, w, b, yr, mu_row, rs, has_w, has_b, nv, tpr, t, first, keep);
 }

@@ -64,16 +64,20 @@ layer_norm_fwd_long(const T* __restrict__ x, const T* __restrict__ w, const T* _
     }
 }
 
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
-layer_norm_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
-                    const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
-                    long long rows, int cols, int has_w, int cache) {
+// layer_norm's long-row backward; RES (layer_norm_bwd_long_res, add_layer_norm's): grad_res, the gradient that
+// reached the new residual, added to grad_x
+template <bool RES, class T, class A>
+__device__ __forceinline__ void layer_norm_bwd_long_rows(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                                         const T* __restrict__ w, const A* __restrict__ mean,
+                                                         const A* __restrict__ rstd, T* __restrict__ grad_x,
+                                                         long long rows, int cols, int has_w, int cache,
+                                                         const T* __restrict__ grad_res) {
     constexpr int N = Vec<T>::N;
     const int tpr = blockDim.x, t = threadIdx.x;
     T* smg = reinterpret_cast<T*>(opsmith_dyn_smem);
     T* smx = OPSMITH_SMEM2;
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x);
+    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
+                     (!RES || aligned16(grad_res));
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const long long base = row * cols;
         const A mu = mean[row], r = rstd[row];
@@ -103,9 +107,31 @@ layer_norm_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ x, const
                 const A gw = has_w ? g[k] * wv[k] : g[k];
                 g[k] = r * (gw - s1 - (v[k] - mu) * r * s2);
             }
+            if constexpr (RES) {
+                A rv[N];
+                load_vec(grad_res + base, j, cols, vec, rv, A(0));
+#pragma unroll
+                for (int k = 0; k < N; ++k) g[k] += rv[k];
+            }
             store_vec(grad_x + base, j, cols, vec, g);
         }
     }
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
+layer_norm_bwd_long(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                    const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+                    long long rows, int cols, int has_w, int cache) {
+    layer_norm_bwd_long_rows<false>(grad_y, x, w, mean, rstd, grad_x, rows, cols, has_w, cache, (const T*)nullptr);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
+layer_norm_bwd_long_res(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                        const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+                        long long rows, int cols, int has_w, int cache, const T* __restrict__ grad_res) {
+    layer_norm_bwd_long_rows<true>(grad_y, x, w, mean, rstd, grad_x, rows, cols, has_w, cache, grad_res);
 }
 
 template <class T, class A>

@@ -51,7 +51,9 @@
     X(LN_FWD_FULL, "norm.cu", "layer_norm_fwd_full<{T}, {A}>")                \
     X(LN_FWD_C8, "norm.cu", "layer_norm_fwd_c8<{T}, {A}>")                    \
     X(LN_BWD, "norm.cu", "layer_norm_bwd<{T}, {A}>")                          \
+    X(LN_BWD_RES, "norm.cu", "layer_norm_bwd_res<{T}, {A}>")                  \
     X(LN_BWD_LONG, "norm_long.cu", "layer_norm_bwd_long<{T}, {A}>")           \
+    X(LN_BWD_LONG_RES, "norm_long.cu", "layer_norm_bwd_long_res<{T}, {A}>")   \
     X(RMS_FWD, "norm.cu", "rms_norm_fwd<{T}, {A}>")                           \
     X(RMS_FWD_C4, "norm.cu", "rms_norm_fwd_c4<{T}, {A}>")                     \
     X(RMS_FWD_C4F, "norm.cu", "rms_norm_fwd_c4_full<{T}, {A}>")               \
@@ -66,6 +68,8 @@
     X(LN_FWD_CL2W, "norm_cluster.cu", "layer_norm_fwd_cluster<2, 4, {T}, {A}>") \
     X(LN_BWD_CL2, "norm_cluster.cu", "layer_norm_bwd_cluster<2, {T}, {A}>") \
     X(LN_BWD_CL8, "norm_cluster.cu", "layer_norm_bwd_cluster<8, {T}, {A}>") \
+    X(LN_BWD_CL2_RES, "norm_cluster.cu", "layer_norm_bwd_cluster_res<2, {T}, {A}>") \
+    X(LN_BWD_CL8_RES, "norm_cluster.cu", "layer_norm_bwd_cluster_res<8, {T}, {A}>") \
     X(RMS_FWD_CL2, "norm_cluster.cu", "rms_norm_fwd_cluster<2, 2, {T}, {A}>") \
     X(RMS_FWD_CL2W, "norm_cluster.cu", "rms_norm_fwd_cluster<2, 4, {T}, {A}>") \
     X(ADD_RMS_FWD_CL2, "norm_cluster.cu", "add_rms_norm_fwd_cluster<2, 2, {T}, {A}>") \
@@ -81,7 +85,9 @@
     X(RMS_FWD_L2, "norm_l2.cu", "rms_norm_fwd_l2<2, {T}, {A}>")               \
     X(RMS_FWD_L2_ONE, "norm_l2.cu", "rms_norm_fwd_l2<1, {T}, {A}>")           \
     X(ADD_RMS_FWD_L2, "norm_l2.cu", "add_rms_norm_fwd_l2<2, {T}, {A}>")       \
-    X(ADD_RMS_FWD_L2_ONE, "norm_l2.cu", "add_rms_norm_fwd_l2<1, {T}, {A}>")
+    X(ADD_RMS_FWD_L2_ONE, "norm_l2.cu", "add_rms_norm_fwd_l2<1, {T}, {A}>")   \
+    X(ADD_LN_FWD_L2, "norm_l2.cu", "add_layer_norm_fwd_l2<2, {T}, {A}>")      \
+    X(ADD_LN_FWD_L2_ONE, "norm_l2.cu", "add_layer_norm_fwd_l2<1, {T}, {A}>")
 
 namespace {
 
