@@ -246,7 +246,8 @@ def add_rms_norm(x, residual, normalized_shape, weight=None, eps: float | None =
 def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """``residual_out = x + residual`` and ``y = layer_norm(residual_out, normalized_shape, weight,
     bias, eps)``; returns ``(y, residual_out)``. ``torch.ops.opsmith.add_layer_norm`` (its mean and
-    rstd outputs are for the backward). On CUDA an add and layer_norm's kernels (not one pass yet)."""
+    rstd outputs are for the backward). On CUDA x and residual are read once (one kernel, or two passes
+    over the new residual in L2 on rows past 16 KiB); the backward adds the residual's gradient in its kernel."""
     shape = _last_dims(x, normalized_shape, "add_layer_norm")
     if weight is not None and weight.dtype != x.dtype:
         weight = weight.to(x.dtype)
