@@ -92,6 +92,24 @@ __device__ __forceinline__ Pack<T, P> ld(const T* p) {
     }
 }
 
+// ld's vector through the non-coherent (read-only) path, ld.global.nc, which the out-of-place kernels' __restrict__
+// x gets from the compiler: for the in-place kernels, whose x is written too. Sound there because a thread reads
+// each element of x once, before it writes it, and no thread reads an element another one writes.
+template <class T, int P>
+__device__ __forceinline__ Pack<T, P> ld_nc(const T* p) {
+    if constexpr (P == Vec<T>::N) {
+        Vec<T> w;
+        unsigned* u = reinterpret_cast<unsigned*>(&w);
+        asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3]) : "l"(p));
+        Pack<T, P> r;
+#pragma unroll
+        for (int k = 0; k < P; ++k) r.v[k] = w.v[k];
+        return r;
+    } else {
+        return ld<T, P>(p);
+    }
+}
+
 template <class T, int P>
 __device__ __forceinline__ void st(T* p, const Pack<T, P>& r) {
     if constexpr (P == Vec<T>::N) {
@@ -139,9 +157,10 @@ struct Unit {
     Pack<T, P> c, s, a, b, c2, s2;
 };
 
-template <class T, int P, bool FULL>
+template <class T, int P, bool FULL, bool NC = false>
 __device__ __forceinline__ Unit<T, P> load_unit(const T* xr, const T* __restrict__ cs,
                                                  const T* __restrict__ sn, int j, int half, int interleaved) {
+    auto ldx = [](const T* p) { return NC ? ld_nc<T, P>(p) : ld<T, P>(p); };  // x: NC in place (ld_nc)
     Unit<T, P> u;
     u.c = ld<T, P>(cs + j);
     u.s = ld<T, P>(sn + j);
@@ -150,15 +169,15 @@ __device__ __forceinline__ Unit<T, P> load_unit(const T* xr, const T* __restrict
         u.s2 = ld<T, P>(sn + half + j);
     }
     if (interleaved) {  // 2P elements: pairs (2k, 2k + 1)
-        const Pack<T, P> lo = ld<T, P>(xr + 2 * j), hi = ld<T, P>(xr + 2 * j + P);
+        const Pack<T, P> lo = ldx(xr + 2 * j), hi = ldx(xr + 2 * j + P);
 #pragma unroll
         for (int k = 0; k < P; ++k) {
             u.a.v[k] = 2 * k < P ? lo.v[2 * k] : hi.v[2 * k - P];
             u.b.v[k] = 2 * k + 1 < P ? lo.v[2 * k + 1] : hi.v[2 * k + 1 - P];
         }
     } else {
-        u.a = ld<T, P>(xr + j);
-        u.b = ld<T, P>(xr + half + j);
+        u.a = ldx(xr + j);
+        u.b = ldx(xr + half + j);
     }
     return u;
 }
@@ -254,7 +273,8 @@ __device__ __forceinline__ void rotate_rows(const T* x, const T* __restrict__ co
                 if (on && ri < rows) {
                     const long long coff = table_offset(pr[i], rows, width, has_pos, positions, s1, s2, s3, c0, c1,
                                                         c2, c3, p0, p1, p2, p3);
-                    u[i] = load_unit<T, P, FULL>(x + pr[i] * d, cos_t + coff, sin_t + coff, j, half, interleaved);
+                    u[i] = load_unit<T, P, FULL, IP>(x + pr[i] * d, cos_t + coff, sin_t + coff, j, half,
+                                                     interleaved);
                 }
             }
 #pragma unroll
@@ -271,7 +291,7 @@ __device__ __forceinline__ void rotate_rows(const T* x, const T* __restrict__ co
         const T* xr = x + pr * d;
         T* yr = y + pr * d;
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-            const Unit<T, P> u = load_unit<T, P, FULL>(xr, cos_t + coff, sin_t + coff, c * P, half, interleaved);
+            const Unit<T, P> u = load_unit<T, P, FULL, IP>(xr, cos_t + coff, sin_t + coff, c * P, half, interleaved);
             store_unit<T, P, FULL>(yr, u, c * P, half, interleaved, sign);
         }
         if constexpr (!IP) {  // the dims beyond the rotary ones (in place: left where they are)
