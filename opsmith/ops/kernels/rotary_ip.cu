@@ -1,8 +1,9 @@
 // opsmith.ops rotary position embedding in place: the kernels over rotary.cuh's rows (see there).
 #include "rotary.cuh"
 
-// In place: x is rotated where it lies (one pointer read and written, so not __restrict__; a thread writes only the
-// elements it has read, after reading them), the dims beyond the rotary ones untouched. rotary_ip<T>,
+// In place: x is rotated where it lies (one pointer read and written, so not __restrict__, but read through
+// ld.global.nc, rotary.cuh's ld_nc: a thread writes only the elements it has read, after reading them), the dims
+// beyond the rotary ones untouched. rotary_ip<T>,
 // rotary_ip_full<T>: (x, cos, sin, positions, rows, d, half, interleaved, sign, has_pos, s0..s3, c0..c3, p0..p3);
 // rotary_qk_ip<T>, rotary_qk_ip_full<T>: (x, x2, cos, sin, positions, rows, rows2, d, half, interleaved, sign, has_pos,
 // x's s, c, p, then x2's t, e, f), as rotary_qk.
