@@ -267,6 +267,33 @@ rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
     rms_scale_pass<B, U, false>(xr, w, yr, rs, has_w, nv, tpr, t, first, keep);
 }
 
+// The add norms' first pass: the U chunks a trip of x and residual (their only read, evict_first), s = x + residual
+// rounded to T as the residual stream holds it, written to sr asking L2 to keep it for the second pass, and each
+// chunk of s handed to visit (the norm's sums)
+template <int U, class T, class A, class F>
+__device__ __forceinline__ void add_first_pass(const T* __restrict__ xr, const T* __restrict__ rr, T* __restrict__ sr,
+                                               int nv, int tpr, int t, unsigned long long first,
+                                               unsigned long long keep, F&& visit) {
+    constexpr int N = Vec<T>::N;
+    OPSMITH_L2_TRIPS {
+        OPSMITH_L2_LOAD(a, first)
+        Raw b[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (OPSMITH_L2_IN(u)) b[u] = ld_l2(rr + (long long)(c0 + u * tpr) * N, first);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!OPSMITH_L2_IN(u)) break;
+            A v[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = raw_get<T>(a[u], k) + raw_get<T>(b[u], k);
+            const Raw p = raw_pack<T>(v);  // rounded to T, as the residual stream holds it
+            st_l2(sr + (long long)(c0 + u * tpr) * N, p, keep);
+            visit(p);
+        }
+    }
+}
+
 // add_rms_norm's forward (fused_norm.cu's math): the first pass reads x and residual (their only read),
 // writes s = x + residual, rounded to T, as the new residual asking L2 to keep it, and sums its squares;
 // the second reads s back from L2 and writes y. HBM: x and residual read, s and y written, the floor.
@@ -282,27 +309,13 @@ add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, con
     T* sr = residual_out + row * cols;
     T* yr = y + row * cols;
     A q = A(0);
-    OPSMITH_L2_TRIPS {
-        OPSMITH_L2_LOAD(a, first)
-        Raw b[U];
+    add_first_pass<U, T, A>(xr, rr, sr, nv, tpr, t, first, keep, [&](const Raw& p) {
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (OPSMITH_L2_IN(u)) b[u] = ld_l2(rr + (long long)(c0 + u * tpr) * N, first);
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (!OPSMITH_L2_IN(u)) break;
-            A v[N];
-#pragma unroll
-            for (int k = 0; k < N; ++k) v[k] = raw_get<T>(a[u], k) + raw_get<T>(b[u], k);
-            const Raw p = raw_pack<T>(v);  // rounded to T, as the residual stream holds it
-            st_l2(sr + (long long)(c0 + u * tpr) * N, p, keep);
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const A e = raw_get<T>(p, k);
-                q += e * e + nonfinite(e);  // an inf makes the row NaN, as rms_norm's
-            }
+        for (int k = 0; k < N; ++k) {
+            const A e = raw_get<T>(p, k);
+            q += e * e + nonfinite(e);  // an inf makes the row NaN, as rms_norm's
         }
-    }
+    });
     const A rs = m_rsqrt(row_allreduce<true>(q, SumOp(), A(0), tpr) / A(cols) + eps);
     if (t == 0) rstd[row] = rs;
     rms_scale_pass<B, U, true>(sr, w, yr, rs, has_w, nv, tpr, t, first, keep);
@@ -323,23 +336,7 @@ add_layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, c
     T* yr = y + row * cols;
     A mu = A(0), m2 = A(0);
     int cnt = 0;
-    OPSMITH_L2_TRIPS {
-        OPSMITH_L2_LOAD(a, first)
-        Raw c[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (OPSMITH_L2_IN(u)) c[u] = ld_l2(rr + (long long)(c0 + u * tpr) * N, first);
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (!OPSMITH_L2_IN(u)) break;
-            A v[N];
-#pragma unroll
-            for (int k = 0; k < N; ++k) v[k] = raw_get<T>(a[u], k) + raw_get<T>(c[u], k);
-            const Raw p = raw_pack<T>(v);  // rounded to T, as the residual stream holds it
-            st_l2(sr + (long long)(c0 + u * tpr) * N, p, keep);
-            chan_merge<T>(p, mu, m2, cnt);
-        }
-    }
+    add_first_pass<U, T, A>(xr, rr, sr, nv, tpr, t, first, keep, [&](const Raw& p) { chan_merge<T>(p, mu, m2, cnt); });
     A mu_row, rs;
     ln_row_stats<T>(mu, m2, cnt, cols, eps, tpr, t, row, mean, rstd, mu_row, rs);
     ln_scale_pass<B, U, true>(sr, w, b, yr, mu_row, rs, has_w, has_b, nv, tpr, t, first, keep);
