@@ -18,9 +18,9 @@ and their backwards.
 On CUDA add_rms_norm's forward is one kernel (``kernels/fused_norm.cu``) for rows that fit in
 registers, else an add and rms_norm's long-row kernel. add_layer_norm's forward is one kernel on
 layer_norm's register rows (up to 16 KiB) and on its L2 rows (longer, in whole aligned vectors), else an
-add and layer_norm's kernels. Both backwards are
-their norm's on ``s`` with the residual's gradient added (inside rms_norm's kernels; after
-layer_norm's). The CUDA implementations are Python on every machine.
+add and layer_norm's kernels. Both backwards are their norm's on ``s`` with the residual's
+gradient added inside the norm's backward kernels (after the few-row and long-row ones that take
+none). The CUDA implementations are Python on every machine.
 """
 from __future__ import annotations
 
