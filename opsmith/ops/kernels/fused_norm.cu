@@ -10,7 +10,8 @@
 //
 // add_layer_norm_fwd* (the LayerNorm twin): s = x + residual rounded to T, then layer_norm's forward on s, in one
 // pass over x and residual: norm_fwd.cuh's layer_norm_fwd_row with ADD, the register rows of layer_norm's plans
-// (2 chunks a thread up to 16 KiB, 4 chunks on norm_c4_plan's rows); longer rows: an add, then layer_norm.
+// (2 chunks a thread up to 16 KiB, 4 chunks on norm_c4_plan's rows); longer rows in whole aligned vectors take
+// norm_l2.cu's add_layer_norm_fwd_l2, any other an add, then layer_norm.
 #include "norm_fwd.cuh"
 
 #ifndef OPSMITH_ROW_THREADS
