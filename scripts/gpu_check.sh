@@ -74,6 +74,7 @@ case "$PART" in
     # the Llama step. ops: every opsmith.ops GPU test (C++ kernels included), then the peers benchmark alone
     # (PEERS_ARGS, e.g. "--ops rms_norm,rotary --budget-s 150"; TESTS_K: a pytest -k expression;
     # DIAG_CLUSTER=1: bench/diag_norm_cluster.py first, the norms' cluster kernels against the long ones;
+    # DIAG_BWD_C4=1: bench/diag_norm_bwd_c4.py (BWD_C4_ARGS), the norm backwards at 4 chunks against the clusters;
     # DIAG_C4=1: bench/diag_fwd_c4.py first, the row forwards of 4 chunks a thread against 2; DIAG_LONG1=1:
     # bench/diag_fwd_long1.py, the 32/64 KiB rows at 8 chunks (add_rms_norm's too) against the L2 rows;
     # DIAG_SMALL_BWD=1: bench/diag_small_bwd_one.py, the one-launch small norm backwards; DIAG_BWD_ORDER=1:
@@ -98,6 +99,7 @@ case "$PART" in
     if [ "$PART" = ops ]; then
       [ "${DIAG_NORM:-0}" = 1 ] && run diag_norm python3 bench/diag_norm_occupancy.py --json "$L/diag_norm.json"
       [ "${DIAG_CLUSTER:-0}" = 1 ] && run diag_cluster python3 bench/diag_norm_cluster.py --json "$L/diag_cluster.json"
+      [ "${DIAG_BWD_C4:-0}" = 1 ] && run diag_bwd_c4 python3 bench/diag_norm_bwd_c4.py --json "$L/diag_bwd_c4.json" ${BWD_C4_ARGS:---bf16}
       [ "${DIAG_C4:-0}" = 1 ] && run diag_c4 python3 bench/diag_fwd_c4.py --out "$L/diag_c4.json"
       [ "${DIAG_LONG1:-0}" = 1 ] && run diag_long1 python3 bench/diag_fwd_long1.py --out "$L/diag_long1.json"
       [ "${DIAG_SMALL_BWD:-0}" = 1 ] && run diag_small_bwd python3 bench/diag_small_bwd_one.py --json "$L/diag_small_bwd.json"

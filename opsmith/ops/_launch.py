@@ -34,6 +34,7 @@ ROW_CHUNKS = 2        # OPSMITH_ROW_CHUNKS: 16-byte vectors per thread and input
 ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-row kernels
 ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm.cu: ROW_THREADS-blocks an SM holds in the norm backwards
 NORM_BWD_BLOCK = 256  # OPSMITH_BWD_BLOCK in norm.cu: threads of a persistent backward block of several rows
+BWD_C4_CHUNKS = 4     # norm.cu's *_bwd_c4: 16-byte chunks a thread and input (_launch_norm.norm_bwd_c4_plan)
 LN_WIDE_TPR = 256     # layer_norm_fwd_wide (norm.cu) serves register rows of this many threads or more
 LN_FWD4_CHUNKS = 4    # layer_norm_fwd4 (norm.cu): 16-byte chunks a thread (layer_norm_fwd4_plan)
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels

@@ -144,12 +144,15 @@ def _fwd_plan(rows: int, cols: int, x):
     return (cluster, _CL) if cluster is not None else (plan, "norm_long.cu")
 
 
-def _bwd_plan(rows: int, cols: int, x, arrays: int):
-    """The backward's plan and kernel file: the persistent register rows (norm.cu; ``"split"``:
-    norm_split.cu, the callers launch it), the clusters (norm_cluster.cu) or the long rows
-    (norm_long.cu); ``arrays``: the
-    weight gradients the op has (2 layer_norm, 1 rms_norm)."""
+def _bwd_plan(rows: int, cols: int, x, arrays: int, *tensors):
+    """The backward's plan and kernel file: the persistent register rows (norm.cu; at 4 chunks a thread,
+    ``"c4"``, where every one of ``tensors`` is 16-byte aligned; ``"split"``: norm_split.cu, the callers launch it),
+    the clusters (norm_cluster.cu) or the long rows (norm_long.cu); ``arrays``: the weight gradients the op has
+    (2 layer_norm, 1 rms_norm)."""
     props = _launch.device_props(x.get_device())
+    c4 = _if_aligned(_launch_norm.norm_bwd_c4_plan(rows, cols, x.element_size(), props, arrays), tensors)
+    if c4 is not None:
+        return c4, "norm.cu"
     plan = _launch.norm_bwd_plan(rows, cols, x.element_size(), props, arrays)
     if plan.strategy != "long":
         return plan, "norm.cu"
@@ -190,7 +193,7 @@ def _layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_
             _launch.launch_config(small), g, x, w, mean, rstd, dx, dw if want_w else x, db if want_b else x, rows,
             cols, int(weight is not None), int(want_w), int(want_b), small.chunks)
         return dx, dw, db, False
-    plan, file = _bwd_plan(rows, cols, x, 2)
+    plan, file = _bwd_plan(rows, cols, x, 2, g, x, w, dx, *((res,) if res is not None else ()))
     if plan.strategy in ("long", "split"):  # grad_x alone, then the weight and bias gradients (norm_bwd_weight)
         args = (g, x, w, mean, rstd, dx, rows, cols, int(weight is not None))
         added = plan.strategy == "long" and res is not None  # the residual's gradient added by the long kernel
@@ -212,8 +215,9 @@ def _layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_
     # one block (norm.cu's), the gradients themselves
     direct = file != _CL and plan.grid[0] == 1
     fused = res is not None  # the residual's gradient added by the kernel
+    c4 = "_c4" * (plan.strategy == "c4")
     name = (f"layer_norm_bwd_cluster{'_res' * fused}<{plan.cluster}, {{T}}, {{A}}>" if file == _CL
-            else f"layer_norm_bwd{'_res' * fused}<{{T}}, {{A}}>")
+            else f"layer_norm_bwd{c4}{'_res' * fused}<{{T}}, {{A}}>")
     k = _kernel(file, name, x)
     plan = _resident(k, plan)
     pw, pb = _partials(plan, cols, rstd, want_w and not direct), _partials(plan, cols, rstd, want_b and not direct)
@@ -286,7 +290,7 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
             _launch.launch_config(small), g, x, w, rstd, dx, _or(dw, x), rows, cols, int(weight is not None),
             int(want_w), res if res is not None else x, int(res is not None), small.chunks)
         return dx, dw if want_w else x.new_empty(0)
-    plan, file = _bwd_plan(rows, cols, x, 1)
+    plan, file = _bwd_plan(rows, cols, x, 1, g, x, w, dx, *((res,) if res is not None else ()))
     if plan.strategy in ("long", "split"):  # grad_x alone, then the weight gradient (norm_bwd_weight)
         args = (g, x, w, rstd, dx, rows, cols, int(weight is not None))
         if plan.strategy == "long":  # the residual's gradient added after
@@ -305,7 +309,8 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
         return dx, (_weight_grads(g, x, None, rstd, rows, cols, True, False, shape)[0] if want_w
                     else x.new_empty(0))
     direct = file != _CL and plan.grid[0] == 1 and want_w  # one block (norm.cu's): the gradient itself
-    name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else "rms_norm_bwd<{T}, {A}>"
+    c4 = "_c4" * (plan.strategy == "c4")
+    name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else f"rms_norm_bwd{c4}<{{T}}, {{A}}>"
     k = _kernel(file, name, x)
     plan = _resident(k, plan)
     pw = _partials(plan, cols, rstd, want_w and not direct)

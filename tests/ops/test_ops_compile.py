@@ -438,8 +438,8 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     if dtype not in ("float16", "bfloat16"):  # softmax_plan gives clusters to 16-bit rows only
         want -= {"softmax_fwd_cluster", "softmax_bwd_cluster"}
         want -= {"layer_norm_fwd_full"}  # layer_norm_full2_plan: 16-bit rows of 2 to 4 KiB
-    if dtype != "float32":  # layer_norm_fwd4_plan: float rows only
-        want -= {"layer_norm_fwd4"}
+    if dtype != "float32":  # layer_norm_fwd4_plan, norm_bwd_c4_plan: float rows only
+        want -= {"layer_norm_fwd4", "layer_norm_bwd_c4", "layer_norm_bwd_c4_res", "rms_norm_bwd_c4"}
     if dtype == "float64":  # norm_l2_plan, norm_c8_plan, add_rms_c8_plan and norm_c4_plan: 2- and 4-byte types only
         want -= {"add_layer_norm_fwd_c4", "add_layer_norm_fwd_c4_full", "layer_norm_fwd_l2", "rms_norm_fwd_l2",
                  "add_rms_norm_fwd_l2", "add_layer_norm_fwd_l2", "layer_norm_fwd_c8", "rms_norm_fwd_c8",

@@ -20,9 +20,10 @@ TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.float16
 @pytest.mark.parametrize("dtype", sorted(TOL, key=str))
 # (5, 16384), (3, 12000), (4, 32768): add_rms_c8_plan's 8-chunk rows (16-bit: 256 threads, whole and checked
 # chunks, and 512 threads; float: 512 threads, then the L2 rows); (2048, 1024), (1536, 4096): more rows than
-# norm_bwd_small_plan's, the persistent and split backwards with the residual's gradient
+# norm_bwd_small_plan's, the persistent and split backwards with the residual's gradient; (300, 6144): float's 4-chunk
+# backward (norm_bwd_c4_plan)
 @pytest.mark.parametrize("shape", [(1, 8), (7, 100), (64, 4096), (3, 5, 2048), (2, 70000), (0, 16), (5, 16384),
-                                   (3, 12000), (4, 32768), (2048, 1024), (1536, 4096)])
+                                   (3, 12000), (4, 32768), (2048, 1024), (1536, 4096), (300, 6144)])
 @pytest.mark.parametrize("weight", [True, False])
 def test_matches_torch(dtype, shape, weight):
     x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
@@ -100,10 +101,10 @@ def test_gradcheck_opcheck_compile():
 # (add_layer_norm_fwd_l2, 2 and 1 blocks an SM); (300, 12001): odd long rows (an add, then layer_norm); (2048, 1024),
 # (1536, 4096), (4096, 768): the persistent backward with the residual's gradient (layer_norm_bwd_res), (600, 16384),
 # (300, 12001) the clusters' or the long rows' (*_res), the few rows the small and split backwards, the gradient
-# added after
+# added after; (16, 8192), (300, 6144): float's 4-chunk backward (layer_norm_bwd_c4_res)
 @pytest.mark.parametrize("shape", [(1, 8), (7, 100), (512, 1024), (2048, 1024), (64, 4096), (3, 5, 2048), (16, 8192),
                                    (4096, 768), (1536, 4096), (5, 16384), (3, 12000), (600, 16384), (300, 12001),
-                                   (2, 70000), (0, 16)])
+                                   (2, 70000), (0, 16), (300, 6144)])
 @pytest.mark.parametrize("affine", ["wb", "w", "none"])
 def test_add_layer_norm_matches_torch(dtype, shape, affine):
     x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)

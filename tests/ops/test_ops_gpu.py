@@ -45,7 +45,8 @@ ROW_SHAPES = [(1, 1), (3, 1), (5, 7), (64, 64), (33, 100), (7, 255), (16, 1000),
               (64, 32768), (24, 65536),  # backward clusters of 8 blocks of 512 threads (float, 16-bit), many trips
               (2, 131072),  # the norms' l2 forwards at 1,024 threads of many chunks
               (1, 1000), (1, 8192),  # one row: the split backwards write the weight gradients themselves
-              (5, 8192), (4, 16384)]  # rows of 32 KiB in one pass (norm_c8_plan): float, 16-bit
+              (5, 8192), (4, 16384),  # rows of 32 KiB in one pass (norm_c8_plan): float, 16-bit
+              (600, 6144), (300, 8192)]  # float backwards at 4 chunks (norm_bwd_c4_plan): chunks past the row, many trips
 
 
 def _close(actual, expected, dtype, scale=1.0, what=""):
@@ -430,6 +431,49 @@ def test_norm_l2_forwards_and_their_fallbacks_match_float64(cols, dtype):
 
 def _or_none(t):
     return t.double() if t is not None else None
+
+
+@pytest.mark.parametrize("cols", [4100, 6144, 8192])
+def test_norm_bwd_c4_and_its_misaligned_fallback_match_float64(cols):
+    """Float rows of 4,097-8,192 columns in whole 16-byte vectors take the 4-chunk backwards (norm.cu's *_bwd_c4,
+    the sums in shared memory) where grad, x, the weight and grad_x start 16-byte aligned, the clusters where not;
+    both match float64 torch, with and without weight and bias, the residual's gradient added (add_layer_norm's and
+    add_rms_norm's)."""
+    from opsmith.ops import _launch_norm, _norms
+    rows, dtype = 300, torch.float32
+    plan = _launch_norm.norm_bwd_c4_plan(rows, cols, 4, _launch.device_props(0), 2)
+    assert plan is not None and plan.strategy == "c4"
+    base = _rand((2 * rows * cols + 8,), dtype, 43)
+    xs = base * 2 + 0.5
+    w, b = _rand(cols, dtype, 44), _rand(cols, dtype, 45)
+    for off in (0, 1):  # aligned, not
+        x = xs[off: off + rows * cols].view(rows, cols)
+        g = base[rows * cols + off: rows * cols + off + rows * cols].view(rows, cols)
+        assert (x.data_ptr() % 16 == 0) == (off == 0) and (g.data_ptr() % 16 == 0) == (off == 0)
+        res = torch.roll(g, 1, 0)
+        xd, gd = x.double(), g.double()
+        for weight, bias in ((w, b), (w, None), (None, None)):
+            y, mean, rstd = _norms.layer_norm_fwd(x, [cols], weight, bias, 1e-5)
+            leaves = [t.double().requires_grad_(True) if t is not None else None for t in (x, weight, bias)]
+            ref = F.layer_norm(leaves[0], (cols,), leaves[1], leaves[2], 1e-5)
+            want = torch.autograd.grad(ref, [t for t in leaves if t is not None], gd)
+            for r in (None, res):
+                dx, dw, db = _norms.layer_norm_bwd(g, x, [cols], mean, rstd, weight is not None, bias is not None,
+                                                   weight, r)
+                what = f"layer_norm_bwd (aligned: {off == 0}, residual: {r is not None})"
+                _close(dx, want[0] + (r.double() if r is not None else 0), dtype, what=what + " grad x")
+                for got, exp in zip([t for t in (dw, db) if t.numel()], want[1:]):
+                    _close(got, exp, dtype, scale=math.sqrt(rows), what=what + " grad w/b")
+            y, rstd = _norms.rms_norm_fwd(x, [cols], weight, 1e-6)
+            leaves = [t.double().requires_grad_(True) if t is not None else None for t in (x, weight)]
+            ref = F.rms_norm(leaves[0], (cols,), leaves[1], 1e-6)
+            want = torch.autograd.grad(ref, [t for t in leaves if t is not None], gd)
+            for r in (None, res):
+                dx, dw = _norms.rms_norm_bwd(g, x, [cols], rstd, weight is not None, weight, r)
+                what = f"rms_norm_bwd (aligned: {off == 0}, residual: {r is not None})"
+                _close(dx, want[0] + (r.double() if r is not None else 0), dtype, what=what + " grad x")
+                if weight is not None:
+                    _close(dw, want[1], dtype, scale=math.sqrt(rows), what=what + " grad w")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)

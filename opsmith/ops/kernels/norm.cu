@@ -137,9 +137,54 @@ layer_norm_fwd4(const T* __restrict__ x, const T* __restrict__ w, const T* __res
 // few narrow rows) writes its sums as the gradient itself, in T, and no norm_col_sum launch follows
 // (the two launches made a 1 x 64 backward 1.3x eager's time).
 #define OPSMITH_BWD_BLOCK 256
-template <class T, class A>
-__device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, T* __restrict__ direct, int cols) {
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS, K = C * N;
+// A thread's weight-gradient sums in the persistent backwards: K registers, or (SM: the 4-chunk backwards, whose
+// registers hold the next row) K slots of the dynamic shared memory, [i][thread] (OPSMITH_ROW_THREADS threads: a
+// stride known at compile time), a thread's own, no bank conflicts.
+template <class A, int K, bool SM>
+struct GradSums {
+    A r[SM ? 1 : K];
+    A* s;
+    __device__ __forceinline__ explicit GradSums(A* smem) : s(smem) {
+#pragma unroll
+        for (int i = 0; i < K; ++i) (*this)[i] = A(0);
+    }
+    __device__ __forceinline__ A& operator[](int i) {
+        if constexpr (SM) return s[i * OPSMITH_ROW_THREADS + threadIdx.x];
+        else return r[i];
+    }
+};
+
+// A thread's chunks of the weight in the persistent backwards, as loaded (zeros where has_w = 0 and past the row):
+// C registers, or (SM) C 16-byte slots of the dynamic shared memory from `smem`, [chunk][thread], a thread's own. SM
+// takes whole aligned vectors (vec).
+template <class T, int C, bool SM>
+struct WeightRow {
+    Raw r_[1][SM ? 1 : C];
+    Raw* s;
+    __device__ __forceinline__ WeightRow(const T* __restrict__ w, Raw* smem, long long cols, bool vec, int has_w)
+        : s(smem) {
+        const int tpr = blockDim.x, t = threadIdx.x;
+        if constexpr (SM) {
+            constexpr int N = Vec<T>::N;
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+                Raw z = {{0u, 0u, 0u, 0u}};
+                if (has_w && OPSMITH_J(c) < cols) z = *reinterpret_cast<const Raw*>(w + OPSMITH_J(c));
+                s[c * OPSMITH_ROW_THREADS + t] = z;
+            }
+        } else {
+            load_chunks<T, 1>({w}, r_, cols, vec, tpr, t, has_w ? 1u : 0u);
+        }
+    }
+    __device__ __forceinline__ typename Elem<T>::acc operator()(int c, int k) const {
+        if constexpr (SM) return raw_get<T>(s[c * OPSMITH_ROW_THREADS + threadIdx.x], k);
+        else return raw_get<T>(r_[0][c], k);
+    }
+};
+
+template <class T, int C = OPSMITH_ROW_CHUNKS, class A, class Acc>
+__device__ __forceinline__ void write_partial(Acc& acc, A* __restrict__ part, T* __restrict__ direct, int cols) {
+    constexpr int N = Vec<T>::N, K = C * N;
     const int tpr = blockDim.x, t = threadIdx.x, ny = blockDim.y;
     A* out = part + blockIdx.x * (long long)cols;
     auto put = [&](long long col, A v) {
@@ -152,6 +197,9 @@ __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, T* _
             if (OPSMITH_COL(i) < cols) put(OPSMITH_COL(i), acc[i]);
         return;
     }
+    if constexpr (C != OPSMITH_ROW_CHUNKS) {  // the 4-chunk backwards: a row a block (norm_bwd_c4_plan)
+        __trap();
+    } else {
     if (tpr * ny > OPSMITH_BWD_BLOCK) __trap();  // a plan this buffer does not hold
     __shared__ A red[OPSMITH_BWD_BLOCK * K];      // [row][value][thread]
     __syncthreads();  // an earlier call's readers are done with it
@@ -164,6 +212,7 @@ __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, T* _
         for (int yy = 0; yy < ny; ++yy) v += red[(yy * K + i) * tpr + tt];
         const long long col = (long long)((i / N) * tpr + tt) * N + i % N;  // OPSMITH_COL(i) of thread tt
         if (col < cols) put(col, v);
+    }
     }
 }
 
@@ -200,7 +249,7 @@ __device__ __forceinline__ void write_partial(A* acc, A* __restrict__ part, T* _
 
 // layer_norm's persistent backward; RES (layer_norm_bwd_res, add_layer_norm's): grad_res, the gradient that reached
 // the new residual, added to grad_x
-template <class T, class A, bool RES>
+template <class T, class A, bool RES, int CH = OPSMITH_ROW_CHUNKS>
 __device__ __forceinline__ void layer_norm_bwd_rows(const T* __restrict__ grad_y, const T* __restrict__ x,
                                                     const T* __restrict__ w, const A* __restrict__ mean,
                                                     const A* __restrict__ rstd, T* __restrict__ grad_x,
@@ -208,19 +257,16 @@ __device__ __forceinline__ void layer_norm_bwd_rows(const T* __restrict__ grad_y
                                                     int cols, int has_w, int want_w, int want_b,
                                                     T* __restrict__ grad_w, T* __restrict__ grad_b, int direct,
                                                     const T* __restrict__ grad_res) {
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+    constexpr int N = Vec<T>::N, C = CH;
+    constexpr bool SM = C != OPSMITH_ROW_CHUNKS;  // the 4-chunk rows: the sums and the weight in shared memory
     const int tpr = blockDim.x, t = threadIdx.x;
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
-                     (!RES || aligned16(grad_res));
-    Raw wr_[1][C];  // the weight, as loaded
-    Raw(&wr)[C] = wr_[0];
-    load_chunks<T, 1>({w}, wr_, (long long)cols, vec, tpr, t, has_w ? 1u : 0u);
-    A dw[C * N], db[C * N];
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) dw[c * N + k] = db[c * N + k] = A(0);
-    }
+    const bool aligned = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
+                         (!RES || aligned16(grad_res));
+    if (SM && !aligned) __trap();  // norm_bwd_c4_plan: whole aligned vectors only
+    const bool vec = SM || aligned;
+    A* smem = reinterpret_cast<A*>(opsmith_dyn_smem);
+    GradSums<A, C * N, SM> dw(smem), db(smem + C * N * OPSMITH_ROW_THREADS);
+    const WeightRow<T, C, SM> wr(w, reinterpret_cast<Raw*>(smem + 2 * C * N * OPSMITH_ROW_THREADS), cols, vec, has_w);
     OPSMITH_BWD_FIRST(mean, rstd)
     OPSMITH_ROW_LOOP {
         const long long row = row0 + threadIdx.y;
@@ -238,7 +284,7 @@ __device__ __forceinline__ void layer_norm_bwd_rows(const T* __restrict__ grad_y
 #pragma unroll
             for (int k = 0; k < N; ++k) {
                 const A g = OPSMITH_E(gr, c, k), xh = (OPSMITH_E(xr, c, k) - mu) * r;
-                const A gw = has_w ? g * OPSMITH_E(wr, c, k) : g;
+                const A gw = has_w ? g * wr(c, k) : g;
                 dw[c * N + k] += g * xh;  // padding and idle rows: g is 0
                 db[c * N + k] += g;
                 s1 += gw;
@@ -254,7 +300,7 @@ __device__ __forceinline__ void layer_norm_bwd_rows(const T* __restrict__ grad_y
 #pragma unroll
                 for (int k = 0; k < N; ++k) {
                     const A g = OPSMITH_E(gr, c, k), xh = (OPSMITH_E(xr, c, k) - mu) * r;
-                    o[k] = r * ((has_w ? g * OPSMITH_E(wr, c, k) : g) - s1 - xh * s2);
+                    o[k] = r * ((has_w ? g * wr(c, k) : g) - s1 - xh * s2);
                     if constexpr (RES) o[k] += OPSMITH_E(res_[0], c, k);
                 }
                 store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
@@ -263,8 +309,8 @@ __device__ __forceinline__ void layer_norm_bwd_rows(const T* __restrict__ grad_y
         OPSMITH_BWD_ROTATE
     }
     direct = direct && gridDim.x == 1;
-    if (want_w) write_partial<T>(dw, dw_part, direct ? grad_w : nullptr, cols);
-    if (want_b) write_partial<T>(db, db_part, direct ? grad_b : nullptr, cols);
+    if (want_w) write_partial<T, C>(dw, dw_part, direct ? grad_w : nullptr, cols);
+    if (want_b) write_partial<T, C>(db, db_part, direct ? grad_b : nullptr, cols);
 }
 
 template <class T, class A>
@@ -320,24 +366,23 @@ rms_norm_fwd_c8(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
     rms_norm_fwd_any<T, A, 8>(x, w, y, rstd, rows, cols, eps, has_w);
 }
 
-template <class T, class A>
-__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS)
-rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
-             const A* __restrict__ rstd, T* __restrict__ grad_x, A* __restrict__ dw_part, long long rows, int cols,
-             int has_w, int want_w, const T* __restrict__ grad_res, int has_res, T* __restrict__ grad_w, int direct) {
-    constexpr int N = Vec<T>::N, C = OPSMITH_ROW_CHUNKS;
+// rms_norm's persistent backward (and add_rms_norm's: has_res)
+template <class T, class A, int CH = OPSMITH_ROW_CHUNKS>
+__device__ __forceinline__ void rms_norm_bwd_rows(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                                  const T* __restrict__ w, const A* __restrict__ rstd,
+                                                  T* __restrict__ grad_x, A* __restrict__ dw_part, long long rows,
+                                                  int cols, int has_w, int want_w, const T* __restrict__ grad_res,
+                                                  int has_res, T* __restrict__ grad_w, int direct) {
+    constexpr int N = Vec<T>::N, C = CH;
+    constexpr bool SM = C != OPSMITH_ROW_CHUNKS;  // as layer_norm's
     const int tpr = blockDim.x, t = threadIdx.x;
-    const bool vec = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
-                     (!has_res || aligned16(grad_res));
-    Raw wr_[1][C];  // the weight, as loaded
-    Raw(&wr)[C] = wr_[0];
-    load_chunks<T, 1>({w}, wr_, (long long)cols, vec, tpr, t, has_w ? 1u : 0u);
-    A dw[C * N];
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) dw[c * N + k] = A(0);
-    }
+    const bool aligned = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
+                         (!has_res || aligned16(grad_res));
+    if (SM && !aligned) __trap();
+    const bool vec = SM || aligned;
+    A* smem = reinterpret_cast<A*>(opsmith_dyn_smem);
+    GradSums<A, C * N, SM> dw(smem);
+    const WeightRow<T, C, SM> wr(w, reinterpret_cast<Raw*>(smem + C * N * OPSMITH_ROW_THREADS), cols, vec, has_w);
     OPSMITH_BWD_FIRST(rstd, rstd)
     OPSMITH_ROW_LOOP {
         const long long row = row0 + threadIdx.y;
@@ -356,7 +401,7 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
             for (int k = 0; k < N; ++k) {
                 const A g = OPSMITH_E(gr, c, k), v = OPSMITH_E(xr, c, k);
                 dw[c * N + k] += g * v * r;  // padding and idle rows: g is 0
-                d += (has_w ? g * OPSMITH_E(wr, c, k) : g) * v;
+                d += (has_w ? g * wr(c, k) : g) * v;
             }
         d = row_allreduce(d, SumOp(), A(0), tpr) / A(cols);
         if (active) {
@@ -366,7 +411,7 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
 #pragma unroll
                 for (int k = 0; k < N; ++k) {
                     const A g = OPSMITH_E(gr, c, k), v = OPSMITH_E(xr, c, k);
-                    o[k] = r * ((has_w ? g * OPSMITH_E(wr, c, k) : g) - v * r * r * d);
+                    o[k] = r * ((has_w ? g * wr(c, k) : g) - v * r * r * d);
                     if (has_res) o[k] += OPSMITH_E(res_[0], c, k);
                 }
                 store_vec(grad_x + base, OPSMITH_J(c), n, vec, o);
@@ -374,5 +419,49 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
         }
         OPSMITH_BWD_ROTATE
     }
-    if (want_w) write_partial<T>(dw, dw_part, direct && gridDim.x == 1 ? grad_w : nullptr, cols);
+    if (want_w) write_partial<T, C>(dw, dw_part, direct && gridDim.x == 1 ? grad_w : nullptr, cols);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS)
+rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+             const A* __restrict__ rstd, T* __restrict__ grad_x, A* __restrict__ dw_part, long long rows, int cols,
+             int has_w, int want_w, const T* __restrict__ grad_res, int has_res, T* __restrict__ grad_w, int direct) {
+    rms_norm_bwd_rows<T, A>(grad_y, x, w, rstd, grad_x, dw_part, rows, cols, has_w, want_w, grad_res, has_res,
+                            grad_w, direct);
+}
+
+// The backwards of 4 chunks a thread (_launch_norm.norm_bwd_c4_plan): a row a block of up to OPSMITH_ROW_THREADS,
+// rows twice as long as the 2-chunk kernels' (float 4,097-8,192 columns), which otherwise take two blocks of a
+// cluster (norm_cluster.cu) and meet in distributed shared memory each row; one block an SM, the next row's
+// grad and x in flight (twice the cluster blocks' bytes an SM).
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, 1)
+rms_norm_bwd_c4(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                const A* __restrict__ rstd, T* __restrict__ grad_x, A* __restrict__ dw_part, long long rows, int cols,
+                int has_w, int want_w, const T* __restrict__ grad_res, int has_res, T* __restrict__ grad_w,
+                int direct) {
+    rms_norm_bwd_rows<T, A, 4>(grad_y, x, w, rstd, grad_x, dw_part, rows, cols, has_w, want_w, grad_res, has_res,
+                               grad_w, direct);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, 1)
+layer_norm_bwd_c4(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                  const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+                  A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w, int want_w,
+                  int want_b, T* __restrict__ grad_w, T* __restrict__ grad_b, int direct) {
+    layer_norm_bwd_rows<T, A, false, 4>(grad_y, x, w, mean, rstd, grad_x, dw_part, db_part, rows, cols, has_w,
+                                        want_w, want_b, grad_w, grad_b, direct, nullptr);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_ROW_THREADS, 1)
+layer_norm_bwd_c4_res(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                      const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+                      A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w,
+                      int want_w, int want_b, T* __restrict__ grad_w, T* __restrict__ grad_b, int direct,
+                      const T* __restrict__ grad_res) {
+    layer_norm_bwd_rows<T, A, true, 4>(grad_y, x, w, mean, rstd, grad_x, dw_part, db_part, rows, cols, has_w,
+                                       want_w, want_b, grad_w, grad_b, direct, grad_res);
 }
