@@ -3,7 +3,8 @@
 the weight-gradient sums and the weight in shared memory) against the cluster of 2 blocks a row they replace
 (norm_cluster.cu), on the rows between: float 4,097-8,192 columns, and (``--bf16``) 16-bit 8,193-16,384, which the
 shipped plan leaves to the clusters. Both through ``opsmith.ops._norms`` (the cluster: the plan made to return None),
-the backward alone (grad, x read; grad_x written: 3 row-sized arrays) and forward + backward (5), GB/s of those bytes,
+the c4 plan asked for every row the float one takes at the same bytes (layer_norm's narrow rows and
+``--bf16``'s too), the backward alone (grad, x read; grad_x written: 3 row-sized arrays) and forward + backward (5), GB/s of those bytes,
 L2 flushed before each run (``_kernel_timing.median_us``); Liger-Kernel's forward + backward beside them where it is
 installed, and each c4 output's largest difference from the cluster's.
 
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _kernel_timing import median_us  # noqa: E402
-from opsmith.ops import _launch_norm, _norms  # noqa: E402
+from opsmith.ops import _launch, _launch_norm, _norms  # noqa: E402
 
 FLOAT_SHAPES = "8192x8192,32768x8192,65536x8192,16384x6144,16384x5120,4096x8192"
 HALF_SHAPES = "4096x16384,8192x12288,16384x10240"
@@ -97,9 +98,11 @@ def main() -> int:
         for op in args.ops.split(","):
             res = {}
             for name in ("c4", "cluster"):
-                if name == "c4":
-                    def plan(r, c, i, p, a=2, dtypes=(2, 4), _s=shipped):
-                        return _s(r, c, i, p, a, dtypes)
+                if name == "c4":  # 16-bit rows as float's of the same bytes (--bf16), layer_norm's narrow rows too
+                    def plan(r, c, i, p, a=2, _s=shipped):
+                        got = _s(r, c * i // 4, 4, p, 1) if c * i % 4 == 0 else None
+                        return got if got is None else got._replace(
+                            shared_mem=(a * (16 // i) * 4 + 16) * _launch.BWD_C4_CHUNKS * _launch.ROW_THREADS)
                 else:
                     def plan(*a, **k):
                         return None

@@ -35,6 +35,7 @@ ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-r
 ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm.cu: ROW_THREADS-blocks an SM holds in the norm backwards
 NORM_BWD_BLOCK = 256  # OPSMITH_BWD_BLOCK in norm.cu: threads of a persistent backward block of several rows
 BWD_C4_CHUNKS = 4     # norm.cu's *_bwd_c4: 16-byte chunks a thread and input (_launch_norm.norm_bwd_c4_plan)
+BWD_C4_LN_MIN_ROW_BYTES = 20 << 10  # norm_bwd_c4_plan: layer_norm's rows past this (5,120 float ran 0.98x)
 LN_WIDE_TPR = 256     # layer_norm_fwd_wide (norm.cu) serves register rows of this many threads or more
 LN_FWD4_CHUNKS = 4    # layer_norm_fwd4 (norm.cu): 16-byte chunks a thread (layer_norm_fwd4_plan)
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels

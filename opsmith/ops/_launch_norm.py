@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (BWD_C4_CHUNKS, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
+from opsmith.ops._launch import (BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS, L2_ONE_CHUNKS,
                                  L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES,
                                  LN_FULL2_HIGH_BW_ROWS, LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, NORM_BWD_BLOCK,
@@ -212,23 +212,26 @@ def norm_bwd_small_plan(rows: int, cols: int, itemsize: int, props: DeviceProps)
 
 
 @functools.lru_cache(maxsize=4096)
-def norm_bwd_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays: int = 2,
-                     dtypes: tuple = (4,)) -> Plan | None:
+def norm_bwd_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays: int = 2) -> Plan | None:
     """norm.cu's ``layer_norm_bwd_c4`` (``arrays`` 2) / ``rms_norm_bwd_c4`` (1): the persistent backward at
     ``BWD_C4_CHUNKS`` 16-byte chunks a thread, a row a block of up to ``ROW_THREADS``, one block an SM (``grid``: the
-    SMs, at most a block for two rows), for rows in whole vectors too long for the 2-chunk kernels and short enough for
-    4 (float 4,097-8,192 columns; ``dtypes``: the item sizes it serves), which otherwise take a cluster of 2
-    (``norm_cluster_plan``); else None. Its weight-gradient sums and the weight live in ``shared_mem`` bytes of shared
-    memory ([value][thread] at a stride of ``ROW_THREADS``), so that the registers hold this row and the next one
-    (a whole row in flight an SM, where the cluster's blocks hold half). The callers try it before
-    ``norm_bwd_plan``, on 16-byte aligned tensors only."""
+    SMs, at most a block for two rows), for float rows in whole vectors too long for the 2-chunk kernels and short
+    enough for 4 (4,097-8,192 columns; layer_norm's past ``BWD_C4_LN_MIN_ROW_BYTES``), which otherwise take a cluster
+    of 2 (``norm_cluster_plan``); else None. Its weight-gradient sums and the weight live in ``shared_mem`` bytes of
+    shared memory ([value][thread] at a stride of ``ROW_THREADS``), so that the registers hold this row and the next
+    one: a whole row in flight an SM, where the cluster's blocks hold half and meet in distributed shared memory each
+    row. H200 against the clusters (bench/diag_norm_bwd_c4.py, bench/results/ops-h200-2026-12-02/): float backwards
+    1.01-1.25x, forward + backward 1.05-1.14x (layer_norm 16384x5120 0.98x: its rows fill 5/8 of the chunks); bf16
+    rows of 10,240-16,384 0.79-1.17x, so 16-bit rows keep the clusters. The callers try it before ``norm_bwd_plan``,
+    on 16-byte aligned tensors only."""
     vec = 16 // itemsize
     limit = min(ROW_THREADS, props.max_threads_per_block)
-    if itemsize not in dtypes or cols % vec or _cdiv(cols, ROW_CHUNKS * vec) <= limit:
+    if itemsize != 4 or cols % vec or _cdiv(cols, ROW_CHUNKS * vec) <= limit:
+        return None
+    if arrays == 2 and cols * itemsize <= BWD_C4_LN_MIN_ROW_BYTES:
         return None
     tpr = _pow2_at_least(_cdiv(cols // vec, BWD_C4_CHUNKS))
-    acc = 8 if itemsize == 8 else 4  # the sums' type: double for double, else float
-    smem = (arrays * vec * acc + 16) * BWD_C4_CHUNKS * ROW_THREADS
+    smem = (arrays * vec * itemsize + 16) * BWD_C4_CHUNKS * ROW_THREADS  # the sums (float) and the weight
     if tpr > limit or smem > props.smem_per_block_optin or smem > props.smem_per_sm:
         return None
     return Plan("c4", (max(1, min(props.sm_count, _cdiv(rows, 2))),), (tpr, 1), smem, 0)

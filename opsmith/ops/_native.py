@@ -36,7 +36,8 @@ def consts() -> list[int]:
     CLUSTER_THREADS, CLUSTER_FWD_BLOCKS, NORM_SPLIT_BYTES, WEIGHT_LANE_ROWS, WEIGHT_CLUSTER,
     WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, C4_THREADS,
     C4_MIN_ROW_BYTES, WIDE3_THREADS, LOW_BW_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES,
-    LN_FULL2_MAX_ROW_BYTES, L2_ONE_ROW_BYTES, L2_ONE_CHUNKS, LN_FULL2_HIGH_BW_ROWS):
+    LN_FULL2_MAX_ROW_BYTES, L2_ONE_ROW_BYTES, L2_ONE_CHUNKS, LN_FULL2_HIGH_BW_ROWS, BWD_C4_CHUNKS,
+    BWD_C4_LN_MIN_ROW_BYTES):
     :mod:`opsmith.ops._launch`
     is their one source."""
     from opsmith.ops import _launch
@@ -48,7 +49,7 @@ def consts() -> list[int]:
             _launch.L2_RMS_THREADS, _launch.C4_THREADS, _launch.C4_MIN_ROW_BYTES, _launch.WIDE3_THREADS,
             _launch.LOW_BW_SM_GBPS, _launch.SMALL_BWD_ROWS, _launch.SMALL_MIN_LANES, _launch.C8_MAX_ROW_BYTES,
             _launch.LN_FULL2_MAX_ROW_BYTES, _launch.L2_ONE_ROW_BYTES, _launch.L2_ONE_CHUNKS,
-            _launch.LN_FULL2_HIGH_BW_ROWS]
+            _launch.LN_FULL2_HIGH_BW_ROWS, _launch.BWD_C4_CHUNKS, _launch.BWD_C4_LN_MIN_ROW_BYTES]
 
 
 def _props(p):
@@ -111,20 +112,20 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
     """The C++ plan (``"elementwise"`` with ``rows`` = n and ``cols`` = 1 for the unrolled one, ``"row"``,
     ``"weight"``, ``"norm_bwd"``, ``"softmax"``, ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``,
-    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`),
+    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`),
     as (strategy, grid, block, smem, cache, per_chunk, cluster, chunks), strategy None where a cluster plan (or
-    ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``) has none;
+    ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``) has none;
     before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
     _init(lib, cuda=False)
     out = (ctypes.c_int64 * 10)()
     which_id = {"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3, "softmax": 4, "cluster_fwd": 5,
                 "cluster_bwd": 6, "ln_fwd4": 7, "l2": 8, "c4": 9, "small": 10, "c8": 11,
-                "ln_full2": 12}[which]
+                "ln_full2": 12, "bwd_c4": 13}[which]
     if lib.osm_ops_plan(which_id, rows, cols, itemsize, arrays, _props(props), out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
     names = {-1: None, 0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide",
-             7: "cluster", 8: "split", 9: "l2", 10: "small"}
+             7: "cluster", 8: "split", 9: "l2", 10: "small", 11: "c4"}
     return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7], out[8], out[9]
 
 

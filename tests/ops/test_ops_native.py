@@ -46,12 +46,13 @@ def _py(which, rows, cols, itemsize, arrays, props):
     if which == "elementwise":
         p = _launch.elementwise_plan(rows, itemsize, props, cols == 1)
         return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1, 0
-    if which in ("ln_fwd4", "l2", "c4", "small", "c8", "ln_full2"):
+    if which in ("ln_fwd4", "l2", "c4", "small", "c8", "ln_full2", "bwd_c4"):
         p = _launch_norm.layer_norm_fwd4_plan(rows, cols, itemsize, props) if which == "ln_fwd4" else \
             _launch_norm.layer_norm_full2_plan(rows, cols, itemsize, props) if which == "ln_full2" else \
             _launch_norm.norm_l2_plan(rows, cols, itemsize, props, arrays) if which == "l2" else \
             _launch_norm.norm_bwd_small_plan(rows, cols, itemsize, props) if which == "small" else \
             _launch_norm.norm_c8_plan(rows, cols, itemsize, props) if which == "c8" else \
+            _launch_norm.norm_bwd_c4_plan(rows, cols, itemsize, props, arrays) if which == "bwd_c4" else \
             _launch_norm.norm_c4_plan(rows, cols, itemsize, props, arrays)
         if p is None:
             return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
@@ -78,7 +79,7 @@ ROWS = (1, 2, 7, 64, 131, 1000, 4096, 65536, 10**6)
 COLS = (1, 3, 8, 31, 64, 100, 255, 512, 1024, 2048, 3000, 4096, 5000, 8192, 8200, 12000, 16384, 18000, 20480, 22528,
         32768, 65536, 65537, 262144)
 WHICH = ("row", "weight", "norm_bwd", "softmax", "cluster_fwd", "cluster_bwd", "ln_fwd4", "l2", "c4", "small", "c8",
-         "ln_full2")
+         "ln_full2", "bwd_c4")
 
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
@@ -95,6 +96,7 @@ def test_plans_match_python_on_synthetic_devices(lib, device):
         assert _native.plan("elementwise", n, unrolled, itemsize, 1, props, lib=lib) == \
             _py("elementwise", n, unrolled, itemsize, 1, props)
     assert {"warp", "block", "long", "columns", "persistent", "split", "wide", "l2", "small"} <= strategies
+    assert ("c4" in strategies) == (props.smem_per_block_optin >= 64 << 10)  # norm_bwd_c4_plan: rms_norm's 64 KiB
     assert ("cluster" in strategies) == props.clusters
 
 

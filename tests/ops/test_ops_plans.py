@@ -296,6 +296,34 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
 
 
 @pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
+def test_norm_bwd_c4_plan_takes_the_float_rows_past_the_2_chunk_kernels(props):
+    """norm_bwd_c4_plan on synthetic devices: float rows in whole vectors too long for the 2-chunk register rows and
+    short enough for 4 chunks a thread (4,097-8,192 columns; layer_norm's past BWD_C4_LN_MIN_ROW_BYTES) get a block a
+    row of at most ROW_THREADS, one block an SM, at most one block for two rows, and the shared memory the kernel
+    indexes at a stride of ROW_THREADS (the sums in float, the weight as loaded); other rows, other types and odd
+    widths get None, and so does a device whose blocks cannot have that shared memory."""
+    import re
+    source = (_sources.KERNEL_DIR / "norm.cu").read_text()
+    assert "rms_norm_bwd_rows<T, A, 4>" in source and "layer_norm_bwd_rows<T, A, false, 4>" in source
+    assert re.search(r"__launch_bounds__\(OPSMITH_ROW_THREADS, 1\)\nrms_norm_bwd_c4", source)
+    for rows, cols, itemsize, arrays in itertools.product((1, 2, 3, 300, 10**6), (4096, 4097, 4100, 5120, 5124, 6144,
+                                                                                 8190, 8192, 8196, 16384),
+                                                          (2, 4, 8), (1, 2)):
+        p = _launch_norm.norm_bwd_c4_plan(rows, cols, itemsize, props, arrays)
+        smem = (arrays * 4 * 4 + 16) * _launch.BWD_C4_CHUNKS * _launch.ROW_THREADS
+        fits = smem <= min(props.smem_per_block_optin, props.smem_per_sm)
+        want = itemsize == 4 and cols % 4 == 0 and 4096 < cols <= 8192 and fits and \
+            (arrays == 1 or cols * 4 > _launch.BWD_C4_LN_MIN_ROW_BYTES)
+        assert (p is not None) == want, (rows, cols, itemsize, arrays)
+        if p is None:
+            continue
+        assert p.strategy == "c4" and p.block == (512, 1) and p.shared_mem == smem
+        assert p.block[0] * _launch.BWD_C4_CHUNKS * 4 >= cols > p.block[0] * _launch.ROW_CHUNKS * 4
+        assert p.grid == (max(1, min(props.sm_count, -(-rows // 2))),)
+        assert _launch.norm_bwd_plan(rows, cols, itemsize, props, arrays).strategy == "long"  # what it replaces
+
+
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_norm_c8_plan_takes_rows_past_16_kib_up_to_32_kib_in_whole_vectors(props):
     """norm_c8_plan: rows of more than L2_MIN_ROW_BYTES up to C8_MAX_ROW_BYTES in whole 16-byte vectors of 2- and
     4-byte types, a block a row of 8 chunks a thread within norm.cu's OPSMITH_C4_THREADS (its launch bounds);

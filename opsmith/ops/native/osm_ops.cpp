@@ -240,6 +240,7 @@ __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows,
                  : which == 10 ? norm_bwd_small_plan(rows, cols, itemsize, d)
                  : which == 11 ? norm_c8_plan(rows, cols, itemsize, d)
                  : which == 12 ? layer_norm_full2_plan(rows, cols, itemsize, d)
+                 : which == 13 ? norm_bwd_c4_plan(rows, cols, itemsize, d, arrays)
                               : norm_cluster_plan(rows, cols, itemsize, d, which == 6);
     const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk, q.cluster, q.chunks};
     for (int i = 0; i < 10; i++) out[i] = v[i];

@@ -25,8 +25,13 @@ Plan fwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d) {
     return cl.strategy == S_CLUSTER ? cl : p;
 }
 
-// _norms._bwd_plan: the persistent register rows (or "split"), else the clusters, else the long rows
-Plan bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d, int64_t arrays) {
+// _norms._bwd_plan: the 4-chunk rows where every pointer is aligned (`aligned`), the persistent register rows (or
+// "split"), else the clusters, else the long rows
+Plan bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d, int64_t arrays, bool aligned) {
+    if (aligned) {
+        const Plan c4 = norm_bwd_c4_plan(rows, cols, itemsize, d, arrays);
+        if (c4.strategy != S_NONE) return c4;
+    }
     const Plan p = norm_bwd_plan(rows, cols, itemsize, d, arrays);
     if (p.strategy != S_LONG) return p;
     const Plan cl = norm_cluster_plan(rows, cols, itemsize, d, true);
@@ -102,10 +107,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     long long rows = r;
     int cols = cols32(c, op), has_w = given(weight), cache;
     function(LN_BWD, dt, dev);
-    Plan p = bwd_plan(r, c, x.element_size(), props[dev], 2);
-    cache = p.cache;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *mp = m.data_ptr(), *rp = s.data_ptr();
     void *dp = dx.data_ptr();
+    Plan p = bwd_plan(r, c, x.element_size(), props[dev], 2, aligned16(gp) && aligned16(xp) && aligned16(wp) &&
+                      aligned16(dp));
+    cache = p.cache;
     at::Tensor dw = none, db = none.clone();
     const Plan sp = norm_bwd_small_plan(r, c, x.element_size(), props[dev]);
     if (sp.strategy != S_NONE) {  // few rows: grad_x and the weight and bias gradients in one launch
@@ -139,7 +145,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
         return {dx, dw, db};
     }
     // one row of partial sums a block (a cluster), or with one block (norm.cu's), the gradients themselves
-    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(LN_BWD_CL2, p) : LN_BWD;
+    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(LN_BWD_CL2, p) : p.strategy == S_C4 ? LN_BWD_C4 : LN_BWD;
     p = resident(kb, dt, dev, p);
     int direct = p.strategy != S_CLUSTER && p.gx == 1;
     at::Tensor pw = want_w && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
@@ -222,9 +228,10 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
     long long rows = r;
     int cols = cols32(c, op), has_w = given(weight), cache;
     function(RMS_BWD, dt, dev);
-    Plan p = bwd_plan(r, c, x.element_size(), props[dev], 1);
-    cache = p.cache;
     void *gp = g.data_ptr(), *xp = x.data_ptr(), *wp = w.data_ptr(), *rp = s.data_ptr(), *dp = dx.data_ptr();
+    Plan p = bwd_plan(r, c, x.element_size(), props[dev], 1, aligned16(gp) && aligned16(xp) && aligned16(wp) &&
+                      aligned16(dp));
+    cache = p.cache;
     at::Tensor dw = x.new_empty({0});
     void *resp = xp;  // no gradient of a residual to add (add_rms_norm's, in Python)
     const Plan sp = norm_bwd_small_plan(r, c, x.element_size(), props[dev]);
@@ -248,7 +255,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
         return {dx, dw};
     }
     // the weight gradient's partial sums: one row a block (a cluster), or with one block (norm.cu's), the gradient
-    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(RMS_BWD_CL2, p) : RMS_BWD;
+    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(RMS_BWD_CL2, p) : p.strategy == S_C4 ? RMS_BWD_C4 : RMS_BWD;
     p = resident(kb, dt, dev, p);
     int direct = p.strategy != S_CLUSTER && p.gx == 1 && want_w;
     at::Tensor pw = want_w && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;

@@ -15,7 +15,7 @@ enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C
        C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS, C_C4_THREADS,
        C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_LOW_BW_SM_GBPS, C_SMALL_BWD_ROWS, C_SMALL_MIN_LANES,
        C_C8_MAX_ROW_BYTES, C_LN_FULL2_MAX_ROW_BYTES, C_L2_ONE_ROW_BYTES, C_L2_ONE_CHUNKS,
-       C_LN_FULL2_HIGH_BW_ROWS, N_CONSTS };
+       C_LN_FULL2_HIGH_BW_ROWS, C_BWD_C4_CHUNKS, C_BWD_C4_LN_MIN_ROW_BYTES, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -24,7 +24,7 @@ struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its 
 
 // -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
 enum { S_NONE = -1, S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5, S_WIDE = 6,
-       S_CLUSTER = 7, S_SPLIT = 8, S_L2 = 9, S_SMALL = 10 };
+       S_CLUSTER = 7, S_SPLIT = 8, S_L2 = 9, S_SMALL = 10, S_C4 = 11 };
 struct Plan {
     int strategy;
     int64_t gx, gy;
@@ -185,6 +185,20 @@ Plan norm_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     const int64_t tpr = pow2_at_least(cdiv(cols / vec, 4));
     if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
+}
+
+// _launch_norm.norm_bwd_c4_plan: the norm backwards of BWD_C4_CHUNKS chunks a thread, a row a block, for float rows
+// too long for the 2-chunk kernels (layer_norm's past BWD_C4_LN_MIN_ROW_BYTES); the sums and the weight in shared memory
+Plan norm_bwd_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
+    const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t vec = 16 / itemsize;
+    const int64_t limit = std::min<int64_t>(K[C_ROW_THREADS], p.max_threads_per_block);
+    if (itemsize != 4 || cols % vec || cdiv(cols, K[C_ROW_CHUNKS] * vec) <= limit) return none;
+    if (arrays == 2 && cols * itemsize <= K[C_BWD_C4_LN_MIN_ROW_BYTES]) return none;
+    const int64_t tpr = pow2_at_least(cdiv(cols / vec, K[C_BWD_C4_CHUNKS]));
+    const int64_t smem = (arrays * vec * itemsize + 16) * K[C_BWD_C4_CHUNKS] * K[C_ROW_THREADS];
+    if (tpr > limit || smem > p.smem_optin || smem > p.smem_per_sm) return none;
+    return {S_C4, std::max<int64_t>(1, std::min<int64_t>(p.sm_count, cdiv(rows, 2))), 1, tpr, 1, smem, 0, 0};
 }
 
 // _launch_norm.layer_norm_full2_plan: layer_norm's 16-bit rows of C4_MIN_ROW_BYTES to LN_FULL2_MAX_ROW_BYTES that fill
