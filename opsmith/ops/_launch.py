@@ -1,9 +1,8 @@
 """Launch configurations of the opsmith.ops kernels, from the shape and the device's properties.
 
-Nothing here is tuned for one GPU: block sizes are the kernels' own limits
-(``__launch_bounds__``), grids come from the SM count and the threads an SM holds, the
-long-row strategy caches a row in shared memory when the device's opt-in limit allows.
-Plans are cached per shape class (``functools.lru_cache`` on the shape and the properties).
+Nothing here is tuned for one GPU: block sizes are the kernels' own limits (``__launch_bounds__``), grids come from
+the SM count and the threads an SM holds, the long-row strategy caches a row in shared memory when the device's
+opt-in limit allows. Plans are cached per shape class (``functools.lru_cache`` on the shape and the properties).
 
 Row strategies (see ``kernels/softmax.cu``):
 
@@ -32,10 +31,9 @@ __all__ = [
 # The kernels' compile-time numbers (common.cuh, rows.cuh, elementwise.cu, softmax.cu, norm.cu).
 ROW_CHUNKS = 2        # OPSMITH_ROW_CHUNKS: 16-byte vectors per thread and input in registers
 ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-row kernels
-ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm.cu: ROW_THREADS-blocks an SM holds in the norm backwards
-NORM_BWD_BLOCK = 256  # OPSMITH_BWD_BLOCK in norm.cu: threads of a persistent backward block of several rows
-BWD_C4_CHUNKS = 4     # norm.cu's *_bwd_c4: 16-byte chunks a thread and input (_launch_norm.norm_bwd_c4_plan)
-BWD_C4_LN_MIN_ROW_BYTES = 20 << 10  # norm_bwd_c4_plan: layer_norm's rows past this (5,120 float ran 0.98x)
+ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm_bwd.cuh: ROW_THREADS-blocks an SM holds in the norm backwards
+NORM_BWD_BLOCK = 256  # OPSMITH_BWD_BLOCK in norm_bwd.cuh: threads of a persistent backward block of several rows
+BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES = 4, 20 << 10  # _launch_norm.norm_bwd_c4_plan (norm.cu's *_bwd_c4)
 LN_WIDE_TPR = 256     # layer_norm_fwd_wide (norm.cu) serves register rows of this many threads or more
 LN_FWD4_CHUNKS = 4    # layer_norm_fwd4 (norm.cu): 16-byte chunks a thread (layer_norm_fwd4_plan)
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels
@@ -56,7 +54,7 @@ L2_CHUNKS = 4         # norm_l2_plan: 16-byte chunks a thread a row, about
 L2_MIN_ROW_BYTES = 16384  # norm_l2_plan: rows of at least this many bytes
 L2_RMS_THREADS = 512  # norm_l2_plan: rms_norm's blocks take at least this many threads (up to 2 chunks each)
 L2_ONE_ROW_BYTES = 81920  # norm_l2_plan: rows longer than this take one block an SM (norm_l2.cu's B = 1)
-L2_ONE_CHUNKS = 4  # OPSMITH_L2_UNROLL_ONE in norm_l2.cu: B = 1's chunks a trip (norm_l2_plan's Plan.chunks)
+L2_ONE_CHUNKS = 4     # OPSMITH_L2_UNROLL_ONE in norm_l2.cu: B = 1's chunks a trip (norm_l2_plan's Plan.chunks)
 C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu (softmax.cu): the most threads a block of *_fwd_c4 (wide_full)
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
 LN_FULL2_MAX_ROW_BYTES = 4096  # layer_norm_full2_plan: layer_norm's 16-bit rows up to this at 2 chunks a thread, full
@@ -219,7 +217,8 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     p = row_plan(rows, cols, itemsize, arrays, props)
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(cols, WIDE_CHUNKS * vec))
-    if arrays == 1 and p.strategy == "block" and itemsize == 2 and cols % vec == 0 and cols * itemsize >= C4_MIN_ROW_BYTES:
+    if (arrays == 1 and p.strategy == "block" and itemsize == 2 and cols % vec == 0
+            and cols * itemsize >= C4_MIN_ROW_BYTES):
         return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0)
     if p.strategy != "long":
         return p

@@ -256,9 +256,9 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
     an SM holds at once (ROW_THREADS * ROW_BWD_BLOCKS threads: the kernels take up to 128 registers
     a thread), blocks within the kernel's limit, every row covered by the grid-stride loop, and
     partial sums (a row a block) small beside the input once the input is large; blocks of several
-    rows within norm.cu's OPSMITH_BWD_BLOCK (write_partial's shared buffer; it traps beyond)."""
+    rows within norm_bwd.cuh's OPSMITH_BWD_BLOCK (write_partial's shared buffer; it traps beyond)."""
     import re
-    source = (_sources.KERNEL_DIR / "norm.cu").read_text()
+    source = (_sources.KERNEL_DIR / "norm_bwd.cuh").read_text()
     assert int(re.search(r"#define OPSMITH_BWD_BLOCK (\d+)", source).group(1)) == _launch.NORM_BWD_BLOCK
     split = (_sources.KERNEL_DIR / "norm_split.cu").read_text()
     assert int(re.search(r"#define OPSMITH_WEIGHT_CLUSTER (\d+)", split).group(1)) == _launch.WEIGHT_CLUSTER
