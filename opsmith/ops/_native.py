@@ -156,6 +156,11 @@ def _init(lib, cuda: bool) -> None:
     lib._opsmith_init = "cuda" if cuda else "plans"
 
 
+# the kernels whose dynamic shared memory may pass 48 KiB, which takes an opt-in (cuFuncSetAttribute) before the C++
+# launch: the long rows' row cache, the 4-chunk norm backwards' weight-gradient sums and weight (64-96 KiB)
+_SHARED_ABOVE_48K = ("_long", "_bwd_c4")
+
+
 def _prepare(kernel: int, dtype: int, device: int) -> int:
     """Called from C++ the first time (kernel, dtype, device) runs: compile (a cache hit after the
     first machine-wide use) and load it, hand its function and the device back. 0 on success."""
@@ -167,7 +172,7 @@ def _prepare(kernel: int, dtype: int, device: int) -> int:
         dtype_name = list(_sources.DTYPES)[dtype]
         k = _sources.kernel(file, template, dtype_name, device)
         st = k._state(device)
-        if "_long" in template:  # the row cache may need more than 48 KiB
+        if any(part in template for part in _SHARED_ABOVE_48K):
             st.opt_in_shared()
         if lib.osm_ops_set_device(device, _props(_launch.device_props(device)), _driver.primary_context(device)):
             raise OpsmithError(f"cuda:{device} is beyond the native library's {lib.osm_ops_max_devices()} devices")

@@ -435,14 +435,16 @@ def _or_none(t):
 
 @pytest.mark.parametrize("cols", [4100, 6144, 8192])
 def test_norm_bwd_c4_and_its_misaligned_fallback_match_float64(cols):
-    """Float rows of 4,097-8,192 columns in whole 16-byte vectors take the 4-chunk backwards (norm.cu's *_bwd_c4,
-    the sums in shared memory) where grad, x, the weight and grad_x start 16-byte aligned, the clusters where not;
-    both match float64 torch, with and without weight and bias, the residual's gradient added (add_layer_norm's and
-    add_rms_norm's)."""
+    """Float rows of 4,097-8,192 columns in whole 16-byte vectors (layer_norm's past 20 KiB: 4,100 keeps the
+    clusters) take the 4-chunk backwards (norm.cu's *_bwd_c4, the sums in shared memory) where grad, x, the weight
+    and grad_x start 16-byte aligned, the clusters where not; both match float64 torch, with and without weight and
+    bias, the residual's gradient added (add_layer_norm's and add_rms_norm's)."""
     from opsmith.ops import _launch_norm, _norms
     rows, dtype = 300, torch.float32
-    plan = _launch_norm.norm_bwd_c4_plan(rows, cols, 4, _launch.device_props(0), 2)
-    assert plan is not None and plan.strategy == "c4"
+    props = _launch.device_props(0)
+    assert _launch_norm.norm_bwd_c4_plan(rows, cols, 4, props, 1).strategy == "c4"
+    ln = _launch_norm.norm_bwd_c4_plan(rows, cols, 4, props, 2)
+    assert (ln is not None and ln.strategy == "c4") == (cols * 4 > _launch.BWD_C4_LN_MIN_ROW_BYTES)
     base = _rand((2 * rows * cols + 8,), dtype, 43)
     xs = base * 2 + 0.5
     w, b = _rand(cols, dtype, 44), _rand(cols, dtype, 45)
