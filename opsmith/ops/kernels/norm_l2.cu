@@ -29,7 +29,9 @@
 // (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), fp32 2048x32768 GB/s: rms_norm 2,546 (one block, 2
 // chunks) -> 2,728, layer_norm 2,261 (two blocks) -> 2,549, add_rms_norm 2,738 -> 2,828; 8 chunks ran no faster
 // (add_rms_norm spilled).
+#ifndef OPSMITH_L2_UNROLL_ONE  // a diag script's other count (bench/diag_fwd_128k.py)
 #define OPSMITH_L2_UNROLL_ONE 4
+#endif
 
 namespace opsmith {
 
