@@ -77,6 +77,7 @@ case "$PART" in
     # DIAG_BWD_C4=1: bench/diag_norm_bwd_c4.py (BWD_C4_ARGS), the norm backwards at 4 chunks against the clusters;
     # DIAG_C4=1: bench/diag_fwd_c4.py first, the row forwards of 4 chunks a thread against 2; DIAG_LONG1=1:
     # bench/diag_fwd_long1.py, the 32/64 KiB rows at 8 chunks (add_rms_norm's too) against the L2 rows;
+    # DIAG_128K=1: bench/diag_fwd_128k.py, the 64-128 KiB rows: the L2 plan against its variants;
     # DIAG_SMALL_BWD=1: bench/diag_small_bwd_one.py, the one-launch small norm backwards; DIAG_BWD_ORDER=1:
     # bench/diag_bwd_order.py, the backwards' row order; DIAG_SOFTMAX_FULL=1: bench/diag_softmax_full.py; DIAG_FULL_ROWS=1:
     # bench/diag_full_rows.py --bounds (or FULL_ROWS_ARGS), the full-row forwards at 2 and 4 chunks and tighter register
@@ -101,6 +102,7 @@ case "$PART" in
       [ "${DIAG_CLUSTER:-0}" = 1 ] && run diag_cluster python3 bench/diag_norm_cluster.py --json "$L/diag_cluster.json"
       [ "${DIAG_BWD_C4:-0}" = 1 ] && run diag_bwd_c4 python3 bench/diag_norm_bwd_c4.py --json "$L/diag_bwd_c4.json" ${BWD_C4_ARGS:---bf16}
       [ "${DIAG_C4:-0}" = 1 ] && run diag_c4 python3 bench/diag_fwd_c4.py --out "$L/diag_c4.json"
+      [ "${DIAG_128K:-0}" = 1 ] && run diag_128k bash -c "cd bench && python3 diag_fwd_128k.py --out $L/diag_128k.json"
       [ "${DIAG_LONG1:-0}" = 1 ] && run diag_long1 python3 bench/diag_fwd_long1.py --out "$L/diag_long1.json"
       [ "${DIAG_SMALL_BWD:-0}" = 1 ] && run diag_small_bwd python3 bench/diag_small_bwd_one.py --json "$L/diag_small_bwd.json"
       [ "${DIAG_BWD_ORDER:-0}" = 1 ] && run diag_bwd_order python3 bench/diag_bwd_order.py --json "$L/diag_bwd_order.json"

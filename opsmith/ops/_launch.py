@@ -53,7 +53,7 @@ L2_THREADS = 1024     # OPSMITH_L2_THREADS in norm_l2.cu: the most threads a blo
 L2_CHUNKS = 4         # norm_l2_plan: 16-byte chunks a thread a row, about
 L2_MIN_ROW_BYTES = 16384  # norm_l2_plan: rows of at least this many bytes
 L2_RMS_THREADS = 512  # norm_l2_plan: rms_norm's blocks take at least this many threads (up to 2 chunks each)
-L2_ONE_ROW_BYTES = 81920  # norm_l2_plan: rows longer than this take one block an SM (norm_l2.cu's B = 1)
+L2_ONE_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW = 80 << 10, 96 << 10  # norm_l2_plan: one block an SM past (B = 1)
 L2_ONE_CHUNKS = 4     # OPSMITH_L2_UNROLL_ONE in norm_l2.cu: B = 1's chunks a trip (norm_l2_plan's Plan.chunks)
 C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu (softmax.cu): the most threads a block of *_fwd_c4 (wide_full)
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes

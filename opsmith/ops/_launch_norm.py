@@ -10,7 +10,8 @@ import functools
 
 from opsmith.ops._launch import (BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS, L2_ONE_CHUNKS,
-                                 L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES,
+                                 L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES,
+                                 L2_ONE_ROW_BYTES_HIGH_BW, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES,
                                  LN_FULL2_HIGH_BW_ROWS, LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, NORM_BWD_BLOCK,
                                  ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS,
                                  DeviceProps, Plan, _cdiv, _pow2_at_least, full_rows, row_plan)
@@ -158,7 +159,10 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     threads for layer_norm (bf16 8192x8192 3,549 against 3,165 at 512), 512 for rms_norm (fp32
     16384x4096 4,160 against 3,887 at 256).
 
-    Rows of more than ``L2_ONE_ROW_BYTES`` take one block an SM where the block is of ``L2_THREADS`` (``Plan.chunks``
+    Rows of more than ``L2_ONE_ROW_BYTES`` (``L2_ONE_ROW_BYTES_HIGH_BW`` where the device's DRAM bandwidth an SM is known
+    and not :func:`low_bandwidth_per_sm`: H200, kernels alone, bench/results/ops-h200-2026-12-03/fwd128k.json, fp32
+    4096x24576 (96 KiB) two blocks an SM 1.19x one block's for layer_norm, 1.08x for rms_norm; at 128 KiB 0.91-0.97x)
+    take one block an SM where the block is of ``L2_THREADS`` (``Plan.chunks``
     ``L2_ONE_CHUNKS``; :func:`l2_kernel`: the kernels of ``B`` = 1, 4 chunks a trip, whose 48-64 registers a thread
     keep a second block of 1,024 out): two rows of 128 KiB an SM overflow L2 before their second pass. H100
     (bench/results/ops-fp32-rows-h100-2026-11-27/l2one.json), GB/s against two blocks of 2 chunks a trip: fp32
@@ -176,7 +180,8 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     threads = _pow2_at_least(_cdiv(cols // vec, L2_CHUNKS))
     if arrays == 1:
         threads = max(threads, min(L2_RMS_THREADS, _pow2_at_least(_cdiv(cols // vec, 2))))
-    one = L2_ONE_CHUNKS if cols * itemsize > L2_ONE_ROW_BYTES and min(largest, threads) == L2_THREADS else 0
+    one_bytes = L2_ONE_ROW_BYTES_HIGH_BW if props.mem_gbps > 0 and not low_bandwidth_per_sm(props) else L2_ONE_ROW_BYTES
+    one = L2_ONE_CHUNKS if cols * itemsize > one_bytes and min(largest, threads) == L2_THREADS else 0
     return Plan("l2", (rows,), (min(largest, threads), 1), 0, 0, 1, one)
 
 

@@ -37,7 +37,7 @@ def consts() -> list[int]:
     WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, C4_THREADS,
     C4_MIN_ROW_BYTES, WIDE3_THREADS, LOW_BW_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES,
     LN_FULL2_MAX_ROW_BYTES, L2_ONE_ROW_BYTES, L2_ONE_CHUNKS, LN_FULL2_HIGH_BW_ROWS, BWD_C4_CHUNKS,
-    BWD_C4_LN_MIN_ROW_BYTES):
+    BWD_C4_LN_MIN_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW):
     :mod:`opsmith.ops._launch`
     is their one source."""
     from opsmith.ops import _launch
@@ -49,7 +49,8 @@ def consts() -> list[int]:
             _launch.L2_RMS_THREADS, _launch.C4_THREADS, _launch.C4_MIN_ROW_BYTES, _launch.WIDE3_THREADS,
             _launch.LOW_BW_SM_GBPS, _launch.SMALL_BWD_ROWS, _launch.SMALL_MIN_LANES, _launch.C8_MAX_ROW_BYTES,
             _launch.LN_FULL2_MAX_ROW_BYTES, _launch.L2_ONE_ROW_BYTES, _launch.L2_ONE_CHUNKS,
-            _launch.LN_FULL2_HIGH_BW_ROWS, _launch.BWD_C4_CHUNKS, _launch.BWD_C4_LN_MIN_ROW_BYTES]
+            _launch.LN_FULL2_HIGH_BW_ROWS, _launch.BWD_C4_CHUNKS, _launch.BWD_C4_LN_MIN_ROW_BYTES,
+            _launch.L2_ONE_ROW_BYTES_HIGH_BW]
 
 
 def _props(p):

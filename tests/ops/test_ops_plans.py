@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from devices import A100, H100, PLAN_DEVICES, SMALL  # tests/ops/devices.py (pytest puts tests/ops on the path)
+from devices import A100, B200, H100, H200, PLAN_DEVICES, SMALL  # tests/ops/devices.py (pytest puts tests/ops on the path)
 from opsmith.ops import _launch, _launch_norm, _sources
 from opsmith.ops._launch import row_plan
 
@@ -493,8 +493,11 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
         floor = min(_launch.L2_RMS_THREADS, largest, _launch._pow2_at_least(-(-chunks // 2))) if arrays == 1 else 1
         assert threads >= floor
         assert threads == floor or (threads // 2) * _launch.L2_CHUNKS < chunks  # not a power of two too many
-        # the longest rows in blocks of 1,024: one block an SM (the kernels' registers keep a second out)
-        longest = cols * itemsize > _launch.L2_ONE_ROW_BYTES and threads == _launch.L2_THREADS
+        # the longest rows in blocks of 1,024: one block an SM (the kernels' registers keep a second out); past 96
+        # KiB where the device's bandwidth an SM is known and high (the H200, the B200)
+        high = props.mem_gbps > 0 and not _launch_norm.low_bandwidth_per_sm(props)
+        one_bytes = _launch.L2_ONE_ROW_BYTES_HIGH_BW if high else _launch.L2_ONE_ROW_BYTES
+        longest = cols * itemsize > one_bytes and threads == _launch.L2_THREADS
         assert p.shared_mem == 0 and p.chunks == (_launch.L2_ONE_CHUNKS if longest else 0), (rows, cols, itemsize)
         assert _launch_norm.l2_kernel("rms_norm", p) == f"rms_norm_fwd_l2<{1 if longest else 2}, {{T}}, {{A}}>"
     h = _launch_norm.norm_l2_plan
@@ -516,6 +519,18 @@ def test_norm_l2_plan_gives_rows_past_80_kib_one_block_an_sm():
     source = (_sources.KERNEL_DIR / "norm_l2.cu").read_text()
     assert "__launch_bounds__(OPSMITH_L2_THREADS, B)" in source and _launch.L2_THREADS == 1024
     assert f"#define OPSMITH_L2_UNROLL_ONE {one}\n" in source
+
+
+def test_norm_l2_plan_keeps_two_blocks_an_sm_up_to_96_kib_where_the_bandwidth_an_sm_is_high():
+    """H200 and B200 (more than LOW_BW_SM_GBPS of DRAM bandwidth an SM): float rows of 24,576 (96 KiB) keep two blocks
+    an SM (bench/diag_fwd_128k.py: 1.08-1.19x one block's on the H200), those of 32,768 (128 KiB) and bf16 of 65,536
+    take one; a device that does not report its bandwidth keeps the H100's rule (one block past 80 KiB)."""
+    h, one = _launch_norm.norm_l2_plan, _launch.L2_ONE_CHUNKS
+    for props, arrays in itertools.product((H200, B200), (1, 2)):
+        assert h(4096, 24576, 4, props, arrays).chunks == 0
+        assert h(2048, 32768, 4, props, arrays).chunks == h(2048, 65536, 2, props, arrays).chunks == one
+    assert h(4096, 24576, 4, H200._replace(mem_gbps=0), 1).chunks == h(4096, 24576, 4, A100, 1).chunks == one
+    assert (_launch.L2_ONE_ROW_BYTES, _launch.L2_ONE_ROW_BYTES_HIGH_BW) == (80 << 10, 96 << 10)
 
 
 class _Held:

@@ -15,7 +15,8 @@ enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C
        C_LN_FWD4_CHUNKS, C_L2_THREADS, C_L2_CHUNKS, C_L2_MIN_ROW_BYTES, C_L2_RMS_THREADS, C_C4_THREADS,
        C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_LOW_BW_SM_GBPS, C_SMALL_BWD_ROWS, C_SMALL_MIN_LANES,
        C_C8_MAX_ROW_BYTES, C_LN_FULL2_MAX_ROW_BYTES, C_L2_ONE_ROW_BYTES, C_L2_ONE_CHUNKS,
-       C_LN_FULL2_HIGH_BW_ROWS, C_BWD_C4_CHUNKS, C_BWD_C4_LN_MIN_ROW_BYTES, N_CONSTS };
+       C_LN_FULL2_HIGH_BW_ROWS, C_BWD_C4_CHUNKS, C_BWD_C4_LN_MIN_ROW_BYTES,
+       C_L2_ONE_ROW_BYTES_HIGH_BW, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -238,10 +239,12 @@ Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     const int64_t largest = std::min<int64_t>(K[C_L2_THREADS], pow2_at_least(p.max_threads_per_block + 1) / 2);
     int64_t threads = pow2_at_least(cdiv(cols / vec, K[C_L2_CHUNKS]));
     if (arrays == 1) threads = std::max(threads, std::min(K[C_L2_RMS_THREADS], pow2_at_least(cdiv(cols / vec, 2))));
-    // rows past L2_ONE_ROW_BYTES in blocks of L2_THREADS: one block an SM (chunks L2_ONE_CHUNKS: the kernels' B = 1,
-    // whose registers keep a second out)
+    // rows past L2_ONE_ROW_BYTES (L2_ONE_ROW_BYTES_HIGH_BW where the bandwidth an SM is known and high) in blocks of
+    // L2_THREADS: one block an SM (chunks L2_ONE_CHUNKS: the kernels' B = 1, whose registers keep a second out)
     const int64_t bx = std::min(largest, threads);
-    const int64_t one = cols * itemsize > K[C_L2_ONE_ROW_BYTES] && bx == K[C_L2_THREADS] ? K[C_L2_ONE_CHUNKS] : 0;
+    const bool high_bw = p.mem_gbps > 0 && !low_bandwidth_per_sm(p);
+    const int64_t one_bytes = high_bw ? K[C_L2_ONE_ROW_BYTES_HIGH_BW] : K[C_L2_ONE_ROW_BYTES];
+    const int64_t one = cols * itemsize > one_bytes && bx == K[C_L2_THREADS] ? K[C_L2_ONE_CHUNKS] : 0;
     return {S_L2, rows, 1, bx, 1, 0, 0, 0, 1, one};
 }
 
