@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """The norm forwards of rows of 64-128 KiB (float 16,384-32,768 columns, bf16 32,768-65,536) on devices of much DRAM
 bandwidth an SM (the H200: compile's fp32 rms_norm read 4,051 GB/s at 2048x32768 where ours read 3,532): the shipped
-plan (norm_l2.cu's two passes, one block an SM of 4 chunks a trip past 80 KiB, two blocks below) against the same
-kernels at 8 chunks a trip (the whole row in one trip, as compile's Triton kernel: ``OPSMITH_L2_UNROLL_ONE`` 8), at two
-blocks an SM (``B`` = 2, of 1,024 threads and of 512), the row held in registers in one pass by one block of up to 1,024 threads (norm_fwd.cuh's
-rows at 8 chunks a thread, extra kernels compiled here), torch.compile(dynamic=False) and Liger-Kernel; kernels alone
-(torch.profiler, us a call) as GB/s of the bytes-moved floor beside a copy of the same bytes, each output checked
-against the shipped one. Needs a GPU; Liger is optional (PYTHONPATH to its wheel's files).
+plan (norm_l2.cu's two passes, one block an SM past 96 KiB, two blocks below) against the kernels of one block an SM
+(B1: as shipped, 8 chunks a trip in the first pass and 4 in the second, layer_norm's threads a row a constant), the
+kernels before (B1_u4: 4 chunks a trip in both passes, the threads read from blockDim), 8 in both (B1_u8: the whole row
+in one trip, as compile's Triton kernel, which spills), the first pass's 8 with the threads from blockDim for both ops
+(B1_f8) or a constant for both (B1_f8c), two blocks an SM (B2, of 1,024 threads and of 512), the row held in registers
+in one pass by one block of up to 1,024 threads (norm_fwd.cuh's rows at 8 chunks a thread, extra kernels compiled
+here), torch.compile(dynamic=False) and Liger-Kernel; kernels alone (torch.profiler, us a call) as GB/s of the
+bytes-moved floor beside a copy of the same bytes, each output checked against the shipped one. Needs a GPU; Liger
+is optional (PYTHONPATH to its wheel's files).
 
     python3 bench/diag_fwd_128k.py [--out FILE.json] [--no-compile]
 """
@@ -72,10 +75,20 @@ def main():
             rms_l2 = [f"rms_norm_fwd_l2<{b}, {t}, {a}>" for b in (1, 2)]
             mods[dts] = {
                 "u8": CudaModule(l2_src, name_expressions=ln_l2 + rms_l2, arch=arch, name=f"diag-128k-u8-{dts}",
-                                 include_paths=[_sources.KERNEL_DIR], defines={"OPSMITH_L2_UNROLL_ONE": 8},
+                                 include_paths=[_sources.KERNEL_DIR], defines={"OPSMITH_L2_UNROLL_ONE": 8, "OPSMITH_L2_FIRST_ONE": 8},
                                  options=["--ptxas-options=-v"]),
                 "l2": CudaModule(l2_src, name_expressions=ln_l2 + rms_l2, arch=arch, name=f"diag-128k-l2-{dts}",
                                  include_paths=[_sources.KERNEL_DIR], options=["--ptxas-options=-v"]),
+                "u4": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
+                                 name=f"diag-128k-u4-{dts}", include_paths=[_sources.KERNEL_DIR],
+                                 defines={"OPSMITH_L2_FIRST_ONE": 4, "OPSMITH_L2_LN_FIXED": 0},
+                                 options=["--ptxas-options=-v"]),
+                "f8": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
+                                 name=f"diag-128k-f8-{dts}", include_paths=[_sources.KERNEL_DIR],
+                                 defines={"OPSMITH_L2_LN_FIXED": 0}, options=["--ptxas-options=-v"]),
+                "f8c": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
+                                  name=f"diag-128k-f8c-{dts}", include_paths=[_sources.KERNEL_DIR],
+                                  defines={"OPSMITH_L2_RMS_FIXED": 1}, options=["--ptxas-options=-v"]),
                 "r8": CudaModule(regs_src, name_expressions=[f"diag_layer_norm_fwd_r8<{t}, {a}>",
                                                              f"diag_rms_norm_fwd_r8<{t}, {a}>"],
                                  arch=arch, name=f"diag-128k-r8-{dts}", options=["--ptxas-options=-v"]),
@@ -116,8 +129,11 @@ def main():
         for op, (ours, mk, name, comp, liger) in cases.items():
             ref = ours().clone()
             variants = {"shipped": ours,
-                        "B1_u4": mk(m["l2"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
+                        "B1": mk(m["l2"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
+                        "B1_u4": mk(m["u4"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
                         "B1_u8": mk(m["u8"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
+                        "B1_f8": mk(m["f8"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
+                        "B1_f8c": mk(m["f8c"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
                         "B2": mk(m["l2"], f"{name}_fwd_l2<2, {t}, {a}>", l2cfg),
                         "B2_512": mk(m["l2"], f"{name}_fwd_l2<2, {t}, {a}>", l2half)}
             if vecs // 8 <= 1024:

@@ -32,6 +32,23 @@
 #ifndef OPSMITH_L2_UNROLL_ONE  // a diag script's other count (bench/diag_fwd_128k.py)
 #define OPSMITH_L2_UNROLL_ONE 4
 #endif
+// The first pass's chunks a trip of layer_norm's and rms_norm's kernels of B = 1: its loads come from HBM and it holds
+// no weights, so 8 fit in 64 registers unspilled (the second pass, with the weights' chunks, keeps
+// OPSMITH_L2_UNROLL_ONE: at 8 it spilled). The kernels of B = 1 of layer_norm take their threads a row as the constant
+// OPSMITH_L2_THREADS (norm_l2_plan launches them with no other count: the U loads' offsets fold into the
+// instructions); rms_norm's ran slower so. H200 (bench/diag_fwd_128k.py, bench/results/ops-h200-2026-12-04/after.json),
+// GB/s against 4 chunks and the threads read from blockDim, one run: fp32 2048x32768 rms_norm 3,561 -> 3,807,
+// layer_norm 3,269 -> 3,403; 4096x32768 rms_norm 3,656 -> 3,870, layer_norm 3,390 -> 3,463; bf16 2048x65536 rms_norm
+// 3,576 -> 3,841, layer_norm 3,097 -> 3,289 (rms_norm with the constant: 2-4 % below without).
+#ifndef OPSMITH_L2_FIRST_ONE
+#define OPSMITH_L2_FIRST_ONE 8
+#endif
+#ifndef OPSMITH_L2_LN_FIXED  // 0 or 1 (a diag script's variants)
+#define OPSMITH_L2_LN_FIXED 1
+#endif
+#ifndef OPSMITH_L2_RMS_FIXED
+#define OPSMITH_L2_RMS_FIXED 0
+#endif
 
 namespace opsmith {
 
@@ -91,14 +108,16 @@ using namespace opsmith;
 
 // A block's row (one a block: norm_l2_plan takes up to 2^31 - 1 rows; a grid-stride loop over rows took
 // registers past the 32 and ran 10-30 % slower), its setup, and the trips of a thread over the row's nv
-// chunks: chunk c0 + u * tpr for u < U
-#define OPSMITH_L2_ROW OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE : OPSMITH_L2_UNROLL)
-#define OPSMITH_L2_ROW_U(UU)                                                 \
+// chunks: chunk c0 + u * tpr for u < U (FIXED: tpr the constant OPSMITH_L2_THREADS where B = 1)
+#define OPSMITH_L2_ROW(FIXED) OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE : OPSMITH_L2_UNROLL, FIXED)
+#define OPSMITH_L2_ROW_U(UU, FIXED)                                          \
     constexpr int N = Vec<T>::N, U = (UU);                                    \
-    const int tpr = blockDim.x, t = threadIdx.x, nv = cols / N;               \
+    const int tpr = B == 1 && (FIXED) ? OPSMITH_L2_THREADS : (int)blockDim.x; \
+    const int t = threadIdx.x, nv = cols / N;                                 \
     const unsigned long long keep = l2_keep(), first = l2_first();            \
     const long long row = blockIdx.x;
-#define OPSMITH_L2_TRIPS for (int c0 = t; c0 < nv; c0 += U * tpr)
+#define OPSMITH_L2_TRIPS OPSMITH_L2_TRIPS_U(U)
+#define OPSMITH_L2_TRIPS_U(UU) for (int c0 = t; c0 < nv; c0 += (UU) * tpr)
 #define OPSMITH_L2_IN(u) (c0 + (u) * tpr < nv)
 // The second pass's weights (w, b) of a trip's U chunks into wr[U] where B = 1, their loads issued with the row's,
 // before the math, under L2 evict_last (every row reads them). Loaded chunk by chunk after the math of the chunk
@@ -110,9 +129,10 @@ using namespace opsmith;
         _Pragma("unroll") for (int u = 0; u < U; ++u)                                                \
             wr[u] = has && OPSMITH_L2_IN(u) ? ld_l2(w + (long long)(c0 + u * tpr) * N, keep) : Raw{}; \
     }
-#define OPSMITH_L2_LOAD(r, pol)                                                                         \
-    Raw r[U];                                                                                           \
-    _Pragma("unroll") for (int u = 0; u < U; ++u)                                                       \
+#define OPSMITH_L2_LOAD(r, pol) OPSMITH_L2_LOAD_U(r, pol, U)
+#define OPSMITH_L2_LOAD_U(r, pol, UU)                                                                   \
+    Raw r[UU];                                                                                          \
+    _Pragma("unroll") for (int u = 0; u < (UU); ++u)                                                    \
         if (OPSMITH_L2_IN(u)) r[u] = ld_l2(xr + (long long)(c0 + u * tpr) * N, pol);
 
 // One 16-byte chunk merged into a thread's exact mean and squared deviations (mu, m2) of the cnt chunks before
@@ -195,15 +215,16 @@ template <int B, class T, class A>
 __global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
 layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                   A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
-    OPSMITH_L2_ROW
+    OPSMITH_L2_ROW(OPSMITH_L2_LN_FIXED)
     const T* xr = x + row * cols;
     T* yr = y + row * cols;
     A mu = A(0), m2 = A(0);
     int cnt = 0;  // chunks merged into (mu, m2)
-    OPSMITH_L2_TRIPS {
-        OPSMITH_L2_LOAD(r, keep)
+    constexpr int U1 = B == 1 ? OPSMITH_L2_FIRST_ONE : U;  // the first pass's chunks a trip
+    OPSMITH_L2_TRIPS_U(U1) {
+        OPSMITH_L2_LOAD_U(r, keep, U1)
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
+        for (int u = 0; u < U1; ++u) {
             if (!OPSMITH_L2_IN(u)) break;
             chan_merge<T>(r[u], mu, m2, cnt);
         }
@@ -248,14 +269,15 @@ template <int B, class T, class A>
 __global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
 rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
                 long long rows, int cols, A eps, int has_w) {
-    OPSMITH_L2_ROW
+    OPSMITH_L2_ROW(OPSMITH_L2_RMS_FIXED)
     const T* xr = x + row * cols;
     T* yr = y + row * cols;
     A q = A(0);
-    OPSMITH_L2_TRIPS {
-        OPSMITH_L2_LOAD(r, keep)
+    constexpr int U1 = B == 1 ? OPSMITH_L2_FIRST_ONE : U;  // the first pass's chunks a trip
+    OPSMITH_L2_TRIPS_U(U1) {
+        OPSMITH_L2_LOAD_U(r, keep, U1)
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
+        for (int u = 0; u < U1; ++u) {
             if (!OPSMITH_L2_IN(u)) break;
 #pragma unroll
             for (int k = 0; k < N; ++k) {
@@ -305,7 +327,7 @@ __global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
 add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                     T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
                     A eps, int has_w) {
-    OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE / 2 : 1)
+    OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE / 2 : 1, false)
     const T* xr = x + row * cols;
     const T* rr = residual + row * cols;
     T* sr = residual_out + row * cols;
@@ -331,7 +353,7 @@ __global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
 add_layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                       const T* __restrict__ b, T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ mean,
                       A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
-    OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE / 2 : 1)
+    OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE / 2 : 1, false)
     const T* xr = x + row * cols;
     const T* rr = residual + row * cols;
     T* sr = residual_out + row * cols;
