@@ -7,7 +7,9 @@ kernels before (B1_u4: 4 chunks a trip in both passes, the threads read from blo
 in one trip, as compile's Triton kernel, which spills), the first pass's 8 with the threads from blockDim for both ops
 (B1_f8) or a constant for both (B1_f8c), two blocks an SM (B2, of 1,024 threads and of 512), the row held in registers
 in one pass by one block of up to 1,024 threads (norm_fwd.cuh's rows at 8 chunks a thread, extra kernels compiled
-here), torch.compile(dynamic=False) and Liger-Kernel; kernels alone (torch.profiler, us a call) as GB/s of the
+here), torch.compile(dynamic=False) and Liger-Kernel; add_rms_norm and add_layer_norm as shipped, at one block an SM
+(B1: 4 chunks of x and of residual a trip in the first pass) with 2 (B1_a2, ``OPSMITH_L2_ADD_FIRST_ONE``: the kernels
+before), at two blocks an SM (B2), and compile's add and norm; kernels alone (torch.profiler, us a call) as GB/s of the
 bytes-moved floor beside a copy of the same bytes, each output checked against the shipped one. Needs a GPU; Liger
 is optional (PYTHONPATH to its wheel's files).
 
@@ -26,7 +28,7 @@ from _kernel_timing import beside_kernels  # noqa: E402  (bench/, this script's 
 from diag_norm_split import per_kernel  # noqa: E402
 from opsmith._runtime import _driver  # noqa: E402
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
-from opsmith.ops import _launch, _launch_norm, _norms, _sources  # noqa: E402
+from opsmith.ops import _fused, _launch, _launch_norm, _norms, _sources  # noqa: E402
 
 try:
     from liger_kernel.ops.layer_norm import layer_norm_forward
@@ -73,12 +75,15 @@ def main():
         if dts not in mods:
             ln_l2 = [f"layer_norm_fwd_l2<{b}, {t}, {a}>" for b in (1, 2)]
             rms_l2 = [f"rms_norm_fwd_l2<{b}, {t}, {a}>" for b in (1, 2)]
+            add_l2 = [f"add_{op}_fwd_l2<{b}, {t}, {a}>" for op in ("layer_norm", "rms_norm") for b in (1, 2)]
             mods[dts] = {
                 "u8": CudaModule(l2_src, name_expressions=ln_l2 + rms_l2, arch=arch, name=f"diag-128k-u8-{dts}",
-                                 include_paths=[_sources.KERNEL_DIR], defines={"OPSMITH_L2_UNROLL_ONE": 8, "OPSMITH_L2_FIRST_ONE": 8},
+                                 include_paths=[_sources.KERNEL_DIR],
+                                 defines={"OPSMITH_L2_UNROLL_ONE": 8, "OPSMITH_L2_FIRST_ONE": 8},
                                  options=["--ptxas-options=-v"]),
-                "l2": CudaModule(l2_src, name_expressions=ln_l2 + rms_l2, arch=arch, name=f"diag-128k-l2-{dts}",
-                                 include_paths=[_sources.KERNEL_DIR], options=["--ptxas-options=-v"]),
+                "l2": CudaModule(l2_src, name_expressions=ln_l2 + rms_l2 + add_l2, arch=arch,
+                                 name=f"diag-128k-l2-{dts}", include_paths=[_sources.KERNEL_DIR],
+                                 options=["--ptxas-options=-v"]),
                 "u4": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
                                  name=f"diag-128k-u4-{dts}", include_paths=[_sources.KERNEL_DIR],
                                  defines={"OPSMITH_L2_FIRST_ONE": 4, "OPSMITH_L2_LN_FIXED": 0},
@@ -89,6 +94,9 @@ def main():
                 "f8c": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
                                   name=f"diag-128k-f8c-{dts}", include_paths=[_sources.KERNEL_DIR],
                                   defines={"OPSMITH_L2_RMS_FIXED": 1}, options=["--ptxas-options=-v"]),
+                "a2": CudaModule(l2_src, name_expressions=add_l2[::2], arch=arch, name=f"diag-128k-a2-{dts}",
+                                 include_paths=[_sources.KERNEL_DIR], defines={"OPSMITH_L2_ADD_FIRST_ONE": 2},
+                                 options=["--ptxas-options=-v"]),
                 "r8": CudaModule(regs_src, name_expressions=[f"diag_layer_norm_fwd_r8<{t}, {a}>",
                                                              f"diag_rms_norm_fwd_r8<{t}, {a}>"],
                                  arch=arch, name=f"diag-128k-r8-{dts}", options=["--ptxas-options=-v"]),
@@ -99,7 +107,6 @@ def main():
         gb = 2 * rows * cols * x.element_size() / 1e3
         out = torch.empty_like(x)
         copy = gb / sum(per_kernel(lambda: out.copy_(x)).values())
-        plan = _launch_norm.norm_l2_plan(rows, cols, x.element_size(), props, 1)
         vecs = cols // (16 // x.element_size())
         l2cfg = _launch.launch_config(_launch.Plan("l2", (rows,), (min(1024, vecs // 2), 1), 0, 0))
         l2half = _launch.launch_config(_launch.Plan("l2", (rows,), (min(512, vecs // 2), 1), 0, 0))
@@ -115,6 +122,20 @@ def main():
             k = mod.get_kernel(name)
             return lambda: (k.launch(cfg, x, w, y, st, rows, cols, 1e-6, 1), y)[1]
 
+        res, s_out = torch.randn_like(x), torch.empty_like(x)
+
+        def add_ln_k(mod, name, cfg):
+            k = mod.get_kernel(name)
+            return lambda: (k.launch(cfg, x, res, w, b, y, s_out, st, st2, rows, cols, 1e-5, 1, 1), y)[1]
+
+        def add_rms_k(mod, name, cfg):
+            k = mod.get_kernel(name)
+            return lambda: (k.launch(cfg, x, res, w, y, s_out, st, rows, cols, 1e-6, 1), y)[1]
+
+        def compiled(norm):  # compile's add and norm, y and s written
+            if not args.no_compile:
+                return torch.compile(lambda: (lambda s: (norm(s), s))(x + res), dynamic=False)
+
         torch._dynamo.reset()
         cases = {
             "layer_norm": (lambda: _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)[0], ln_k, "layer_norm",
@@ -126,8 +147,19 @@ def main():
                          torch.compile(lambda: F.rms_norm(x, (cols,), w, 1e-6), dynamic=False),
                          rms_norm_forward and (lambda: rms_norm_forward(x, w, 1e-6, 0.0, "llama", None))),
         }
-        for op, (ours, mk, name, comp, liger) in cases.items():
-            ref = ours().clone()
+        adds = {
+            "add_layer_norm": (lambda: _fused.add_layer_norm_cuda(x, res, [cols], w, b, 1e-5)[0], add_ln_k,
+                               compiled(lambda s: F.layer_norm(s, (cols,), w, b, 1e-5))),
+            "add_rms_norm": (lambda: _fused.add_rms_norm_cuda(x, res, [cols], w, 1e-6)[0], add_rms_k,
+                             compiled(lambda s: F.rms_norm(s, (cols,), w, 1e-6))),
+        }
+        for op, (ours, mk, comp) in adds.items():  # x and residual read, y and s written: twice the bytes
+            variants = {"shipped": ours, "B1": mk(m["l2"], f"{op}_fwd_l2<1, {t}, {a}>", l2cfg),
+                        "B1_a2": mk(m["a2"], f"{op}_fwd_l2<1, {t}, {a}>", l2cfg),
+                        "B2": mk(m["l2"], f"{op}_fwd_l2<2, {t}, {a}>", l2cfg)}
+            cases[op] = (ours, variants, comp, None, 2 * gb)
+        for op in ("layer_norm", "rms_norm"):
+            ours, mk, name, comp, liger = cases[op]
             variants = {"shipped": ours,
                         "B1": mk(m["l2"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
                         "B1_u4": mk(m["u4"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
@@ -138,22 +170,26 @@ def main():
                         "B2_512": mk(m["l2"], f"{name}_fwd_l2<2, {t}, {a}>", l2half)}
             if vecs // 8 <= 1024:
                 variants["regs8"] = mk(m["r8"], f"diag_{name}_fwd_r8<{t}, {a}>", r8cfg)
+            cases[op] = (ours, variants, comp, liger, gb)
+        for op, (ours, variants, comp, liger, op_gb) in cases.items():
+            ref = ours().clone()
             if comp:
                 variants["compile"] = comp
             if liger:
                 variants["liger"] = liger
+            plan = _launch_norm.norm_l2_plan(rows, cols, x.element_size(), props, 2 if "layer" in op else 1)
             rec = {"op": op, "dtype": dts, "rows": rows, "cols": cols, "copy": copy,
                    "plan": {"block": plan.block, "chunks": plan.chunks} if plan else None}
             for v, f in variants.items():
                 if v not in ("compile", "liger"):
                     got = f()
                     rec[f"{v}_maxdiff"] = float((got.float() - ref.float()).abs().max())
-                rec[v] = gb / sum(per_kernel(f).values())
+                rec[v] = op_gb / sum(per_kernel(f).values())
             records.append(rec)
             cells = "  ".join(f"{v} {rec[v]:5.0f}" for v in variants)
-            print(f"{op:<10} {dts:<8} {rows:>5}x{cols:<6} GB/s {cells}  copy {copy:5.0f}  "
-                  f"best/shipped {max(rec[v] for v in variants if v not in ('compile', 'liger')) / rec['shipped']:.3f}x",
-                  flush=True)
+            best = max(rec[v] for v in variants if v not in ("compile", "liger"))
+            print(f"{op:<14} {dts:<8} {rows:>5}x{cols:<6} GB/s {cells}  copy {copy:5.0f}  "
+                  f"best/shipped {best / rec['shipped']:.3f}x", flush=True)
     for dts, ms in mods.items():
         for k, mod in ms.items():
             lines = [ln for ln in mod.binary.log.splitlines() if "registers" in ln or "spill" in ln or "Function" in ln]

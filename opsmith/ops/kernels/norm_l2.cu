@@ -43,6 +43,14 @@
 #ifndef OPSMITH_L2_FIRST_ONE
 #define OPSMITH_L2_FIRST_ONE 8
 #endif
+// add_rms_norm's and add_layer_norm's (B = 1): their first pass's chunks a trip of x and of residual each (8 loads in
+// flight, 62-64 registers unspilled; the second pass keeps OPSMITH_L2_UNROLL_ONE / 2). H200 (bench/diag_fwd_128k.py,
+// bench/results/ops-h200-2026-12-04/add.json), GB/s against 2, one run: bf16 2048x65536 add_layer_norm 3,663 -> 3,778,
+// add_rms_norm 3,824 -> 3,841; fp32 2048x32768 3,734 -> 3,772 and 3,817 -> 3,838; 4096x32768 as fast (3,761 -> 3,772,
+// 3,819 -> 3,834).
+#ifndef OPSMITH_L2_ADD_FIRST_ONE
+#define OPSMITH_L2_ADD_FIRST_ONE 4
+#endif
 #ifndef OPSMITH_L2_LN_FIXED  // 0 or 1 (a diag script's variants)
 #define OPSMITH_L2_LN_FIXED 1
 #endif
@@ -321,7 +329,8 @@ __device__ __forceinline__ void add_first_pass(const T* __restrict__ xr, const T
 // add_rms_norm's forward (fused_norm.cu's math): the first pass reads x and residual (their only read),
 // writes s = x + residual, rounded to T, as the new residual asking L2 to keep it, and sums its squares;
 // the second reads s back from L2 and writes y. HBM: x and residual read, s and y written, the floor.
-// One chunk of each a trip (two loads in flight, as the others' two chunks): at two it spilled (B = 1: two).
+// One chunk of each a trip (two loads in flight, as the others' two chunks): at two it spilled (B = 1: two, and
+// OPSMITH_L2_ADD_FIRST_ONE in the first pass).
 template <int B, class T, class A>
 __global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
 add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
@@ -333,7 +342,7 @@ add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, con
     T* sr = residual_out + row * cols;
     T* yr = y + row * cols;
     A q = A(0);
-    add_first_pass<U, T, A>(xr, rr, sr, nv, tpr, t, first, keep, [&](const Raw& p) {
+    add_first_pass<B == 1 ? OPSMITH_L2_ADD_FIRST_ONE : U, T, A>(xr, rr, sr, nv, tpr, t, first, keep, [&](const Raw& p) {
 #pragma unroll
         for (int k = 0; k < N; ++k) {
             const A e = raw_get<T>(p, k);
@@ -360,7 +369,8 @@ add_layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, c
     T* yr = y + row * cols;
     A mu = A(0), m2 = A(0);
     int cnt = 0;
-    add_first_pass<U, T, A>(xr, rr, sr, nv, tpr, t, first, keep, [&](const Raw& p) { chan_merge<T>(p, mu, m2, cnt); });
+    add_first_pass<B == 1 ? OPSMITH_L2_ADD_FIRST_ONE : U, T, A>(xr, rr, sr, nv, tpr, t, first, keep,
+                                                                [&](const Raw& p) { chan_merge<T>(p, mu, m2, cnt); });
     A mu_row, rs;
     ln_row_stats<T>(mu, m2, cnt, cols, eps, tpr, t, row, mean, rstd, mu_row, rs);
     ln_scale_pass<B, U, true>(sr, w, b, yr, mu_row, rs, has_w, has_b, nv, tpr, t, first, keep);
