@@ -7,7 +7,9 @@ module, ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)``: ``q * cos + r
 and more backward. It is not a module, so ``patch`` replaces that module attribute: for each
 module of the tree whose class name ends in ``Attention`` and whose ``forward``'s globals (its
 Python module's namespace, where the call looks the name up) hold a plain function of that
-name, a :class:`RotaryPosEmb` that runs :func:`opsmith.ops.rotary_embedding_qk` on ``q`` and
+name (or, where the ``kernels`` package is installed, as transformers 5 pulls in, the
+``nn.Module`` its ``use_kernel_forward_from_hub`` makes of that function), a :class:`RotaryPosEmb`
+that runs
 ``k``, one launch for both (full-width neox tables: exactly the formula, whatever the tables hold; a
 transposed ``q`` is read in place). It is checked first: both run on a small random ``q``, ``k``
 and tables built as transformers builds them, and must agree; a function that does not (another
@@ -46,9 +48,12 @@ class RotaryPosEmb:
     inductor = False
 
     def __init__(self, original, namespace: dict) -> None:
-        functools.update_wrapper(self, original)
+        fn = _function_of(original)
+        if fn is None:
+            raise TypeError(f"{NAME} is a {type(original).__name__}, not a function")
+        functools.update_wrapper(self, fn)
         self.original, self.namespace = original, namespace
-        self._sig = inspect.signature(original)
+        self._sig = inspect.signature(fn)
         p = self._sig.parameters.get("unsqueeze_dim")
         self._unsqueeze = p.default if p is not None and isinstance(p.default, int) else 1
 
@@ -83,6 +88,23 @@ class RotaryPosEmb:
 
     def __repr__(self) -> str:
         return f"RotaryPosEmb({self.namespace.get('__name__')}.{NAME})"
+
+
+def _function_of(original):
+    """The Python function behind ``original``: itself where it is one; for the ``nn.Module`` that the
+    ``kernels`` package's ``use_kernel_forward_from_hub`` makes of a function (transformers 5 decorates
+    ``apply_rotary_pos_emb`` so where ``kernels`` is installed; its ``forward`` calls the function it
+    closes over, unless ``kernelize`` chose a hub kernel), that function; else None."""
+    if isinstance(original, types.FunctionType):
+        return original
+    if not isinstance(original, torch.nn.Module):
+        return None
+    try:
+        closed = inspect.getclosurevars(type(original).forward).nonlocals
+    except (TypeError, AttributeError):
+        return None
+    fns = [f for f in closed.values() if isinstance(f, types.FunctionType) and f.__name__ == NAME]
+    return fns[0] if len(fns) == 1 else None
 
 
 def _covers(q, k, cos, sin) -> bool:
@@ -146,8 +168,12 @@ def candidates(model: torch.nn.Module):
             continue
         seen.add(id(namespace))
         original = namespace.get(NAME)
-        if not isinstance(original, types.FunctionType):  # none, or replaced already
+        if original is None or isinstance(original, RotaryPosEmb):  # none, or replaced already
+            continue
+        qualname = f"{namespace.get('__name__', cls.__module__)}.{NAME}"
+        if _function_of(original) is None:
+            yield qualname, original, None, f"it is an object of class {type(original).__name__}, not a function"
             continue
         new = RotaryPosEmb(original, namespace)
         why = _mismatch(original, new)
-        yield f"{namespace.get('__name__', cls.__module__)}.{NAME}", original, (new if why is None else None), why
+        yield qualname, original, (new if why is None else None), why

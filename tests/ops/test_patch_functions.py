@@ -99,6 +99,43 @@ def test_rotary_functions_that_differ_are_left_alone():
     assert not isinstance(gptj.apply_rotary_pos_emb, RotaryPosEmb)
 
 
+# the kernels package's use_kernel_forward_from_hub on a function (transformers 5 with kernels installed): an instance
+# of an nn.Module class whose forward calls the function it closes over
+_HUB_FUNC = """
+def _hub_module(func):
+    class Func(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            return func(*args, **kwargs)
+    return Func()
+
+apply_rotary_pos_emb = _hub_module(apply_rotary_pos_emb)
+"""
+
+
+def test_rotary_function_made_a_module_by_hub_kernels_is_replaced_and_restored():
+    module = _attention_module("hub_attention", _HUB_FUNC)
+    original = module.apply_rotary_pos_emb
+    assert isinstance(original, torch.nn.Module)
+    (r,) = ops.patch(torch.nn.Sequential(module.MyAttention()), norms=False)
+    new = module.apply_rotary_pos_emb
+    assert r.name == f"hub_attention.{NAME}" and r.old is original and isinstance(new, RotaryPosEmb)
+    assert new.__name__ == NAME and new._unsqueeze == 1  # the signature of the function behind the module
+    q, k = torch.randn(2, 4, 5, 8, dtype=torch.float64), torch.randn(2, 2, 5, 8, dtype=torch.float64)
+    ang = torch.randn(2, 5, 8, dtype=torch.float64)
+    for g, w in zip(new(q, k, ang.cos(), ang.sin(), unsqueeze_dim=1), original(q, k, ang.cos(), ang.sin())):
+        torch.testing.assert_close(g, w)
+    assert new.restore() and module.apply_rotary_pos_emb is original
+
+
+def test_a_rotary_callable_that_is_no_function_is_reported():
+    module = _attention_module("opaque_attention", "\napply_rotary_pos_emb = torch.nn.Identity()\n")
+    skipped = []
+    assert ops.patch(torch.nn.Sequential(module.MyAttention()), skipped=skipped) == []
+    why = "it is an object of class Identity, not a function"
+    assert [(n, w) for n, _, w in skipped] == [(f"opaque_attention.{NAME}", why)]
+    assert isinstance(module.apply_rotary_pos_emb, torch.nn.Identity)
+
+
 def test_rotary_under_compile_is_inductors_by_default():
     module = _attention_module("compiled_attention")
     original = module.apply_rotary_pos_emb
