@@ -3,15 +3,17 @@
 bandwidth an SM (the H200: compile's fp32 rms_norm read 4,051 GB/s at 2048x32768 where ours read 3,532): the shipped
 plan (norm_l2.cu's two passes, one block an SM past 96 KiB, two blocks below) against the kernels of one block an SM
 (B1: as shipped, 8 chunks a trip in the first pass and 4 in the second, layer_norm's threads a row a constant), the
-kernels before (B1_u4: 4 chunks a trip in both passes, the threads read from blockDim), 8 in both (B1_u8: the whole row
-in one trip, as compile's Triton kernel, which spills), the first pass's 8 with the threads from blockDim for both ops
-(B1_f8) or a constant for both (B1_f8c), two blocks an SM (B2, of 1,024 threads and of 512), the row held in registers
-in one pass by one block of up to 1,024 threads (norm_fwd.cuh's rows at 8 chunks a thread, extra kernels compiled
-here), torch.compile(dynamic=False) and Liger-Kernel; add_rms_norm and add_layer_norm as shipped, at one block an SM
-(B1: 4 chunks of x and of residual a trip in the first pass) with 2 (B1_a2, ``OPSMITH_L2_ADD_FIRST_ONE``: the kernels
-before), at two blocks an SM (B2), and compile's add and norm; kernels alone (torch.profiler, us a call) as GB/s of the
-bytes-moved floor beside a copy of the same bytes, each output checked against the shipped one. Needs a GPU; Liger
-is optional (PYTHONPATH to its wheel's files).
+kernels before (B1_u4: 4 chunks a trip in both passes, the threads read from blockDim), 8 in both (B1_u8: the whole
+row in one trip, as compile's Triton kernel, which spills), the first pass's 8 with the threads from blockDim for
+both ops (B1_f8) or a constant for both (B1_f8c), the second pass's weights loaded chunk by chunk after the math of
+the chunk before (as B = 2) at 8 chunks a trip (B1_w8, ``OPSMITH_L2_ONE_WFIRST`` 0) and at 4 (B1_w4), two blocks an
+SM (B2, of 1,024 threads and of 512), the row held in registers in one pass by one block of up to 1,024 threads
+(norm_fwd.cuh's rows at 8 chunks a thread, extra kernels compiled here), torch.compile(dynamic=False) and
+Liger-Kernel; add_rms_norm and add_layer_norm as shipped, at one block an SM (B1: 4 chunks of x and of residual a trip
+in the first pass) with 2 (B1_a2, ``OPSMITH_L2_ADD_FIRST_ONE``: the kernels before), at two blocks an SM (B2), and
+compile's add and norm; kernels alone (torch.profiler, us a call) as GB/s of the bytes-moved floor beside a copy of
+the same bytes, each output checked against the shipped one. Needs a GPU; Liger is optional (PYTHONPATH to its
+wheel's files).
 
     python3 bench/diag_fwd_128k.py [--out FILE.json] [--no-compile]
 """
@@ -91,6 +93,13 @@ def main():
                 "f8": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
                                  name=f"diag-128k-f8-{dts}", include_paths=[_sources.KERNEL_DIR],
                                  defines={"OPSMITH_L2_LN_FIXED": 0}, options=["--ptxas-options=-v"]),
+                "w8": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
+                                 name=f"diag-128k-w8-{dts}", include_paths=[_sources.KERNEL_DIR],
+                                 defines={"OPSMITH_L2_ONE_WFIRST": 0, "OPSMITH_L2_UNROLL_ONE": 8},
+                                 options=["--ptxas-options=-v"]),
+                "w4": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
+                                 name=f"diag-128k-w4-{dts}", include_paths=[_sources.KERNEL_DIR],
+                                 defines={"OPSMITH_L2_ONE_WFIRST": 0}, options=["--ptxas-options=-v"]),
                 "f8c": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
                                   name=f"diag-128k-f8c-{dts}", include_paths=[_sources.KERNEL_DIR],
                                   defines={"OPSMITH_L2_RMS_FIXED": 1}, options=["--ptxas-options=-v"]),
@@ -166,6 +175,8 @@ def main():
                         "B1_u8": mk(m["u8"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
                         "B1_f8": mk(m["f8"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
                         "B1_f8c": mk(m["f8c"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
+                        "B1_w8": mk(m["w8"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
+                        "B1_w4": mk(m["w4"], f"{name}_fwd_l2<1, {t}, {a}>", l2cfg),
                         "B2": mk(m["l2"], f"{name}_fwd_l2<2, {t}, {a}>", l2cfg),
                         "B2_512": mk(m["l2"], f"{name}_fwd_l2<2, {t}, {a}>", l2half)}
             if vecs // 8 <= 1024:

@@ -51,6 +51,9 @@
 #ifndef OPSMITH_L2_ADD_FIRST_ONE
 #define OPSMITH_L2_ADD_FIRST_ONE 4
 #endif
+#ifndef OPSMITH_L2_ONE_WFIRST  // 0: B = 1 loads its weights as B = 2 (a diag variant: 0.89-0.96x, weights-late.txt)
+#define OPSMITH_L2_ONE_WFIRST 1
+#endif
 #ifndef OPSMITH_L2_LN_FIXED  // 0 or 1 (a diag script's variants)
 #define OPSMITH_L2_LN_FIXED 1
 #endif
@@ -133,7 +136,7 @@ using namespace opsmith;
 // (bench/results/ops-l2-weights-h100-2026-11-27/ln3.json), GB/s, fp32 2048x32768: layer_norm 2,546 -> 2,677, rms_norm
 // 2,697 -> 2,774; bf16 2048x65536 layer_norm 2,490 -> 2,608. At B = 2 as fast or 1 % slower, or spilling.
 #define OPSMITH_L2_WEIGHTS_FIRST(wr, w, has)                                                         \
-    if constexpr (B == 1) {                                                                          \
+    if constexpr (B == 1 && OPSMITH_L2_ONE_WFIRST) {                                                 \
         _Pragma("unroll") for (int u = 0; u < U; ++u)                                                \
             wr[u] = has && OPSMITH_L2_IN(u) ? ld_l2(w + (long long)(c0 + u * tpr) * N, keep) : Raw{}; \
     }
@@ -202,7 +205,7 @@ __device__ __forceinline__ void ln_scale_pass(const T* src, const T* __restrict_
         for (int u = 0; u < U; ++u) {
             if (!OPSMITH_L2_IN(u)) break;
             const int j = (c0 + u * tpr) * N;
-            if constexpr (B != 1) {
+            if constexpr (!(B == 1 && OPSMITH_L2_ONE_WFIRST)) {
                 wr[u] = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
                 br[u] = has_b ? *reinterpret_cast<const Raw*>(b + j) : Raw{};
             }
@@ -261,7 +264,8 @@ __device__ __forceinline__ void rms_scale_pass(const T* src, const T* __restrict
         for (int u = 0; u < U; ++u) {
             if (!OPSMITH_L2_IN(u)) break;
             const int j = (c0 + u * tpr) * N;
-            if constexpr (B != 1) wr[u] = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
+            if constexpr (!(B == 1 && OPSMITH_L2_ONE_WFIRST))
+                wr[u] = has_w ? *reinterpret_cast<const Raw*>(w + j) : Raw{};
             A o[N];
 #pragma unroll
             for (int k = 0; k < N; ++k) {
