@@ -78,34 +78,22 @@ def main():
             ln_l2 = [f"layer_norm_fwd_l2<{b}, {t}, {a}>" for b in (1, 2)]
             rms_l2 = [f"rms_norm_fwd_l2<{b}, {t}, {a}>" for b in (1, 2)]
             add_l2 = [f"add_{op}_fwd_l2<{b}, {t}, {a}>" for op in ("layer_norm", "rms_norm") for b in (1, 2)]
+            one = ln_l2[:1] + rms_l2[:1]  # the kernels of B = 1
+
+            def l2_mod(key, names, **defines):  # norm_l2.cu under `defines`
+                return CudaModule(l2_src, name_expressions=names, arch=arch, name=f"diag-128k-{key}-{dts}",
+                                  include_paths=[_sources.KERNEL_DIR], defines=defines,
+                                  options=["--ptxas-options=-v"])
+
             mods[dts] = {
-                "u8": CudaModule(l2_src, name_expressions=ln_l2 + rms_l2, arch=arch, name=f"diag-128k-u8-{dts}",
-                                 include_paths=[_sources.KERNEL_DIR],
-                                 defines={"OPSMITH_L2_UNROLL_ONE": 8, "OPSMITH_L2_FIRST_ONE": 8},
-                                 options=["--ptxas-options=-v"]),
-                "l2": CudaModule(l2_src, name_expressions=ln_l2 + rms_l2 + add_l2, arch=arch,
-                                 name=f"diag-128k-l2-{dts}", include_paths=[_sources.KERNEL_DIR],
-                                 options=["--ptxas-options=-v"]),
-                "u4": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
-                                 name=f"diag-128k-u4-{dts}", include_paths=[_sources.KERNEL_DIR],
-                                 defines={"OPSMITH_L2_FIRST_ONE": 4, "OPSMITH_L2_LN_FIXED": 0},
-                                 options=["--ptxas-options=-v"]),
-                "f8": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
-                                 name=f"diag-128k-f8-{dts}", include_paths=[_sources.KERNEL_DIR],
-                                 defines={"OPSMITH_L2_LN_FIXED": 0}, options=["--ptxas-options=-v"]),
-                "w8": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
-                                 name=f"diag-128k-w8-{dts}", include_paths=[_sources.KERNEL_DIR],
-                                 defines={"OPSMITH_L2_ONE_WFIRST": 0, "OPSMITH_L2_UNROLL_ONE": 8},
-                                 options=["--ptxas-options=-v"]),
-                "w4": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
-                                 name=f"diag-128k-w4-{dts}", include_paths=[_sources.KERNEL_DIR],
-                                 defines={"OPSMITH_L2_ONE_WFIRST": 0}, options=["--ptxas-options=-v"]),
-                "f8c": CudaModule(l2_src, name_expressions=ln_l2[:1] + rms_l2[:1], arch=arch,
-                                  name=f"diag-128k-f8c-{dts}", include_paths=[_sources.KERNEL_DIR],
-                                  defines={"OPSMITH_L2_RMS_FIXED": 1}, options=["--ptxas-options=-v"]),
-                "a2": CudaModule(l2_src, name_expressions=add_l2[::2], arch=arch, name=f"diag-128k-a2-{dts}",
-                                 include_paths=[_sources.KERNEL_DIR], defines={"OPSMITH_L2_ADD_FIRST_ONE": 2},
-                                 options=["--ptxas-options=-v"]),
+                "u8": l2_mod("u8", ln_l2 + rms_l2, OPSMITH_L2_UNROLL_ONE=8, OPSMITH_L2_FIRST_ONE=8),
+                "l2": l2_mod("l2", ln_l2 + rms_l2 + add_l2),
+                "u4": l2_mod("u4", one, OPSMITH_L2_FIRST_ONE=4, OPSMITH_L2_LN_FIXED=0),
+                "f8": l2_mod("f8", one, OPSMITH_L2_LN_FIXED=0),
+                "w8": l2_mod("w8", one, OPSMITH_L2_ONE_WFIRST=0, OPSMITH_L2_UNROLL_ONE=8),
+                "w4": l2_mod("w4", one, OPSMITH_L2_ONE_WFIRST=0),
+                "f8c": l2_mod("f8c", one, OPSMITH_L2_RMS_FIXED=1),
+                "a2": l2_mod("a2", add_l2[::2], OPSMITH_L2_ADD_FIRST_ONE=2),
                 "r8": CudaModule(regs_src, name_expressions=[f"diag_layer_norm_fwd_r8<{t}, {a}>",
                                                              f"diag_rms_norm_fwd_r8<{t}, {a}>"],
                                  arch=arch, name=f"diag-128k-r8-{dts}", options=["--ptxas-options=-v"]),
