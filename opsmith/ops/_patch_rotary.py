@@ -9,9 +9,9 @@ module of the tree whose class name ends in ``Attention`` and whose ``forward``'
 Python module's namespace, where the call looks the name up) hold a plain function of that
 name (or, where the ``kernels`` package is installed, as transformers 5 pulls in, the
 ``nn.Module`` its ``use_kernel_forward_from_hub`` makes of that function), a :class:`RotaryPosEmb`
-that runs
-``k``, one launch for both (full-width neox tables: exactly the formula, whatever the tables hold; a
-transposed ``q`` is read in place). It is checked first: both run on a small random ``q``, ``k``
+that runs :func:`opsmith.ops.rotary_embedding_qk` on ``q`` and ``k``, one launch for both
+(full-width neox tables: exactly the formula, whatever the tables hold; a transposed ``q`` is
+read in place). It is checked first: both run on a small random ``q``, ``k``
 and tables built as transformers builds them, and must agree; a function that does not (another
 layout, another signature) is left alone and reported.
 

@@ -500,6 +500,7 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
         longest = cols * itemsize > one_bytes and threads == _launch.L2_THREADS
         assert p.shared_mem == 0 and p.chunks == (_launch.L2_ONE_CHUNKS if longest else 0), (rows, cols, itemsize)
         assert _launch_norm.l2_kernel("rms_norm", p) == f"rms_norm_fwd_l2<{1 if longest else 2}, {{T}}, {{A}}>"
+        assert not p.chunks or threads == _launch.L2_THREADS  # layer_norm's B = 1 kernel takes that constant
     h = _launch_norm.norm_l2_plan
     assert (h(9, 8192, 2, props).block[0], h(9, 8192, 2, props, 1).block[0]) == (256, min(512, largest))
     source = (_sources.KERNEL_DIR / "norm_l2.cu").read_text()
