@@ -77,7 +77,8 @@ case "$PART" in
     # DIAG_BWD_C4=1: bench/diag_norm_bwd_c4.py (BWD_C4_ARGS), the norm backwards at 4 chunks against the clusters;
     # DIAG_C4=1: bench/diag_fwd_c4.py first, the row forwards of 4 chunks a thread against 2; DIAG_LONG1=1:
     # bench/diag_fwd_long1.py, the 32/64 KiB rows at 8 chunks (add_rms_norm's too) against the L2 rows;
-    # DIAG_128K=1: bench/diag_fwd_128k.py, the 64-128 KiB rows: the L2 plan against its variants;
+    # DIAG_128K=1: bench/diag_fwd_128k.py, the 64-128 KiB rows: the L2 plan against its variants; DIAG_TRIPS=1:
+    # bench/diag_fwd_l2_trips.py, the 16-64 KiB L2 rows at 2 and 4 chunks a trip, 2 to 4 blocks an SM;
     # DIAG_SMALL_BWD=1: bench/diag_small_bwd_one.py, the one-launch small norm backwards; DIAG_BWD_ORDER=1:
     # bench/diag_bwd_order.py, the backwards' row order; DIAG_SOFTMAX_FULL=1: bench/diag_softmax_full.py; DIAG_FULL_ROWS=1:
     # bench/diag_full_rows.py --bounds (or FULL_ROWS_ARGS), the full-row forwards at 2 and 4 chunks and tighter register
@@ -85,7 +86,7 @@ case "$PART" in
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
     # ROTARY_IP=1: bench/bench_rotary_inplace.py, rotary in place beside out of place, compile and Liger;
     # AB_BEFORE=DIR: bench/diag_kernels_ab.py first, this tree's row kernels against DIR's (AB_ARGS);
-    # PEERS=0 skips the peers benchmark).
+    # PEERS=0 skips the peers benchmark, TESTS=0 the tests).
     # Liger-Kernel (pure Python over Triton) from its wheel, carried in .whlp/ (run with carry [".whlp"])
     if ls .whlp/liger_kernel-*.whl >/dev/null 2>&1; then
       python3 -m pip install -q --no-deps --target "$W/liger" .whlp/liger_kernel-*.whl >"$L/liger_pip.log" 2>&1 \
@@ -103,6 +104,7 @@ case "$PART" in
       [ "${DIAG_BWD_C4:-0}" = 1 ] && run diag_bwd_c4 python3 bench/diag_norm_bwd_c4.py --json "$L/diag_bwd_c4.json" ${BWD_C4_ARGS:---bf16}
       [ "${DIAG_C4:-0}" = 1 ] && run diag_c4 python3 bench/diag_fwd_c4.py --out "$L/diag_c4.json"
       [ "${DIAG_128K:-0}" = 1 ] && run diag_128k bash -c "cd bench && python3 diag_fwd_128k.py --out $L/diag_128k.json"
+      [ "${DIAG_TRIPS:-0}" = 1 ] && run diag_trips bash -c "cd bench && python3 diag_fwd_l2_trips.py --out $L/diag_trips.json"
       [ "${DIAG_LONG1:-0}" = 1 ] && run diag_long1 python3 bench/diag_fwd_long1.py --out "$L/diag_long1.json"
       [ "${DIAG_SMALL_BWD:-0}" = 1 ] && run diag_small_bwd python3 bench/diag_small_bwd_one.py --json "$L/diag_small_bwd.json"
       [ "${DIAG_BWD_ORDER:-0}" = 1 ] && run diag_bwd_order python3 bench/diag_bwd_order.py --json "$L/diag_bwd_order.json"
@@ -110,7 +112,7 @@ case "$PART" in
       [ "${DIAG_FULL_ROWS:-0}" = 1 ] && run diag_full_rows bash -c "cd bench && python3 diag_full_rows.py ${FULL_ROWS_ARGS:---bounds} --json $L/diag_full_rows.json"
       [ "${DIAG_ADD_RMS:-0}" = 1 ] && run diag_add_rms bash -c "cd bench && python3 diag_add_rms_full.py --json $L/diag_add_rms.json"
       [ -n "${AB_BEFORE:-}" ] && run diag_ab python3 bench/diag_kernels_ab.py --before "$AB_BEFORE" --out "$L/diag_ab.json" ${AB_ARGS:-}
-      run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
+      [ "${TESTS:-1}" = 1 ] && run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
         tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py
       [ "${DIAG_EW:-0}" = 1 ] && run diag_ew python3 bench/diag_ew_map.py --json "$L/diag_ew.json"
       [ "${ROTARY_IP:-0}" = 1 ] && run bench_rotary_inplace python3 bench/bench_rotary_inplace.py --json "$L/rotary_inplace.json"

@@ -11,7 +11,8 @@ import functools
 from opsmith.ops._launch import (BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS, L2_ONE_CHUNKS,
                                  L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES,
-                                 L2_ONE_ROW_BYTES_HIGH_BW, L2_RMS_THREADS, L2_THREADS, LN_FULL2_MAX_ROW_BYTES,
+                                 L2_ONE_ROW_BYTES_HIGH_BW, L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS,
+                                 L2_THREE_MAX_ROW_BYTES, L2_THREE_MAX_SM_GBPS, L2_THREE_THREADS, LN_FULL2_MAX_ROW_BYTES,
                                  LN_FULL2_HIGH_BW_ROWS, LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, NORM_BWD_BLOCK,
                                  ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS,
                                  DeviceProps, Plan, _cdiv, _pow2_at_least, full_rows, row_plan)
@@ -172,7 +173,17 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     (rms_norm 0.97x and 0.95x, layer_norm 0.84x and 0.89x). Unused dynamic shared memory (half an SM's) kept the second
     block out until the registers did (bench/results/ops-l2-weights-h100-2026-11-27/ln3.json, the kernels of this tree
     with and without it: fp32 2048x32768 layer_norm 2,677 -> 2,726 GB/s, rms_norm 2,774 -> 2,792; bf16 2048x65536
-    layer_norm 2,608 -> 2,660): L1 keeps its size."""
+    layer_norm 2,608 -> 2,660): L1 keeps its size.
+
+    Rows of more than ``L2_MIN_ROW_BYTES`` up to ``L2_THREE_MAX_ROW_BYTES`` (16-32 KiB) of rms_norm (``arrays`` 1), and
+    of float layer_norm, in blocks of ``L2_THREE_THREADS`` (512) where the device's DRAM bandwidth an SM is known, not
+    low (there :func:`norm_c8_plan` declines them) and at most ``L2_THREE_MAX_SM_GBPS`` take the kernels of ``B`` = 3
+    (``Plan.chunks`` ``L2_THREE_CHUNKS``): 3 blocks an SM at 40 registers, 4 chunks a trip, so a row of 32 KiB takes
+    one trip a pass. (The B200, 52 GB/s an SM, keeps ``B`` = 2: sm_100's ptxas spills 20-60 bytes in these kernels,
+    and no B200 was at hand to measure them.)
+    H200 (bench/diag_fwd_l2_trips.py, bench/results/ops-h200-2026-12-04/trips.txt) against ``B`` = 2's 2 chunks a trip:
+    fp32 8,192 columns rms_norm 1.03-1.05x, layer_norm 1.01-1.02x, bf16 16,384 rms_norm 1.03x; bf16 layer_norm there
+    0.98-1.00x (it keeps ``B`` = 2), rows of 16 KiB as fast."""
     vec = 16 // itemsize
     if itemsize not in (2, 4) or cols % vec or cols * itemsize < L2_MIN_ROW_BYTES or not 1 <= rows < 2**31:
         return None  # (a block a row: the kernels have no loop over rows, which cost them registers)
@@ -180,15 +191,26 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     threads = _pow2_at_least(_cdiv(cols // vec, L2_CHUNKS))
     if arrays == 1:
         threads = max(threads, min(L2_RMS_THREADS, _pow2_at_least(_cdiv(cols // vec, 2))))
-    one_bytes = L2_ONE_ROW_BYTES_HIGH_BW if props.mem_gbps > 0 and not low_bandwidth_per_sm(props) else L2_ONE_ROW_BYTES
-    one = L2_ONE_CHUNKS if cols * itemsize > one_bytes and min(largest, threads) == L2_THREADS else 0
-    return Plan("l2", (rows,), (min(largest, threads), 1), 0, 0, 1, one)
+    high = props.mem_gbps > 0 and not low_bandwidth_per_sm(props)
+    one_bytes = L2_ONE_ROW_BYTES_HIGH_BW if high else L2_ONE_ROW_BYTES
+    bx = min(largest, threads)
+    chunks = L2_ONE_CHUNKS if cols * itemsize > one_bytes and bx == L2_THREADS else 0
+    if high and props.mem_gbps <= L2_THREE_MAX_SM_GBPS * props.sm_count and bx == L2_THREE_THREADS \
+            and L2_MIN_ROW_BYTES < cols * itemsize <= L2_THREE_MAX_ROW_BYTES and (arrays == 1 or itemsize == 4):
+        chunks = L2_THREE_CHUNKS
+    return Plan("l2", (rows,), (bx, 1), 0, 0, 1, chunks)
 
 
 def l2_kernel(op: str, plan: Plan) -> str:
-    """norm_l2.cu's forward of ``op`` (``"rms_norm"``, ``"layer_norm"``, ``"add_rms_norm"``) for ``norm_l2_plan``'s
-    ``plan``: ``B`` = 1 (one block an SM, ``L2_ONE_CHUNKS`` a trip) where the plan's ``chunks`` say so, else 2."""
-    return f"{op}_fwd_l2<{1 if plan.chunks else 2}, {{T}}, {{A}}>"
+    """norm_l2.cu's forward of ``op`` (``"rms_norm"``, ``"layer_norm"``, ``"add_rms_norm"``, ``"add_layer_norm"``) for
+    ``norm_l2_plan``'s ``plan``: where the plan's ``chunks`` are set, ``B`` = 1 (one block of ``L2_THREADS`` an SM) or,
+    in blocks of ``L2_THREE_THREADS``, ``B`` = 3 (3 blocks an SM, ``L2_THREE_CHUNKS`` a trip; the add norms, not
+    measured so, keep ``B`` = 2 there: their row takes 1 chunk of x and of residual a trip); else 2."""
+    if not plan.chunks:
+        return f"{op}_fwd_l2<2, {{T}}, {{A}}>"
+    if plan.block[0] == L2_THREADS:
+        return f"{op}_fwd_l2<1, {{T}}, {{A}}>"
+    return f"{op}_fwd_l2<{2 if op.startswith('add_') else 3}, {{T}}, {{A}}>"
 
 
 @functools.lru_cache(maxsize=4096)

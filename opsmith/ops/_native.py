@@ -37,7 +37,8 @@ def consts() -> list[int]:
     WEIGHT_CLUSTER_BYTES, LN_FWD4_CHUNKS, L2_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_RMS_THREADS, C4_THREADS,
     C4_MIN_ROW_BYTES, WIDE3_THREADS, LOW_BW_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES,
     LN_FULL2_MAX_ROW_BYTES, L2_ONE_ROW_BYTES, L2_ONE_CHUNKS, LN_FULL2_HIGH_BW_ROWS, BWD_C4_CHUNKS,
-    BWD_C4_LN_MIN_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW):
+    BWD_C4_LN_MIN_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW, L2_THREE_THREADS, L2_THREE_CHUNKS, L2_THREE_MAX_ROW_BYTES,
+    L2_THREE_MAX_SM_GBPS):
     :mod:`opsmith.ops._launch`
     is their one source."""
     from opsmith.ops import _launch
@@ -50,7 +51,8 @@ def consts() -> list[int]:
             _launch.LOW_BW_SM_GBPS, _launch.SMALL_BWD_ROWS, _launch.SMALL_MIN_LANES, _launch.C8_MAX_ROW_BYTES,
             _launch.LN_FULL2_MAX_ROW_BYTES, _launch.L2_ONE_ROW_BYTES, _launch.L2_ONE_CHUNKS,
             _launch.LN_FULL2_HIGH_BW_ROWS, _launch.BWD_C4_CHUNKS, _launch.BWD_C4_LN_MIN_ROW_BYTES,
-            _launch.L2_ONE_ROW_BYTES_HIGH_BW]
+            _launch.L2_ONE_ROW_BYTES_HIGH_BW, _launch.L2_THREE_THREADS, _launch.L2_THREE_CHUNKS,
+            _launch.L2_THREE_MAX_ROW_BYTES, _launch.L2_THREE_MAX_SM_GBPS]
 
 
 def _props(p):

@@ -46,7 +46,8 @@ FILES: dict[str, tuple[str, ...]] = {
     + tuple(f"layer_norm_bwd_cluster_res<{k}, {{T}}, {{A}}>" for k in (2, 8)),
     "norm_l2.cu": tuple(f"{op}_fwd_l2<{b}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm",
                                                                      "add_layer_norm")
-                        for b in (2, 1)),  # blocks an SM: _launch_norm.l2_kernel
+                        for b in (2, 1))  # blocks an SM: _launch_norm.l2_kernel
+    + ("layer_norm_fwd_l2<3, {T}, {A}>", "rms_norm_fwd_l2<3, {T}, {A}>"),  # 3 blocks of 512: rows of 16-32 KiB
     "norm_split.cu": ("layer_norm_bwd_dx<{T}, {A}>", "rms_norm_bwd_dx<{T}, {A}>", "norm_bwd_weight<{T}, {A}>",
                       "norm_bwd_weight_cluster<{T}, {A}>", "norm_col_sum<{T}, {A}>"),
     "norm_small.cu": ("layer_norm_bwd_small<{T}, {A}>", "rms_norm_bwd_small<{T}, {A}>"),

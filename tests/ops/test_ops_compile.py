@@ -58,7 +58,8 @@ def test_every_source_compiles_for_every_arch_and_dtype():
 def test_the_l2_norm_forwards_fit_their_registers_without_spilling():
     """norm_l2.cu's forwards (layer_norm, rms_norm, add_rms_norm, add_layer_norm) of B = 2 hold 2,048 threads an SM
     at 32 registers (a version that spilled, a loop over rows, ran 10-30 % slower on an H200), those of B = 1 (one
-    block an SM, 4 chunks a trip) 1,024 at 33 to 64.
+    block an SM, 4 chunks a trip) 1,024 at 33 to 64, layer_norm's and rms_norm's of B = 3 (4 chunks a trip) 3 blocks
+    of 512 at up to 42 (the plans give B = 3 to the H200 only: sm_100's ptxas spills those 20-60 bytes).
     ptxas's report through NVRTC, every 2- and 4-byte type and arch: no spills for sm_80 and sm_90 (sm_100's ptxas
     spills 20 bytes in the float kernels of B = 2: unmeasured, no B200 here)."""
     import re
@@ -67,14 +68,16 @@ def test_the_l2_norm_forwards_fit_their_registers_without_spilling():
     for job, binary in zip(jobs, opsmith.compile_many(jobs, progress=False)):
         reports = re.findall(r"Compiling entry function '_Z\d+\w+?_fwd_l2ILi(\d)E\w*'.*?(\d+) bytes spill stores, "
                              r"(\d+) bytes spill loads\s+ptxas info\s+: Used (\d+) registers", binary.log, re.S)
-        assert len(reports) == len(job["name_expressions"]) == 8, (job["arch"], binary.log)
-        assert sorted(b for b, *_ in reports) == ["1"] * 4 + ["2"] * 4
+        assert len(reports) == len(job["name_expressions"]) == 10, (job["arch"], binary.log)
+        assert sorted(b for b, *_ in reports) == ["1"] * 4 + ["2"] * 4 + ["3"] * 2
         for blocks, stores, loads, regs in reports:
-            assert int(regs) <= 64 // int(blocks), (job["arch"], blocks, regs)
+            threads = _launch.L2_THREE_THREADS if blocks == "3" else _launch.L2_THREADS  # B = 3: 3 blocks of 512
+            assert int(regs) <= 65536 // (threads * int(blocks)), (job["arch"], blocks, regs)
             # B = 1: more than 32 registers, so that a second block of 1,024 threads never fits an SM's 65,536 (the
             # plans pad no shared memory; two such rows an SM overflow L2)
             assert blocks == "2" or int(regs) > 32, (job["arch"], regs)
-            if job["arch"] != "sm_100":
+            # B = 3 on sm_80: float layer_norm's spills 4 bytes, but its devices (A100: 14-19 GB/s an SM) never take it
+            if job["arch"] != "sm_100" and (blocks, job["arch"]) != ("3", "sm_80"):
                 assert (int(stores), int(loads)) == (0, 0), (job["arch"], job["name_expressions"])
 
 

@@ -403,11 +403,12 @@ def test_layer_norm_wide_kernel_and_misaligned_rows(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES[:3], ids=DT_IDS[:3])
-@pytest.mark.parametrize("cols", [4096, 8192, 12288, 16384, 20000, 65536])
+@pytest.mark.parametrize("cols", [4096, 6144, 8192, 12288, 16384, 20000, 65536])
 def test_norm_l2_forwards_and_their_fallbacks_match_float64(cols, dtype):
     """Rows of 16 KiB or more in whole 16-byte vectors have an L2 plan (norm_l2.cu's forwards take them, but
-    the 16 KiB rows that norm_c4_plan serves, float layer_norm at 4,096 here, and the rows past 16 KiB up to
-    32 KiB that norm_c8_plan serves: 8,192 float, 12,288 and 16,384 16-bit); a misaligned view of the same
+    the 16 KiB rows that norm_c4_plan serves, float layer_norm at 4,096 here, and where the device's bandwidth an SM
+    is low the rows past 16 KiB up to 32 KiB that norm_c8_plan serves: 6,144 and 8,192 float, 12,288 and 16,384
+    16-bit; on the H200 those take the kernels of B = 3, bf16 layer_norm's B = 2); a misaligned view of the same
     rows takes the other kernels; all match float64 torch, mean and rstd too, with and without weight and
     bias."""
     from opsmith.ops import _norms
@@ -586,6 +587,22 @@ def test_the_l2_rows_of_one_block_an_sm_hold_one_block_an_sm(dtype):
     for op in ("layer_norm", "rms_norm", "add_rms_norm"):
         k = _sources.kernel("norm_l2.cu", _launch_norm.l2_kernel(op, plan), dtype, torch.cuda.current_device())
         assert k.occupancy(_launch.L2_THREADS, 0) == 1, op
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_l2_rows_of_three_blocks_an_sm_hold_three_blocks_of_512_an_sm(dtype):
+    """norm_l2.cu's kernels of B = 3 (rows past 16 up to 32 KiB where the plans give them: the H200): the driver's
+    occupancy of a block of 512 threads is three an SM (40 registers), for rms_norm's and layer_norm's forwards."""
+    from opsmith.ops import _launch_norm, _sources
+    props = _launch.device_props(torch.cuda.current_device())
+    itemsize = 4 if dtype == "float32" else 2
+    plan = _launch_norm.norm_l2_plan(64, 32768 // itemsize, itemsize, props, 1)
+    if plan is None or plan.chunks != _launch.L2_THREE_CHUNKS:
+        pytest.skip("this device's plans keep B = 2 on rows of 32 KiB (its DRAM bandwidth an SM is not the H200's)")
+    assert plan.block == (_launch.L2_THREE_THREADS, 1) and plan.shared_mem == 0
+    for op in ("layer_norm", "rms_norm"):
+        k = _sources.kernel("norm_l2.cu", f"{op}_fwd_l2<3, {{T}}, {{A}}>", dtype, torch.cuda.current_device())
+        assert k.occupancy(_launch.L2_THREE_THREADS, 0) == 3, op
 
 
 def test_benchmark_helper_reports_bandwidth():

@@ -498,9 +498,17 @@ def test_norm_l2_plan_takes_rows_of_16_kib_in_whole_vectors_at_about_four_chunks
         high = props.mem_gbps > 0 and not _launch_norm.low_bandwidth_per_sm(props)
         one_bytes = _launch.L2_ONE_ROW_BYTES_HIGH_BW if high else _launch.L2_ONE_ROW_BYTES
         longest = cols * itemsize > one_bytes and threads == _launch.L2_THREADS
-        assert p.shared_mem == 0 and p.chunks == (_launch.L2_ONE_CHUNKS if longest else 0), (rows, cols, itemsize)
-        assert _launch_norm.l2_kernel("rms_norm", p) == f"rms_norm_fwd_l2<{1 if longest else 2}, {{T}}, {{A}}>"
-        assert not p.chunks or threads == _launch.L2_THREADS  # layer_norm's B = 1 kernel takes that constant
+        # rows past 16 up to 32 KiB of rms_norm and float layer_norm in blocks of 512 there: 3 blocks an SM
+        three = high and props.mem_gbps <= _launch.L2_THREE_MAX_SM_GBPS * props.sm_count \
+            and _launch.L2_MIN_ROW_BYTES < cols * itemsize <= _launch.L2_THREE_MAX_ROW_BYTES \
+            and (arrays == 1 or itemsize == 4) and threads == _launch.L2_THREE_THREADS
+        want = _launch.L2_ONE_CHUNKS if longest else _launch.L2_THREE_CHUNKS if three else 0
+        assert p.shared_mem == 0 and p.chunks == want, (rows, cols, itemsize)
+        b = 1 if longest else 3 if three else 2
+        op = "rms_norm" if arrays == 1 else "layer_norm"
+        assert _launch_norm.l2_kernel(op, p) == f"{op}_fwd_l2<{b}, {{T}}, {{A}}>"
+        assert _launch_norm.l2_kernel(f"add_{op}", p) == f"add_{op}_fwd_l2<{min(b, 2)}, {{T}}, {{A}}>"  # no B = 3
+        assert threads == {1: _launch.L2_THREADS, 3: _launch.L2_THREE_THREADS}.get(b, threads)  # the kernels' bounds
     h = _launch_norm.norm_l2_plan
     assert (h(9, 8192, 2, props).block[0], h(9, 8192, 2, props, 1).block[0]) == (256, min(512, largest))
     source = (_sources.KERNEL_DIR / "norm_l2.cu").read_text()
@@ -518,8 +526,33 @@ def test_norm_l2_plan_gives_rows_past_80_kib_one_block_an_sm():
         assert h(2048, 32768, 4, H100._replace(max_threads_per_block=512), arrays).chunks == 0
         assert h(2048, 32768, 4, H100, arrays).shared_mem == 0
     source = (_sources.KERNEL_DIR / "norm_l2.cu").read_text()
-    assert "__launch_bounds__(OPSMITH_L2_THREADS, B)" in source and _launch.L2_THREADS == 1024
+    assert "OPSMITH_L2_THREADS, B)" in source and _launch.L2_THREADS == 1024
     assert f"#define OPSMITH_L2_UNROLL_ONE {one}\n" in source
+
+
+def test_norm_l2_plan_gives_rows_of_16_to_32_kib_three_blocks_an_sm_on_the_h200():
+    """The H200 (36 GB/s of DRAM bandwidth an SM, between LOW_BW_SM_GBPS and L2_THREE_MAX_SM_GBPS): rms_norm's rows of more than 16 up to 32 KiB (fp32 4,097-8,192 columns, bf16 8,193-16,384) and
+    float layer_norm's take the kernels of B = 3 (blocks of 512, 4 chunks a trip; bench/diag_fwd_l2_trips.py: 1.01-1.05x
+    B = 2's on the H200), bf16 layer_norm's and the rows of exactly 16 KiB keep B = 2; the H100 (low bandwidth an SM,
+    where norm_c8_plan takes these rows), the A100, the B200 (52 GB/s an SM: sm_100's ptxas spills those kernels,
+    unmeasured) and a device that does not report its bandwidth keep B = 2."""
+    h, three = _launch_norm.norm_l2_plan, _launch.L2_THREE_CHUNKS
+    for props in (H200, H200._replace(sm_count=114)):  # (an H200 NVL's SMs: 42 GB/s an SM)
+        for cols, itemsize in ((8192, 4), (6144, 4), (4100, 4), (16384, 2), (8200, 2)):
+            p = h(65536, cols, itemsize, props, 1)
+            assert (p.block, p.chunks) == ((512, 1), three), (cols, itemsize)
+            assert _launch_norm.l2_kernel("rms_norm", p) == "rms_norm_fwd_l2<3, {T}, {A}>"
+            assert h(65536, cols, itemsize, props, 2).chunks == (three if itemsize == 4 else 0)
+        assert h(65536, 4096, 4, props, 1).chunks == h(65536, 8192, 2, props, 1).chunks == 0  # 16 KiB: 2 chunks a thread
+        assert h(65536, 16384, 4, props, 1).chunks == h(65536, 32768, 2, props, 2).chunks == 0  # 64 KiB: 1,024 threads
+    for props in (H100, A100, B200, H200._replace(mem_gbps=0)):
+        assert h(65536, 8192, 4, props, 1).chunks == h(65536, 8192, 4, props, 2).chunks == 0
+    assert _launch_norm.l2_kernel("add_layer_norm", h(9, 8192, 4, H200, 2)) == "add_layer_norm_fwd_l2<2, {T}, {A}>"
+    source = (_sources.KERNEL_DIR / "norm_l2.cu").read_text()
+    assert f"#define OPSMITH_L2_THREADS_THREE {_launch.L2_THREE_THREADS}\n" in source
+    assert f"#define OPSMITH_L2_UNROLL_THREE {three}\n" in source
+    assert "__launch_bounds__(B == 3 ? OPSMITH_L2_THREADS_THREE : OPSMITH_L2_THREADS, B)" in source
+    assert {"layer_norm_fwd_l2<3, {T}, {A}>", "rms_norm_fwd_l2<3, {T}, {A}>"} <= set(_sources.FILES["norm_l2.cu"])
 
 
 def test_norm_l2_plan_keeps_two_blocks_an_sm_up_to_96_kib_where_the_bandwidth_an_sm_is_high():

@@ -21,7 +21,9 @@
 // 16-byte chunks a thread a trip, their loads issued together. H200 (bench/diag_norm_l2.py,
 // bench/results/ops-norm-l2-h200-2026-11-26/variants.txt): 2 ran 1.05-1.45x as fast as 1 and 1.1-1.5x as 4;
 // 32 registers a thread (2,048 threads an SM) beat 64 by 5-30 % but for fp32 at 8192x8192 (even).
+#ifndef OPSMITH_L2_UNROLL  // a diag script's other count (bench/diag_fwd_l2_trips.py)
 #define OPSMITH_L2_UNROLL 2
+#endif
 // Each kernel's first template argument B: the blocks of OPSMITH_L2_THREADS an SM (__launch_bounds__). B = 2 as
 // above; B = 1 for rows past _launch.L2_ONE_ROW_BYTES, up to 64 registers and twice the chunks in flight
 // (OPSMITH_L2_UNROLL_ONE, _launch.L2_ONE_CHUNKS); its 48-64 registers keep a second block out (two such rows an SM
@@ -51,6 +53,19 @@
 #ifndef OPSMITH_L2_ADD_FIRST_ONE
 #define OPSMITH_L2_ADD_FIRST_ONE 4
 #endif
+// B = 3 (layer_norm's and rms_norm's, _launch_norm.norm_l2_plan's rows of more than 16 up to 32 KiB where the device's
+// DRAM bandwidth an SM is high): blocks of up to OPSMITH_L2_THREADS_THREE threads, 3 an SM (40 registers), and
+// OPSMITH_L2_UNROLL_THREE chunks a trip in both passes, so that a row of 512 threads takes one trip a pass (as
+// torch.compile's Triton kernel for fp32 65536x8192: one program of 16 warps a row, R0_BLOCK 8192). H200
+// (bench/diag_fwd_l2_trips.py, bench/results/ops-h200-2026-12-04/trips.txt), GB/s against B = 2 (2 chunks a trip, 4
+// blocks of 512 an SM at 32 registers), one run: fp32 rms_norm 65536x8192 4,067 -> 4,275, 8192x8192 4,050 -> 4,180,
+// layer_norm 32768x8192 4,171 -> 4,259; bf16 rms_norm 16384x16384 4,121 -> 4,257. bf16 layer_norm ran 0.98-1.00x
+// (it keeps B = 2), rows of 16 KiB (2 chunks a thread) as fast, and 4 chunks a trip at 32 registers (B = 4, or 1,024
+// threads) spilled and ran 0.7-1.0x.
+#define OPSMITH_L2_THREADS_THREE 512
+#define OPSMITH_L2_UNROLL_THREE 4
+// the kernels' __launch_bounds__: B blocks of OPSMITH_L2_THREADS (of OPSMITH_L2_THREADS_THREE where B = 3) an SM
+#define OPSMITH_L2_BOUNDS __launch_bounds__(B == 3 ? OPSMITH_L2_THREADS_THREE : OPSMITH_L2_THREADS, B)
 #ifndef OPSMITH_L2_ONE_WFIRST  // 0: B = 1 loads its weights as B = 2 (a diag variant: 0.89-0.96x, weights-late.txt)
 #define OPSMITH_L2_ONE_WFIRST 1
 #endif
@@ -120,7 +135,8 @@ using namespace opsmith;
 // A block's row (one a block: norm_l2_plan takes up to 2^31 - 1 rows; a grid-stride loop over rows took
 // registers past the 32 and ran 10-30 % slower), its setup, and the trips of a thread over the row's nv
 // chunks: chunk c0 + u * tpr for u < U (FIXED: tpr the constant OPSMITH_L2_THREADS where B = 1)
-#define OPSMITH_L2_ROW(FIXED) OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE : OPSMITH_L2_UNROLL, FIXED)
+#define OPSMITH_L2_ROW(FIXED) \
+    OPSMITH_L2_ROW_U(B == 1 ? OPSMITH_L2_UNROLL_ONE : B == 3 ? OPSMITH_L2_UNROLL_THREE : OPSMITH_L2_UNROLL, FIXED)
 #define OPSMITH_L2_ROW_U(UU, FIXED)                                          \
     constexpr int N = Vec<T>::N, U = (UU);                                    \
     const int tpr = B == 1 && (FIXED) ? OPSMITH_L2_THREADS : (int)blockDim.x; \
@@ -223,7 +239,7 @@ __device__ __forceinline__ void ln_scale_pass(const T* src, const T* __restrict_
 }
 
 template <int B, class T, class A>
-__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
+__global__ void OPSMITH_L2_BOUNDS
 layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                   A* __restrict__ mean, A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {
     OPSMITH_L2_ROW(OPSMITH_L2_LN_FIXED)
@@ -278,7 +294,7 @@ __device__ __forceinline__ void rms_scale_pass(const T* src, const T* __restrict
 }
 
 template <int B, class T, class A>
-__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
+__global__ void OPSMITH_L2_BOUNDS
 rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, A* __restrict__ rstd,
                 long long rows, int cols, A eps, int has_w) {
     OPSMITH_L2_ROW(OPSMITH_L2_RMS_FIXED)
@@ -336,7 +352,7 @@ __device__ __forceinline__ void add_first_pass(const T* __restrict__ xr, const T
 // One chunk of each a trip (two loads in flight, as the others' two chunks): at two it spilled (B = 1: two, and
 // OPSMITH_L2_ADD_FIRST_ONE in the first pass).
 template <int B, class T, class A>
-__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
+__global__ void OPSMITH_L2_BOUNDS
 add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                     T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ rstd, long long rows, int cols,
                     A eps, int has_w) {
@@ -362,7 +378,7 @@ add_rms_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, con
 // s = x + residual, rounded to T, as the new residual asking L2 to keep it, and merges its statistics; the second
 // reads s back from L2 and writes y. HBM: x and residual read, s and y written, the floor.
 template <int B, class T, class A>
-__global__ void __launch_bounds__(OPSMITH_L2_THREADS, B)
+__global__ void OPSMITH_L2_BOUNDS
 add_layer_norm_fwd_l2(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ w,
                       const T* __restrict__ b, T* __restrict__ y, T* __restrict__ residual_out, A* __restrict__ mean,
                       A* __restrict__ rstd, long long rows, int cols, A eps, int has_w, int has_b) {

@@ -87,6 +87,8 @@
     X(LN_FWD_L2_ONE, "norm_l2.cu", "layer_norm_fwd_l2<1, {T}, {A}>")          \
     X(RMS_FWD_L2, "norm_l2.cu", "rms_norm_fwd_l2<2, {T}, {A}>")               \
     X(RMS_FWD_L2_ONE, "norm_l2.cu", "rms_norm_fwd_l2<1, {T}, {A}>")           \
+    X(LN_FWD_L2_THREE, "norm_l2.cu", "layer_norm_fwd_l2<3, {T}, {A}>")        \
+    X(RMS_FWD_L2_THREE, "norm_l2.cu", "rms_norm_fwd_l2<3, {T}, {A}>")         \
     X(ADD_RMS_FWD_L2, "norm_l2.cu", "add_rms_norm_fwd_l2<2, {T}, {A}>")       \
     X(ADD_RMS_FWD_L2_ONE, "norm_l2.cu", "add_rms_norm_fwd_l2<1, {T}, {A}>")   \
     X(ADD_LN_FWD_L2, "norm_l2.cu", "add_layer_norm_fwd_l2<2, {T}, {A}>")      \

@@ -76,7 +76,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         if (two.strategy != S_NONE && vec) launch(LN_FWD_FULL, dt, dev, two, params);
         else if (c4.strategy != S_NONE) launch(c4_full ? LN_FWD_C4F : LN_FWD_C4, dt, dev, c4, params);
         else if (c8.strategy != S_NONE && vec) launch(LN_FWD_C8, dt, dev, c8, params);  // (no cache either)
-        else if (l2.strategy != S_NONE && vec) launch(l2.chunks ? LN_FWD_L2_ONE : LN_FWD_L2, dt, dev, l2, params);
+        else if (l2.strategy != S_NONE && vec)  // _launch_norm.l2_kernel: B = 1, 3 or 2
+            launch(!l2.chunks ? LN_FWD_L2 : l2.bx == K[C_L2_THREADS] ? LN_FWD_L2_ONE : LN_FWD_L2_THREE, dt, dev, l2, params);
         else if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);
         else launch(k, dt, dev, resident(k, dt, dev, p), params);
     }
@@ -198,7 +199,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
         }
         const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev], 1);  // _norms._l2_plan
         if (l2.strategy != S_NONE && aligned16(xp) && aligned16(wp) && aligned16(yp)) {
-            launch(l2.chunks ? RMS_FWD_L2_ONE : RMS_FWD_L2, dt, dev, l2, params);  // (_launch_norm.l2_kernel; no cache)
+            const Kernel kl = !l2.chunks ? RMS_FWD_L2 : l2.bx == K[C_L2_THREADS] ? RMS_FWD_L2_ONE : RMS_FWD_L2_THREE;
+            launch(kl, dt, dev, l2, params);  // (_launch_norm.l2_kernel; no cache)
             return {y, rstd};
         }
         const Kernel k = p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? RMS_FWD_CL2 : RMS_FWD_CL2W)  // K = 2

@@ -16,7 +16,8 @@ enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C
        C_C4_MIN_ROW_BYTES, C_WIDE3_THREADS, C_LOW_BW_SM_GBPS, C_SMALL_BWD_ROWS, C_SMALL_MIN_LANES,
        C_C8_MAX_ROW_BYTES, C_LN_FULL2_MAX_ROW_BYTES, C_L2_ONE_ROW_BYTES, C_L2_ONE_CHUNKS,
        C_LN_FULL2_HIGH_BW_ROWS, C_BWD_C4_CHUNKS, C_BWD_C4_LN_MIN_ROW_BYTES,
-       C_L2_ONE_ROW_BYTES_HIGH_BW, N_CONSTS };
+       C_L2_ONE_ROW_BYTES_HIGH_BW, C_L2_THREE_THREADS, C_L2_THREE_CHUNKS, C_L2_THREE_MAX_ROW_BYTES,
+       C_L2_THREE_MAX_SM_GBPS, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -244,8 +245,14 @@ Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     const int64_t bx = std::min(largest, threads);
     const bool high_bw = p.mem_gbps > 0 && !low_bandwidth_per_sm(p);
     const int64_t one_bytes = high_bw ? K[C_L2_ONE_ROW_BYTES_HIGH_BW] : K[C_L2_ONE_ROW_BYTES];
-    const int64_t one = cols * itemsize > one_bytes && bx == K[C_L2_THREADS] ? K[C_L2_ONE_CHUNKS] : 0;
-    return {S_L2, rows, 1, bx, 1, 0, 0, 0, 1, one};
+    int64_t chunks = cols * itemsize > one_bytes && bx == K[C_L2_THREADS] ? K[C_L2_ONE_CHUNKS] : 0;
+    // rows past L2_MIN_ROW_BYTES up to L2_THREE_MAX_ROW_BYTES of rms_norm, and of float layer_norm, in blocks of
+    // L2_THREE_THREADS where the bandwidth an SM is known, high and at most L2_THREE_MAX_SM_GBPS: the kernels' B = 3
+    // (chunks L2_THREE_CHUNKS)
+    if (high_bw && p.mem_gbps <= K[C_L2_THREE_MAX_SM_GBPS] * p.sm_count && cols * itemsize > K[C_L2_MIN_ROW_BYTES] &&
+        cols * itemsize <= K[C_L2_THREE_MAX_ROW_BYTES] && bx == K[C_L2_THREE_THREADS] && (arrays == 1 || itemsize == 4))
+        chunks = K[C_L2_THREE_CHUNKS];
+    return {S_L2, rows, 1, bx, 1, 0, 0, 0, 1, chunks};
 }
 
 // _launch_norm.norm_bwd_small_plan: the norm backwards of 1 to SMALL_BWD_ROWS rows in one launch (norm_small.cu),
