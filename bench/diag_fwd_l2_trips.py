@@ -8,7 +8,11 @@ first run, the kernels of B = 3 on the rows past 16 up to 32 KiB: t512u4b3's), t
 threads (b2: the plan before) and torch.compile(dynamic=False); kernels alone (torch.profiler, us a call) as GB/s of
 the bytes-moved floor beside a copy of the same bytes, each output checked against the shipped one. Needs a GPU.
 
-    python3 bench/diag_fwd_l2_trips.py [--out FILE.json] [--no-compile]
+With ``--long``: the shipped kernels of B = 1, 2 and 3 at several block sizes (b{B}_{threads}) on rows of 20-128 KiB,
+where the plans give B = 2 (1,024 threads; 512 past 16 up to 32 KiB) or B = 1 (past 96 KiB), and float
+layer_norm's rows of 20-24 KiB (compile's 16384x6144 read 4,250 GB/s where ours read 3,872-3,904).
+
+    python3 bench/diag_fwd_l2_trips.py [--out FILE.json] [--no-compile] [--long]
 """
 import argparse
 import json
@@ -28,6 +32,10 @@ SHAPES = [(torch.float32, r, c) for r, c in ((8192, 8192), (32768, 8192), (65536
                                               (4096, 16384), (8192, 16384))]
 SHAPES += [(torch.bfloat16, r, c) for r, c in ((32768, 8192), (4096, 16384), (16384, 16384), (16384, 12288),
                                                (4096, 32768))]
+LONG_SHAPES = [(torch.float32, r, c) for r, c in ((16384, 5120), (16384, 6144), (4096, 16384), (8192, 16384),
+                                                   (4096, 24576), (2048, 32768), (4096, 32768))]
+LONG_SHAPES += [(torch.bfloat16, r, c) for r, c in ((8192, 32768), (2048, 65536))]
+LAUNCHES = ((1, 1024), (2, 1024), (2, 512), (2, 256), (3, 512), (3, 256))  # (B, threads) of --long
 # variant -> (defines, B): norm_l2.cu compiled under the defines, its kernels of B blocks an SM
 VARIANTS = {"b2": ({}, 2), "u4": ({"OPSMITH_L2_UNROLL": 4}, 2)}
 VARIANTS.update({f"t512u{u}b{b}": ({"OPSMITH_L2_UNROLL": u, "OPSMITH_L2_THREADS": 512}, b)
@@ -38,15 +46,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--long", action="store_true")
     args = ap.parse_args()
     arch = _driver.device_arch(0)
     props = _launch.device_props(0)
     src = _sources.KERNEL_DIR / "norm_l2.cu"
     mods, records = {}, []
-    for dt, rows, cols in SHAPES:
+    for dt, rows, cols in LONG_SHAPES if args.long else SHAPES:
         dts = str(dt)[6:]
         t, a = _sources.DTYPES[dts]
-        if dts not in mods:
+        if dts not in mods and not args.long:
             mods[dts] = {}
             for v, (defines, b) in VARIANTS.items():
                 names = [f"{op}_fwd_l2<{b}, {t}, {a}>" for op in ("layer_norm", "rms_norm")]
@@ -69,18 +78,23 @@ def main():
                 ours = lambda: _norms.layer_norm_fwd(x, [cols], w, b, 1e-5)[0]  # noqa: E731
                 comp = torch.compile(lambda: F.layer_norm(x, (cols,), w, b, 1e-5), dynamic=False)
 
-                def mk(k):
-                    return lambda: (k.launch(cfg, x, w, b, y, st, st2, rows, cols, 1e-5, 1, 1), y)[1]
+                def mk(k, c=cfg):
+                    return lambda: (k.launch(c, x, w, b, y, st, st2, rows, cols, 1e-5, 1, 1), y)[1]
             else:
                 ours = lambda: _norms.rms_norm_fwd(x, [cols], w, 1e-6)[0]  # noqa: E731
                 comp = torch.compile(lambda: F.rms_norm(x, (cols,), w, 1e-6), dynamic=False)
 
-                def mk(k):
-                    return lambda: (k.launch(cfg, x, w, y, st, rows, cols, 1e-6, 1), y)[1]
+                def mk(k, c=cfg):
+                    return lambda: (k.launch(c, x, w, y, st, rows, cols, 1e-6, 1), y)[1]
             variants = {"shipped": ours}
-            for v, (defines, bb) in VARIANTS.items():
+            for v, (defines, bb) in () if args.long else VARIANTS.items():
                 if threads <= defines.get("OPSMITH_L2_THREADS", 1024):
                     variants[v] = mk(mods[dts][v].get_kernel(f"{op}_fwd_l2<{bb}, {t}, {a}>"))
+            for bb, th in LAUNCHES if args.long else ():  # the shipped kernels at other launches
+                if th * (16 // x.element_size()) * 8 >= cols:  # up to 8 chunks a thread a pass
+                    k = _sources.kernel("norm_l2.cu", f"{op}_fwd_l2<{bb}, {{T}}, {{A}}>", dts, 0)
+                    c = _launch.launch_config(_launch.Plan("l2", (rows,), (th, 1), 0, 0))
+                    variants[f"b{bb}_{th}"] = mk(k, c)
             ref = ours().clone()
             if not args.no_compile:
                 variants["compile"] = comp

@@ -174,7 +174,8 @@ def add_layer_norm_cuda(x, residual, normalized_shape, weight=None, bias=None, e
         plan, name = c4, "add_layer_norm_fwd_c4" + "_full" * _launch.full_rows(c4, cols, size, aligned, 4) + "<{T}, {A}>"
     elif file == "norm.cu":  # the other register rows: 2 chunks a thread
         name = "add_layer_norm_fwd" + "_full" * _launch.full_rows(plan, cols, size, aligned) + "<{T}, {A}>"
-    elif rows and cols and (l2 := _norms._l2_plan(rows, cols, props, 2, x, residual, w, b)) is not None:
+    elif rows and cols and (l2 := _norms._if_aligned(_launch_norm.add_layer_norm_l2_plan(rows, cols, size, props),
+                                                     (x, residual, w, b))) is not None:
         # rows past the register strategy in whole 16-byte vectors: two passes, the second over s from L2
         plan, file, name = l2, "norm_l2.cu", _launch_norm.l2_kernel("add_layer_norm", l2)
     else:  # the long rows not in whole aligned vectors, or an empty input

@@ -58,6 +58,7 @@ L2_ONE_CHUNKS = 4     # OPSMITH_L2_UNROLL_ONE in norm_l2.cu: B = 1's chunks a tr
 L2_THREE_THREADS = 512  # OPSMITH_L2_THREADS_THREE in norm_l2.cu: the threads a block of B = 3 (3 blocks an SM)
 L2_THREE_CHUNKS = 4   # OPSMITH_L2_UNROLL_THREE in norm_l2.cu: B = 3's chunks a trip (norm_l2_plan's Plan.chunks)
 L2_THREE_MAX_ROW_BYTES = 32768  # norm_l2_plan: B = 3 for rows past L2_MIN_ROW_BYTES up to this (high bandwidth an SM)
+ADD_LN_ONE_ROW_BYTES = 65536  # add_layer_norm_l2_plan: one block an SM from rows of this many bytes (high bandwidth)
 L2_THREE_MAX_SM_GBPS = 45  # norm_l2_plan: B = 3 up to this DRAM GB/s an SM (the H200's 36; not the B200's 52: unmeasured)
 C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu (softmax.cu): the most threads a block of *_fwd_c4 (wide_full)
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes

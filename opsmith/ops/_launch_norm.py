@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
+from opsmith.ops._launch import (ADD_LN_ONE_ROW_BYTES, BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS, L2_ONE_CHUNKS,
                                  L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES,
                                  L2_ONE_ROW_BYTES_HIGH_BW, L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS,
@@ -17,7 +17,7 @@ from opsmith.ops._launch import (BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, C4_MIN_
                                  ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS,
                                  DeviceProps, Plan, _cdiv, _pow2_at_least, full_rows, row_plan)
 
-__all__ = ["add_rms_c8_kernel", "add_rms_c8_plan", "l2_kernel", "layer_norm_full2_plan", "layer_norm_fwd4_plan",
+__all__ = ["add_layer_norm_l2_plan", "add_rms_c8_kernel", "add_rms_c8_plan", "l2_kernel", "layer_norm_full2_plan", "layer_norm_fwd4_plan",
            "layer_norm_kernel", "low_bandwidth_per_sm", "norm_bwd_c4_plan", "norm_bwd_small_plan", "norm_c4_plan",
            "norm_c8_plan",
            "norm_l2_plan"]
@@ -199,6 +199,22 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
             and L2_MIN_ROW_BYTES < cols * itemsize <= L2_THREE_MAX_ROW_BYTES and (arrays == 1 or itemsize == 4):
         chunks = L2_THREE_CHUNKS
     return Plan("l2", (rows,), (bx, 1), 0, 0, 1, chunks)
+
+
+@functools.lru_cache(maxsize=4096)
+def add_layer_norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
+    """add_layer_norm's L2 rows: :func:`norm_l2_plan`'s (``arrays`` 2), but where the device's DRAM bandwidth an SM is
+    known and not low, one block an SM (``B`` = 1, ``Plan.chunks`` ``L2_ONE_CHUNKS``) from rows of
+    ``ADD_LN_ONE_ROW_BYTES`` (64 KiB) in blocks of ``L2_THREADS``, where layer_norm keeps two up to 96 KiB: its first
+    pass reads x and residual and writes s, twice layer_norm's bytes in flight. H200 (bench/diag_fwd_128k.py,
+    bench/results/ops-h200-2026-12-04/final.txt), GB/s of ``B`` = 1 against 2, one run: fp32 4096x16384 3,792 -> 3,890,
+    8192x16384 3,835 -> 3,930, bf16 4096x32768 3,752 -> 3,811; at 96 KiB (fp32 4096x24576) as fast (3,728 -> 3,738).
+    add_rms_norm keeps its own rows (:func:`add_rms_c8_plan` to 64 KiB: 3,974-4,009 at ``B`` = 1 against 4,138-4,185).
+    No C++ twin: the add norms run from Python only."""
+    p = norm_l2_plan(rows, cols, itemsize, props, 2)
+    if p is None or p.chunks or p.block[0] != L2_THREADS or cols * itemsize < ADD_LN_ONE_ROW_BYTES:
+        return p
+    return p._replace(chunks=L2_ONE_CHUNKS) if props.mem_gbps > 0 and not low_bandwidth_per_sm(props) else p
 
 
 def l2_kernel(op: str, plan: Plan) -> str:

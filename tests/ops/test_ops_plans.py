@@ -555,6 +555,27 @@ def test_norm_l2_plan_gives_rows_of_16_to_32_kib_three_blocks_an_sm_on_the_h200(
     assert {"layer_norm_fwd_l2<3, {T}, {A}>", "rms_norm_fwd_l2<3, {T}, {A}>"} <= set(_sources.FILES["norm_l2.cu"])
 
 
+def test_add_layer_norm_takes_one_block_an_sm_from_64_kib_rows_where_the_bandwidth_an_sm_is_high():
+    """add_layer_norm_l2_plan: layer_norm's L2 plan, but on the H200 and B200 one block an SM (B = 1) from rows of 64
+    KiB (fp32 16,384 columns, bf16 32,768), where layer_norm keeps two up to 96 KiB; shorter rows, the H100, the A100
+    and a device that does not report its bandwidth keep layer_norm's plan; the add norms never take B = 3."""
+    h, one = _launch_norm.add_layer_norm_l2_plan, _launch.L2_ONE_CHUNKS
+    for props in (H200, B200):
+        for rows, cols, itemsize in ((4096, 16384, 4), (8192, 16384, 4), (4096, 32768, 2), (4096, 24576, 4),
+                                     (2048, 32768, 4)):
+            p = h(rows, cols, itemsize, props)
+            assert p.block == (_launch.L2_THREADS, 1) and p.chunks == one and p.shared_mem == 0, (cols, itemsize)
+            assert _launch_norm.l2_kernel("add_layer_norm", p) == "add_layer_norm_fwd_l2<1, {T}, {A}>"
+        assert _launch_norm.norm_l2_plan(4096, 16384, 4, props, 2).chunks == 0  # layer_norm: two blocks
+        for cols, itemsize in ((12288, 4), (16384, 2), (8192, 4), (100, 4)):
+            assert h(64, cols, itemsize, props) == _launch_norm.norm_l2_plan(64, cols, itemsize, props, 2)
+        assert _launch_norm.l2_kernel("add_layer_norm", h(64, 8192, 4, props)).startswith("add_layer_norm_fwd_l2<2,")
+    for props in (H100, A100, H200._replace(mem_gbps=0)):
+        for cols, itemsize in ((16384, 4), (32768, 2), (24576, 4), (8192, 4)):
+            assert h(64, cols, itemsize, props) == _launch_norm.norm_l2_plan(64, cols, itemsize, props, 2)
+    assert _launch.ADD_LN_ONE_ROW_BYTES == 64 << 10
+
+
 def test_norm_l2_plan_keeps_two_blocks_an_sm_up_to_96_kib_where_the_bandwidth_an_sm_is_high():
     """H200 and B200 (more than LOW_BW_SM_GBPS of DRAM bandwidth an SM): float rows of 24,576 (96 KiB) keep two blocks
     an SM (bench/diag_fwd_128k.py: 1.08-1.19x one block's on the H200), those of 32,768 (128 KiB) and bf16 of 65,536
