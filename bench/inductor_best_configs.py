@@ -30,7 +30,7 @@ def main():
         f = (lambda: F.rms_norm(x, (c,), w, 1e-6)) if op == "rms" else (lambda: F.layer_norm(x, (c,), w, b, 1e-5))
         torch.compile(f, dynamic=False)()
         torch.cuda.synchronize()
-        for p in sorted(set(glob.glob(pattern, recursive=True)) - before):  # (a shape whose kernel was cached: none)
+        for p in sorted(set(glob.glob(pattern, recursive=True)) - before):
             cfg = json.load(open(p))
             keys = ("XBLOCK", "R0_BLOCK", "num_warps", "num_stages")
             print(op, dt, f"{r}x{c}", {k: cfg[k] for k in keys if k in cfg}, flush=True)
