@@ -12,9 +12,10 @@ import os
 import torch
 import torch.nn.functional as F
 
-SHAPES = (("rms", torch.float32, 65536, 8192), ("ln", torch.float32, 65536, 8192), ("rms", torch.float32, 4096, 16384),
-          ("ln", torch.float32, 4096, 16384), ("rms", torch.float32, 4096, 24576), ("rms", torch.float32, 2048, 32768),
-          ("ln", torch.float32, 2048, 32768), ("rms", torch.bfloat16, 32768, 8192), ("rms", torch.bfloat16, 4096, 16384),
+SHAPES = (("rms", torch.float32, 65536, 8192), ("ln", torch.float32, 65536, 8192),
+          ("rms", torch.float32, 4096, 16384), ("ln", torch.float32, 4096, 16384),
+          ("rms", torch.float32, 4096, 24576), ("rms", torch.float32, 2048, 32768), ("ln", torch.float32, 2048, 32768),
+          ("rms", torch.bfloat16, 32768, 8192), ("rms", torch.bfloat16, 4096, 16384),
           ("ln", torch.bfloat16, 16384, 16384), ("rms", torch.float32, 2048, 2048), ("ln", torch.float32, 2048, 2048),
           ("rms", torch.float32, 4096, 4096), ("ln", torch.float32, 4096, 4096))
 

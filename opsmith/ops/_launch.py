@@ -58,8 +58,7 @@ L2_ONE_CHUNKS = 4     # OPSMITH_L2_UNROLL_ONE in norm_l2.cu: B = 1's chunks a tr
 L2_THREE_THREADS = 512  # OPSMITH_L2_THREADS_THREE in norm_l2.cu: the threads a block of B = 3 (3 blocks an SM)
 L2_THREE_CHUNKS = 4   # OPSMITH_L2_UNROLL_THREE in norm_l2.cu: B = 3's chunks a trip (norm_l2_plan's Plan.chunks)
 L2_THREE_MAX_ROW_BYTES = 32768  # norm_l2_plan: B = 3 for rows past L2_MIN_ROW_BYTES up to this (high bandwidth an SM)
-ADD_LN_ONE_ROW_BYTES = 65536  # add_layer_norm_l2_plan: one block an SM from rows of this many bytes (high bandwidth)
-L2_THREE_MAX_SM_GBPS = 45  # norm_l2_plan: B = 3 up to this DRAM GB/s an SM (the H200's 36; not the B200's 52: unmeasured)
+L2_THREE_MAX_SM_GBPS = 45  # norm_l2_plan: B = 3 up to this DRAM GB/s an SM (H200 36; the B200's 52: unmeasured)
 C4_THREADS = 256      # OPSMITH_C4_THREADS in norm.cu (softmax.cu): the most threads a block of *_fwd_c4 (wide_full)
 C4_MIN_ROW_BYTES = 2048  # norm_c4_plan and softmax_plan's forward: 4 chunks a thread from rows of this many bytes
 LN_FULL2_MAX_ROW_BYTES = 4096  # layer_norm_full2_plan: layer_norm's 16-bit rows up to this at 2 chunks a thread, full
@@ -96,7 +95,7 @@ class Plan(NamedTuple):
     cache: int
     cluster: int = 1  # blocks a cluster ("cluster": the kernel's K, its __cluster_dims__)
     chunks: int = 0   # 16-byte chunks a thread: "cluster" (the forward kernels' 2nd template argument); "l2": a trip
-    #                   of B = 1 (blocks of L2_THREADS) or B = 3 (of L2_THREE_THREADS), 0 for B = 2 (_launch_norm.l2_kernel)
+    #                   of B = 1 (blocks of L2_THREADS) or 3 (of L2_THREE_THREADS), 0: B = 2 (_launch_norm.l2_kernel)
 
 
 # One LaunchConfig per plan, so that its id stays stable (the launcher remembers validated

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (ADD_LN_ONE_ROW_BYTES, BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
+from opsmith.ops._launch import (BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
                                  C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS, L2_ONE_CHUNKS,
                                  L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES,
                                  L2_ONE_ROW_BYTES_HIGH_BW, L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS,
@@ -17,10 +17,13 @@ from opsmith.ops._launch import (ADD_LN_ONE_ROW_BYTES, BWD_C4_CHUNKS, BWD_C4_LN_
                                  ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS,
                                  DeviceProps, Plan, _cdiv, _pow2_at_least, full_rows, row_plan)
 
-__all__ = ["add_layer_norm_l2_plan", "add_rms_c8_kernel", "add_rms_c8_plan", "l2_kernel", "layer_norm_full2_plan", "layer_norm_fwd4_plan",
-           "layer_norm_kernel", "low_bandwidth_per_sm", "norm_bwd_c4_plan", "norm_bwd_small_plan", "norm_c4_plan",
-           "norm_c8_plan",
-           "norm_l2_plan"]
+# add_layer_norm_l2_plan: one block an SM from rows of this many bytes where the bandwidth an SM is high (Python only:
+# the add norms have no C++ plans, so it is not among _launch's shared numbers)
+ADD_LN_ONE_ROW_BYTES = 65536
+
+__all__ = ["add_layer_norm_l2_plan", "add_rms_c8_kernel", "add_rms_c8_plan", "high_bandwidth_per_sm", "l2_kernel",
+           "layer_norm_full2_plan", "layer_norm_fwd4_plan", "layer_norm_kernel", "low_bandwidth_per_sm",
+           "norm_bwd_c4_plan", "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
 
 
 def low_bandwidth_per_sm(props: DeviceProps) -> bool:
@@ -28,6 +31,13 @@ def low_bandwidth_per_sm(props: DeviceProps) -> bool:
     B200 52, a device that does not report it: no). Such a device fills its DRAM with fewer bytes in flight an SM:
     the forwards' plans that hold fewer (c4 at 16 KiB rows, c8, layer_norm's full2) win there and lose elsewhere."""
     return 0 < props.mem_gbps <= LOW_BW_SM_GBPS * props.sm_count
+
+
+def high_bandwidth_per_sm(props: DeviceProps) -> bool:
+    """Whether ``props``' DRAM bandwidth is known and more than ``LOW_BW_SM_GBPS`` an SM (the H200, the B200; not the
+    H100, nor a device that does not report it): where the L2 rows of 96 KiB keep two blocks an SM, and the rows of
+    16-32 KiB (up to ``L2_THREE_MAX_SM_GBPS``) and add_layer_norm's from 64 KiB take their own kernels."""
+    return props.mem_gbps > 0 and not low_bandwidth_per_sm(props)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -191,7 +201,7 @@ def norm_l2_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     threads = _pow2_at_least(_cdiv(cols // vec, L2_CHUNKS))
     if arrays == 1:
         threads = max(threads, min(L2_RMS_THREADS, _pow2_at_least(_cdiv(cols // vec, 2))))
-    high = props.mem_gbps > 0 and not low_bandwidth_per_sm(props)
+    high = high_bandwidth_per_sm(props)
     one_bytes = L2_ONE_ROW_BYTES_HIGH_BW if high else L2_ONE_ROW_BYTES
     bx = min(largest, threads)
     chunks = L2_ONE_CHUNKS if cols * itemsize > one_bytes and bx == L2_THREADS else 0
@@ -214,7 +224,7 @@ def add_layer_norm_l2_plan(rows: int, cols: int, itemsize: int, props: DevicePro
     p = norm_l2_plan(rows, cols, itemsize, props, 2)
     if p is None or p.chunks or p.block[0] != L2_THREADS or cols * itemsize < ADD_LN_ONE_ROW_BYTES:
         return p
-    return p._replace(chunks=L2_ONE_CHUNKS) if props.mem_gbps > 0 and not low_bandwidth_per_sm(props) else p
+    return p._replace(chunks=L2_ONE_CHUNKS) if high_bandwidth_per_sm(props) else p
 
 
 def l2_kernel(op: str, plan: Plan) -> str:

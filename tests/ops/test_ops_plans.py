@@ -531,19 +531,20 @@ def test_norm_l2_plan_gives_rows_past_80_kib_one_block_an_sm():
 
 
 def test_norm_l2_plan_gives_rows_of_16_to_32_kib_three_blocks_an_sm_on_the_h200():
-    """The H200 (36 GB/s of DRAM bandwidth an SM, between LOW_BW_SM_GBPS and L2_THREE_MAX_SM_GBPS): rms_norm's rows of more than 16 up to 32 KiB (fp32 4,097-8,192 columns, bf16 8,193-16,384) and
-    float layer_norm's take the kernels of B = 3 (blocks of 512, 4 chunks a trip; bench/diag_fwd_l2_trips.py: 1.01-1.05x
-    B = 2's on the H200), bf16 layer_norm's and the rows of exactly 16 KiB keep B = 2; the H100 (low bandwidth an SM,
-    where norm_c8_plan takes these rows), the A100, the B200 (52 GB/s an SM: sm_100's ptxas spills those kernels,
-    unmeasured) and a device that does not report its bandwidth keep B = 2."""
+    """The H200 (36 GB/s of DRAM bandwidth an SM, between LOW_BW_SM_GBPS and L2_THREE_MAX_SM_GBPS): rms_norm's rows of
+    more than 16 up to 32 KiB (fp32 4,097-8,192 columns, bf16 8,193-16,384) and float layer_norm's take the kernels of
+    B = 3 (blocks of 512, 4 chunks a trip; bench/diag_fwd_l2_trips.py: 1.01-1.05x B = 2's on the H200); bf16
+    layer_norm's and the rows of exactly 16 KiB keep B = 2, and so do the H100 (low bandwidth an SM, where norm_c8_plan
+    takes these rows), the A100, the B200 (52 GB/s an SM: sm_100's ptxas spills those kernels, unmeasured) and a device
+    that does not report its bandwidth."""
     h, three = _launch_norm.norm_l2_plan, _launch.L2_THREE_CHUNKS
-    for props in (H200, H200._replace(sm_count=114)):  # (an H200 NVL's SMs: 42 GB/s an SM)
+    for props in (H200, H200._replace(sm_count=114)):  # (and at 42 GB/s an SM, within the bound)
         for cols, itemsize in ((8192, 4), (6144, 4), (4100, 4), (16384, 2), (8200, 2)):
             p = h(65536, cols, itemsize, props, 1)
             assert (p.block, p.chunks) == ((512, 1), three), (cols, itemsize)
             assert _launch_norm.l2_kernel("rms_norm", p) == "rms_norm_fwd_l2<3, {T}, {A}>"
             assert h(65536, cols, itemsize, props, 2).chunks == (three if itemsize == 4 else 0)
-        assert h(65536, 4096, 4, props, 1).chunks == h(65536, 8192, 2, props, 1).chunks == 0  # 16 KiB: 2 chunks a thread
+        assert h(65536, 4096, 4, props, 1).chunks == h(65536, 8192, 2, props, 1).chunks == 0  # 16 KiB: 2 chunks each
         assert h(65536, 16384, 4, props, 1).chunks == h(65536, 32768, 2, props, 2).chunks == 0  # 64 KiB: 1,024 threads
     for props in (H100, A100, B200, H200._replace(mem_gbps=0)):
         assert h(65536, 8192, 4, props, 1).chunks == h(65536, 8192, 4, props, 2).chunks == 0
@@ -573,7 +574,7 @@ def test_add_layer_norm_takes_one_block_an_sm_from_64_kib_rows_where_the_bandwid
     for props in (H100, A100, H200._replace(mem_gbps=0)):
         for cols, itemsize in ((16384, 4), (32768, 2), (24576, 4), (8192, 4)):
             assert h(64, cols, itemsize, props) == _launch_norm.norm_l2_plan(64, cols, itemsize, props, 2)
-    assert _launch.ADD_LN_ONE_ROW_BYTES == 64 << 10
+    assert _launch_norm.ADD_LN_ONE_ROW_BYTES == 64 << 10
 
 
 def test_norm_l2_plan_keeps_two_blocks_an_sm_up_to_96_kib_where_the_bandwidth_an_sm_is_high():
