@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The norm backwards of 4 chunks a thread (norm.cu's ``*_bwd_c4``, ``_launch_norm.norm_bwd_c4_plan``: a row a block,
+"""The norm backwards of 4 chunks a thread (norm.cu's ``*_bwd_c4``, ``_launch_bwd.norm_bwd_c4_plan``: a row a block,
 the weight-gradient sums and the weight in shared memory) against the cluster of 2 blocks a row they replace
 (norm_cluster.cu), on the rows between: float 4,097-8,192 columns, and (``--bf16``) 16-bit 8,193-16,384, which the
 shipped plan leaves to the clusters. Both through ``opsmith.ops._norms`` (the cluster: the plan made to return None),
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _kernel_timing import median_us  # noqa: E402
-from opsmith.ops import _launch, _launch_norm, _norms  # noqa: E402
+from opsmith.ops import _launch, _launch_bwd, _launch_norm, _norms  # noqa: E402
 
 FLOAT_SHAPES = "8192x8192,32768x8192,65536x8192,16384x6144,16384x5120,4096x8192"
 HALF_SHAPES = "4096x16384,8192x12288,16384x10240"
@@ -83,7 +83,7 @@ def main() -> int:
     ap.add_argument("--bf16", action="store_true", help="also bf16 rows, the c4 plan opened to 2-byte types")
     ap.add_argument("--ops", default="rms_norm,layer_norm")
     args = ap.parse_args()
-    shipped = _launch_norm.norm_bwd_c4_plan
+    shipped = _launch_bwd.norm_bwd_c4_plan
     lf = _liger()
     cases = [(torch.float32, s) for s in args.float_shapes.split(",")]
     if args.bf16:
@@ -106,11 +106,11 @@ def main() -> int:
                 else:
                     def plan(*a, **k):
                         return None
-                _norms._launch_norm.norm_bwd_c4_plan = plan
+                _norms._launch_bwd.norm_bwd_c4_plan = plan
                 try:
                     res[name] = run_case(op, x, w, b, g, args.runs)
                 finally:
-                    _norms._launch_norm.norm_bwd_c4_plan = shipped
+                    _norms._launch_bwd.norm_bwd_c4_plan = shipped
             diff = max(float((a.float() - c.float()).abs().max() / max(1.0, float(c.float().abs().max())))
                        for a, c in zip(res["c4"][2], res["cluster"][2]))
             n = x.nbytes

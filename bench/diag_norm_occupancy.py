@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from opsmith._runtime import _driver
 from opsmith._torch._cuda_module import CudaModule
 from _kernel_timing import median_us  # noqa: E402  (bench/ is the script's folder)
-from opsmith.ops import _launch, _sources
+from opsmith.ops import _launch, _launch_bwd, _sources
 
 SHAPES = [(4096, 4096), (16384, 4096), (65536, 1024), (8192, 8192)]
 
@@ -53,7 +53,7 @@ def main() -> int:
             y, dx = torch.empty_like(x), torch.empty_like(x)
             mean, rstd = (torch.empty(rows, device="cuda") for _ in range(2))
             fp = _launch.row_plan(rows, cols, 2, 1, props)
-            bp = _launch.norm_bwd_plan(rows, cols, 2, props)
+            bp = _launch_bwd.norm_bwd_plan(rows, cols, 2, props)
             if fp.strategy == "long" or bp.strategy == "long":
                 continue
             if chunks != _launch.ROW_CHUNKS:  # the forward's plan for fatter threads; no backward

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The norm backwards, kernels alone (torch.profiler, us a call, per kernel): the plan that
-``_launch.norm_bwd_plan`` picks beside the persistent kernel (its partial sums, a row a block) and
+``_launch_bwd.norm_bwd_plan`` picks beside the persistent kernel (its partial sums, a row a block) and
 "split" (norm_split.cu's grad_x, then norm_bwd_weight, its clusters where the plan takes them, and
 without: "split_columns") forced, and eager torch's backward
 (autograd.grad of F.layer_norm / F.rms_norm). Needs a GPU.
@@ -16,7 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, ".")
-from opsmith.ops import _launch, _norms  # noqa: E402
+from opsmith.ops import _launch, _launch_bwd, _norms  # noqa: E402
 
 SHAPES = [(torch.bfloat16, r, c) for r, c in (
     (1, 4096), (16, 4096), (64, 4096), (256, 4096), (1024, 4096), (2048, 4096), (4096, 4096), (64, 8192), (128, 8192),
@@ -46,7 +46,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     args = ap.parse_args()
-    orig, orig_w = _launch.norm_bwd_plan, _launch.weight_grad_plan
+    orig, orig_w = _launch_bwd.norm_bwd_plan, _launch_bwd.weight_grad_plan
     props = _launch.device_props(0)
     resident = min(_launch.ROW_THREADS * _launch.ROW_BWD_BLOCKS, props.max_threads_per_sm)
     records = []
@@ -68,12 +68,12 @@ def main():
                 if op == "layer_norm" else functools.partial(_norms.rms_norm_bwd, g, xd, [cols], rrstd, True, wd)
             rec[op] = {"strategy": plan.strategy}
             for label, p in forced.items():
-                _launch.norm_bwd_plan = lambda *a, p=p: p
+                _launch_bwd.norm_bwd_plan = lambda *a, p=p: p
                 rec[op][label] = per_kernel(call)
             # split, norm_bwd_weight without clusters (its chunks' partial sums, then norm_col_sum)
-            _launch.weight_grad_plan = lambda r, c, i, pr: orig_w(r, c, i, pr._replace(clusters=False))
+            _launch_bwd.weight_grad_plan = lambda r, c, i, pr: orig_w(r, c, i, pr._replace(clusters=False))
             rec[op]["split_columns"] = per_kernel(call)
-            _launch.norm_bwd_plan, _launch.weight_grad_plan = orig, orig_w
+            _launch_bwd.norm_bwd_plan, _launch_bwd.weight_grad_plan = orig, orig_w
             y = torch.nn.functional.layer_norm(x, (cols,), w, w) if op == "layer_norm" \
                 else torch.nn.functional.rms_norm(x, (cols,), w)
             rec[op]["eager"] = per_kernel(functools.partial(torch.autograd.grad, y, (x, w), g, retain_graph=True))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The norm backwards of few rows in one launch (norm_small.cu, _launch_norm.norm_bwd_small_plan's "small")
+"""The norm backwards of few rows in one launch (norm_small.cu, _launch_bwd.norm_bwd_small_plan's "small")
 against the plans without it (the persistent backward and norm_col_sum, or the "split" grad_x and
 norm_bwd_weight) and torch eager's backward, through opsmith.ops' Python implementations (the row limit
 SMALL_BWD_ROWS patched in-process: "small" takes every row count its width allows, "without" none), bf16 and
@@ -19,16 +19,16 @@ from _kernel_timing import write_records  # noqa: E402  (bench/, this script's f
 from diag_norm_split import per_kernel  # noqa: E402
 from diag_small_bwd_plans import norm_bwd_cases  # noqa: E402
 from opsmith import ops  # noqa: E402
-from opsmith.ops import _launch, _launch_norm  # noqa: E402
+from opsmith.ops import _launch, _launch_bwd  # noqa: E402
 
 ROWS = (2, 16, 64, 256, 512, 1024, 2048, 4096)
 COLS = (512, 1024, 2048, 4096)
-SHIPPED = _launch_norm.SMALL_BWD_ROWS
+SHIPPED = _launch_bwd.SMALL_BWD_ROWS
 
 
 def limit(rows: int) -> None:
-    _launch_norm.SMALL_BWD_ROWS = rows
-    _launch_norm.norm_bwd_small_plan.cache_clear()
+    _launch_bwd.SMALL_BWD_ROWS = rows
+    _launch_bwd.norm_bwd_small_plan.cache_clear()
 
 
 def main():
@@ -42,8 +42,8 @@ def main():
             for rows in ROWS:
                 x, cases = norm_bwd_cases(rows, cols, dt)
                 limit(1 << 30)
-                has_small = _launch_norm.norm_bwd_small_plan(rows, cols, x.element_size(),
-                                                             _launch.device_props(x.get_device())) is not None
+                has_small = _launch_bwd.norm_bwd_small_plan(rows, cols, x.element_size(),
+                                                            _launch.device_props(x.get_device())) is not None
                 limit(SHIPPED)
                 for op, (ours, eager) in cases.items():
                     out = {}

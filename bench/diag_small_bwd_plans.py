@@ -19,14 +19,14 @@ sys.path.insert(0, ".")
 from _kernel_timing import write_records  # noqa: E402  (bench/, this script's folder)
 from diag_norm_split import per_kernel  # noqa: E402
 from opsmith import ops  # noqa: E402
-from opsmith.ops import _launch, _norms  # noqa: E402
+from opsmith.ops import _launch, _launch_bwd, _norms  # noqa: E402
 
 SHAPES = [(64, 512), (64, 1024), (256, 1024), (256, 512), (1024, 512), (1024, 1024)]
-BWD, WG = _launch.norm_bwd_plan, _launch.weight_grad_plan
+BWD, WG = _launch_bwd.norm_bwd_plan, _launch_bwd.weight_grad_plan
 
 
 def patch(variant):
-    _launch.norm_bwd_plan, _launch.weight_grad_plan = BWD, WG
+    _launch_bwd.norm_bwd_plan, _launch_bwd.weight_grad_plan = BWD, WG
     if variant == "shipped":
         return
 
@@ -43,7 +43,7 @@ def patch(variant):
         col_blocks = -(-cols // (32 * (16 // itemsize)))
         k = _launch.WEIGHT_CLUSTER
         return _launch.Plan("cluster", (k, col_blocks), (32, 8), 0, 0, k), -(-rows // k)
-    _launch.norm_bwd_plan, _launch.weight_grad_plan = bwd, wg
+    _launch_bwd.norm_bwd_plan, _launch_bwd.weight_grad_plan = bwd, wg
 
 
 def norm_bwd_cases(rows: int, cols: int, dtype):

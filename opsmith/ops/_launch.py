@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 __all__ = [
     "EW_THREADS", "LN_WIDE_TPR", "LONG_THREADS", "ROW_BWD_BLOCKS", "ROW_CHUNKS", "ROW_THREADS", "WIDE_CHUNKS",
-    "CLUSTER_FWD_BLOCKS", "CLUSTER_MAX", "CLUSTER_THREADS", "DeviceProps", "Plan", "col_sum_plan", "device_props",
-    "elementwise_plan", "ew_unrolled", "launch_config", "norm_bwd_plan", "norm_cluster_plan", "row_plan",
-    "full_rows", "softmax_fwd_wide3", "softmax_plan", "weight_grad_plan"
+    "CLUSTER_FWD_BLOCKS", "CLUSTER_MAX", "CLUSTER_THREADS", "DeviceProps", "Plan", "device_props",
+    "elementwise_plan", "ew_unrolled", "launch_config", "norm_cluster_plan", "row_plan",
+    "full_rows", "softmax_fwd_wide3", "softmax_plan"
 ]
 
 # The kernels' compile-time numbers (common.cuh, rows.cuh, elementwise.cu, softmax.cu, norm.cu).
@@ -33,7 +33,7 @@ ROW_CHUNKS = 2        # OPSMITH_ROW_CHUNKS: 16-byte vectors per thread and input
 ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-row kernels
 ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm_bwd.cuh: ROW_THREADS-blocks an SM holds in the norm backwards
 NORM_BWD_BLOCK = 256  # OPSMITH_BWD_BLOCK in norm_bwd.cuh: threads of a persistent backward block of several rows
-BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES = 4, 20 << 10  # _launch_norm.norm_bwd_c4_plan (norm.cu's *_bwd_c4)
+BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES = 4, 20 << 10  # _launch_bwd.norm_bwd_c4_plan (norm.cu's *_bwd_c4)
 LN_WIDE_TPR = 256     # layer_norm_fwd_wide (norm.cu) serves register rows of this many threads or more
 LN_FWD4_CHUNKS = 4    # layer_norm_fwd4 (norm.cu): 16-byte chunks a thread (layer_norm_fwd4_plan)
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels
@@ -275,79 +275,6 @@ def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int, aligned: bool) -> st
         return None
     full = aligned and cols == WIDE3_THREADS * WIDE_CHUNKS * (16 // itemsize)
     return "softmax_fwd_wide3_full" if full else "softmax_fwd_wide3"
-
-
-@functools.lru_cache(maxsize=4096)
-def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays: int = 2) -> Plan:
-    """The norm backwards (``arrays``: the weight gradients a persistent block sums, 2 for
-    layer_norm's weight and bias, 1 for rms_norm's weight). Rows that fit the register strategy
-    run ``"persistent"``: blocks of about 256 threads (``tpr`` a row, as ``row_plan``, several rows
-    a block), as many blocks as the SMs hold at once (``ROW_THREADS * ROW_BWD_BLOCKS`` threads an
-    SM: the kernels take up to 128 registers a thread for two rows in flight) striding over the
-    rows, each block adding its rows' weight-gradient terms and writing one row of partial sums
-    (``grid`` of them, at least two rows per row lane), which ``norm_col_sum`` adds up. A grid of
-    twice that ran as two waves and 20-35 % slower on an H200 (bench/diag_norm_bwd.py). Where
-    blocks hold several rows and a row a row lane takes no more blocks than the SMs, each lane
-    takes one row (bf16 512x1024 on an H200: layer_norm's backward kernels 7.95 -> 6.84 us).
-
-    ``"split"`` where a row a block fits the SMs (all rows at once, where the persistent kernel took
-    two trips), or a block's rows would hold fewer than ``NORM_SPLIT_BYTES * arrays`` bytes a
-    column (24 for layer_norm, 12 for rms_norm): the partial sums (4 bytes a column and
-    array a block, written and read again) then cost more than reading grad and x twice.
-    norm_split.cu's kernels write grad_x alone, a row a row lane and every row at once (``grid``
-    covers the rows), at up to 1024 threads an SM; then ``norm_bwd_weight`` (``weight_grad_plan``).
-    On an H200, bf16 backward kernels, layer_norm 1024x4096: 28.9 -> 13.3 us (eager 14.4),
-    2048x4096: 37.8 -> 26.5 (eager 30.8); at 31 bytes (4096x4096) the persistent kernels stay
-    ahead: layer_norm 51.5 against 53.4, rms_norm 39.4 against 51.2; rms_norm at 15.5 bytes either
-    way by 5-8 % (2048x2048: 13.2 persistent against 13.9; 2048x4096: 26.5 against 25.0), where it
-    keeps the persistent kernel (bench/results/ops-norm-split-h200-2026-11-26/). Longer rows:
-    ``row_plan``'s long plan (the weight gradient then comes from ``norm_bwd_weight``)."""
-    vec = 16 // itemsize
-    tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
-    limit = min(ROW_THREADS, props.max_threads_per_block)
-    if tpr > limit:
-        return row_plan(rows, cols, itemsize, 2, props)
-    per_block = max(1, min(limit, NORM_BWD_BLOCK) // tpr)
-    one_row = _cdiv(rows, per_block)
-    if per_block > 1 and one_row <= props.sm_count:  # few narrow rows: a row a row lane, a block an SM at most
-        return Plan("persistent", (max(1, one_row),), (tpr, per_block), 0, 0)
-    resident = min(ROW_THREADS * ROW_BWD_BLOCKS, props.max_threads_per_sm)
-    per_sm = max(1, resident // (tpr * per_block))
-    grid = max(1, min(per_sm * props.sm_count, _cdiv(rows, 2 * per_block)))
-    if one_row <= props.sm_count or rows * itemsize < NORM_SPLIT_BYTES * arrays * grid:  # see above
-        return Plan("split", (max(1, one_row),), (tpr, per_block), 0, 0)
-    return Plan("persistent", (grid,), (tpr, per_block), 0, 0)
-
-
-@functools.lru_cache(maxsize=4096)
-def col_sum_plan(cols: int, arrays: int) -> Plan:
-    """norm_col_sum over ``arrays`` (1 or 2) arrays of partial sums, ``cols`` wide: blocks of 32
-    columns x 32 row lanes, ``blockIdx.y`` the array."""
-    return Plan("columns", (_cdiv(cols, 32), arrays), (32, 32), 0, 0)
-
-
-@functools.lru_cache(maxsize=4096)
-def weight_grad_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> tuple[Plan, int]:
-    """norm_bwd_weight: blocks of 32 column lanes of a 16-byte vector each x 8 row lanes, the rows split into chunks:
-    about two blocks an SM, each row lane taking 1 to ``WEIGHT_LANE_ROWS`` rows (8: the most that measured faster, fewer
-    chunks to add up, four rows' loads in flight). Up to two rows a lane, one chunk: its sums go straight to the
-    gradients, no norm_col_sum (bf16 16x4096 on an H200: 4.9 us against 6.0). On sm_90+, inputs up to
-    ``WEIGHT_CLUSTER_BYTES`` whose column blocks give ``WEIGHT_CLUSTER`` blocks at least half the SMs take
-    ``"cluster"``: a cluster of that many chunks a column block (grid (chunks, column blocks)), whose sums meet in
-    distributed shared memory, no partial sums in global memory and no norm_col_sum (bf16 1024x4096 layer_norm backward
-    15.1 -> 13.3 us; 2048x4096: 26.7 against 33.3 with clusters, more chunks run faster there;
-    bench/results/ops-norm-split-h200-2026-11-26/). Returns the plan and the rows per chunk."""
-    col_blocks = _cdiv(cols, 32 * (16 // itemsize))
-    lanes = 8
-    if (props.clusters and rows > 2 * lanes and 2 * WEIGHT_CLUSTER * col_blocks >= props.sm_count
-            and rows * cols * itemsize <= WEIGHT_CLUSTER_BYTES):
-        per_chunk = _cdiv(rows, WEIGHT_CLUSTER)
-        return Plan("cluster", (WEIGHT_CLUSTER, col_blocks), (32, lanes), 0, 0, WEIGHT_CLUSTER), per_chunk
-    chunks = max(_cdiv(rows, WEIGHT_LANE_ROWS * lanes), min(_cdiv(2 * props.sm_count, col_blocks), _cdiv(rows, lanes)))
-    chunks = 1 if rows <= 2 * lanes else max(1, min(chunks, 65535))
-    per_chunk = _cdiv(rows, chunks)
-    chunks = _cdiv(rows, per_chunk)
-    return Plan("columns", (col_blocks, chunks), (32, lanes), 0, 0), per_chunk
 
 
 @functools.lru_cache(maxsize=4096)

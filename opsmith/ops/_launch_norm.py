@@ -3,19 +3,17 @@ register rows (``layer_norm_kernel``), its float rows of one block of 4 chunks a
 (``layer_norm_fwd4_plan``), the rows of 2 to 16 KiB that both take at 4 chunks a thread (``norm_c4_plan``;
 16 KiB itself where the device's bandwidth an SM is low) and the rows of 16 KiB or more that both read
 twice, the second time from L2 (``norm_l2_plan``). Their numbers live in :mod:`opsmith.ops._launch` with
-the others the C++ plans share."""
+the others the C++ plans share; the norm backwards' plans are :mod:`opsmith.ops._launch_bwd`'s."""
 from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES,
-                                 C8_MAX_ROW_BYTES, C8K_THREADS, L2_CHUNKS, L2_ONE_CHUNKS,
-                                 L2_MIN_ROW_BYTES, L2_ONE_ROW_BYTES,
-                                 L2_ONE_ROW_BYTES_HIGH_BW, L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS,
-                                 L2_THREE_MAX_ROW_BYTES, L2_THREE_MAX_SM_GBPS, L2_THREE_THREADS, LN_FULL2_MAX_ROW_BYTES,
-                                 LN_FULL2_HIGH_BW_ROWS, LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, NORM_BWD_BLOCK,
-                                 ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES, WEIGHT_LANE_ROWS,
-                                 DeviceProps, Plan, _cdiv, _pow2_at_least, full_rows, row_plan)
+from opsmith.ops._launch import (C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES, C8_MAX_ROW_BYTES, C8K_THREADS,
+                                 L2_CHUNKS, L2_MIN_ROW_BYTES, L2_ONE_CHUNKS, L2_ONE_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW,
+                                 L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS, L2_THREE_MAX_ROW_BYTES,
+                                 L2_THREE_MAX_SM_GBPS, L2_THREE_THREADS, LN_FULL2_HIGH_BW_ROWS, LN_FULL2_MAX_ROW_BYTES,
+                                 LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, ROW_CHUNKS, ROW_THREADS, DeviceProps,
+                                 Plan, _cdiv, _pow2_at_least, full_rows, row_plan)
 
 # add_layer_norm_l2_plan: one block an SM from rows of this many bytes where the bandwidth an SM is high (Python only:
 # the add norms have no C++ plans, so it is not among _launch's shared numbers)
@@ -23,7 +21,7 @@ ADD_LN_ONE_ROW_BYTES = 65536
 
 __all__ = ["add_layer_norm_l2_plan", "add_rms_c8_kernel", "add_rms_c8_plan", "high_bandwidth_per_sm", "l2_kernel",
            "layer_norm_full2_plan", "layer_norm_fwd4_plan", "layer_norm_kernel", "low_bandwidth_per_sm",
-           "norm_bwd_c4_plan", "norm_bwd_small_plan", "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
+           "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
 
 
 def low_bandwidth_per_sm(props: DeviceProps) -> bool:
@@ -237,57 +235,6 @@ def l2_kernel(op: str, plan: Plan) -> str:
     if plan.block[0] == L2_THREADS:
         return f"{op}_fwd_l2<1, {{T}}, {{A}}>"
     return f"{op}_fwd_l2<{2 if op.startswith('add_') else 3}, {{T}}, {{A}}>"
-
-
-@functools.lru_cache(maxsize=4096)
-def norm_bwd_small_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan | None:
-    """norm_small.cu's backwards (``"small"``: grad_x and the weight gradients in one launch) for 1 to
-    ``SMALL_BWD_ROWS`` rows whose row lane (``ROW_CHUNKS`` 16-byte chunks a thread) fits a block of
-    ``NORM_BWD_BLOCK`` threads, else None; the callers try it before ``norm_bwd_plan``. Blocks of
-    ``NORM_BWD_BLOCK`` threads: ``tpr`` a row (as ``norm_bwd_plan``), the first ceil(rows / rows a block)
-    writing grad_x, then the weight blocks of ``chunks`` column lanes (a 16-byte vector each) by
-    NORM_BWD_BLOCK / ``chunks`` row lanes: the most lanes, up to 32, that leave a row lane at most
-    ``WEIGHT_LANE_ROWS`` rows, but at least ``SMALL_MIN_LANES`` (64 bytes of a row together), no more than
-    the row has, and 8 columns a block or more (the kernel adds a column up within a warp). At these sizes
-    the persistent backward's partial sums and norm_col_sum's second launch cost more than reading the input
-    twice (bench/results/ops-small-bwd-h100-2026-11-27/)."""
-    vec = 16 // itemsize
-    tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
-    if not 1 <= rows <= SMALL_BWD_ROWS or tpr > min(NORM_BWD_BLOCK, props.max_threads_per_block):
-        return None
-    col_vecs = _cdiv(cols, vec)
-    lanes = 32
-    while lanes > SMALL_MIN_LANES and _cdiv(rows, NORM_BWD_BLOCK // lanes) > WEIGHT_LANE_ROWS:
-        lanes //= 2
-    lanes = max(min(lanes, _pow2_at_least(col_vecs)), _cdiv(8, vec))
-    per_block = NORM_BWD_BLOCK // tpr
-    return Plan("small", (_cdiv(rows, per_block) + _cdiv(col_vecs, lanes),), (tpr, per_block), 0, 0, 1, lanes)
-
-
-@functools.lru_cache(maxsize=4096)
-def norm_bwd_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays: int = 2) -> Plan | None:
-    """norm.cu's ``layer_norm_bwd_c4`` (``arrays`` 2) / ``rms_norm_bwd_c4`` (1): the persistent backward at
-    ``BWD_C4_CHUNKS`` 16-byte chunks a thread, a row a block of up to ``ROW_THREADS``, one block an SM (``grid``: the
-    SMs, at most a block for two rows), for float rows in whole vectors too long for the 2-chunk kernels and short
-    enough for 4 (4,097-8,192 columns; layer_norm's past ``BWD_C4_LN_MIN_ROW_BYTES``), which otherwise take a cluster
-    of 2 (``norm_cluster_plan``); else None. Its weight-gradient sums and the weight live in ``shared_mem`` bytes of
-    shared memory ([value][thread] at a stride of ``ROW_THREADS``), so that the registers hold this row and the next
-    one: a whole row in flight an SM, where the cluster's blocks hold half and meet in distributed shared memory each
-    row. H200 against the clusters (bench/diag_norm_bwd_c4.py, bench/results/ops-h200-2026-12-02/): float backwards
-    1.01-1.25x, forward + backward 1.05-1.14x (layer_norm 16384x5120 0.98x: its rows fill 5/8 of the chunks); bf16
-    rows of 10,240-16,384 0.79-1.17x, so 16-bit rows keep the clusters. The callers try it before ``norm_bwd_plan``,
-    on 16-byte aligned tensors only."""
-    vec = 16 // itemsize
-    limit = min(ROW_THREADS, props.max_threads_per_block)
-    if itemsize != 4 or cols % vec or _cdiv(cols, ROW_CHUNKS * vec) <= limit:
-        return None
-    if arrays == 2 and cols * itemsize <= BWD_C4_LN_MIN_ROW_BYTES:
-        return None
-    tpr = _pow2_at_least(_cdiv(cols // vec, BWD_C4_CHUNKS))
-    smem = (arrays * vec * itemsize + 16) * BWD_C4_CHUNKS * ROW_THREADS  # the sums (float) and the weight
-    if tpr > limit or smem > props.smem_per_block_optin or smem > props.smem_per_sm:
-        return None
-    return Plan("c4", (max(1, min(props.sm_count, _cdiv(rows, 2))),), (tpr, 1), smem, 0)
 
 
 def layer_norm_kernel(plan: Plan, vec: bool) -> str:

@@ -2,7 +2,7 @@
 norm_cluster.cu, norm_l2.cu, norm_split.cu and norm_small.cu (the strategy from :mod:`opsmith.ops._launch`'s plans)."""
 from __future__ import annotations
 
-from opsmith.ops import _launch, _launch_norm
+from opsmith.ops import _launch, _launch_bwd, _launch_norm
 from opsmith.ops._functional import _kernel, _resident, _rows_cols, _stats_dtype
 
 __all__ = ["layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd"]
@@ -61,7 +61,7 @@ def _col_sums(x, part_w, part_b, cols: int, shape):
     db = torch.empty(shape, dtype=x.dtype, device=x.device) if part_b is not None else None
     first, second = (part_w, dw) if part_w is not None else (part_b, db)
     both = part_w is not None and part_b is not None
-    plan = _launch.col_sum_plan(cols, 2 if both else 1)
+    plan = _launch_bwd.col_sum_plan(cols, 2 if both else 1)
     _kernel("norm_split.cu", "norm_col_sum<{T}, {A}>", x).launch(
         _launch.launch_config(plan), first, part_b if both else first, second, db if both else second,
         first.shape[0], cols)
@@ -74,7 +74,7 @@ def _weight_grads(g, x, mean, rstd, rows: int, cols: int, want_w: bool, want_b: 
     sums per chunk of rows and norm_col_sum (sm_90+, ``"cluster"`` plans: norm_bwd_weight_cluster, a
     cluster's chunks added up through distributed shared memory); None where not wanted."""
     import torch
-    plan, per_chunk = _launch.weight_grad_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
+    plan, per_chunk = _launch_bwd.weight_grad_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
     dw = torch.empty(shape, dtype=x.dtype, device=x.device) if want_w else None
     db = torch.empty(shape, dtype=x.dtype, device=x.device) if want_b else None
     if plan.strategy == "cluster":  # sm_90+: a cluster of chunks adds its sums up itself, straight to the gradients
@@ -150,10 +150,10 @@ def _bwd_plan(rows: int, cols: int, x, arrays: int, *tensors):
     the clusters (norm_cluster.cu) or the long rows (norm_long.cu); ``arrays``: the weight gradients the op has
     (2 layer_norm, 1 rms_norm)."""
     props = _launch.device_props(x.get_device())
-    c4 = _if_aligned(_launch_norm.norm_bwd_c4_plan(rows, cols, x.element_size(), props, arrays), tensors)
+    c4 = _if_aligned(_launch_bwd.norm_bwd_c4_plan(rows, cols, x.element_size(), props, arrays), tensors)
     if c4 is not None:
         return c4, "norm.cu"
-    plan = _launch.norm_bwd_plan(rows, cols, x.element_size(), props, arrays)
+    plan = _launch_bwd.norm_bwd_plan(rows, cols, x.element_size(), props, arrays)
     if plan.strategy != "long":
         return plan, "norm.cu"
     cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, True)
@@ -186,7 +186,7 @@ def _layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_
         return dx, (z if want_w else none), (z.clone() if want_b else none.clone()), False
     w = weight.contiguous() if weight is not None else x
     dw, db = none, none.clone()
-    small = _launch_norm.norm_bwd_small_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
+    small = _launch_bwd.norm_bwd_small_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
     if small is not None:  # few rows: grad_x and the weight and bias gradients in one launch
         dw, db = _new_grad(x, shape, want_w, dw), _new_grad(x, shape, want_b, db)
         _kernel("norm_small.cu", "layer_norm_bwd_small<{T}, {A}>", x).launch(
@@ -283,7 +283,7 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
     if not (rows and cols):
         return dx, (torch.zeros(shape, dtype=x.dtype, device=x.device) if want_w else x.new_empty(0))
     w = weight.contiguous() if weight is not None else x
-    small = _launch_norm.norm_bwd_small_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
+    small = _launch_bwd.norm_bwd_small_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
     if small is not None:  # few rows: grad_x and the weight gradient in one launch
         dw = _new_grad(x, shape, want_w, None)
         _kernel("norm_small.cu", "rms_norm_bwd_small<{T}, {A}>", x).launch(

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from opsmith import ops
-from opsmith.ops import _launch, _launch_norm
+from opsmith.ops import _launch, _launch_bwd, _launch_norm
 
 pytestmark = pytest.mark.gpu
 
@@ -344,8 +344,8 @@ def test_norm_backwards_of_few_rows_in_one_launch(shape, dtype):
     the native C++ path and the Python one alike, against float64."""
     from opsmith.ops import _launch_norm, _norms
     rows, cols = shape
-    assert _launch_norm.norm_bwd_small_plan(rows, cols, torch.tensor([], dtype=dtype).element_size(),
-                                            _launch.device_props(0)) is not None
+    assert _launch_bwd.norm_bwd_small_plan(rows, cols, torch.tensor([], dtype=dtype).element_size(),
+                                           _launch.device_props(0)) is not None
     base, g = _rand((rows * cols + 8,), dtype, 40), _rand(shape, dtype, 41)
     w, b = _rand(cols, dtype, 42), _rand(cols, dtype, 43)
     for x in (base[: rows * cols].view(rows, cols), base[1: 1 + rows * cols].view(rows, cols)):
@@ -443,8 +443,8 @@ def test_norm_bwd_c4_and_its_misaligned_fallback_match_float64(cols):
     from opsmith.ops import _launch_norm, _norms
     rows, dtype = 300, torch.float32
     props = _launch.device_props(0)
-    assert _launch_norm.norm_bwd_c4_plan(rows, cols, 4, props, 1).strategy == "c4"
-    ln = _launch_norm.norm_bwd_c4_plan(rows, cols, 4, props, 2)
+    assert _launch_bwd.norm_bwd_c4_plan(rows, cols, 4, props, 1).strategy == "c4"
+    ln = _launch_bwd.norm_bwd_c4_plan(rows, cols, 4, props, 2)
     assert (ln is not None and ln.strategy == "c4") == (cols * 4 > _launch.BWD_C4_LN_MIN_ROW_BYTES)
     base = _rand((2 * rows * cols + 8,), dtype, 43)
     xs = base * 2 + 0.5
@@ -515,7 +515,7 @@ def test_the_sweep_covers_every_strategy():
         for arrays, itemsize in ((1, 4), (2, 4), (1, 2)):
             plan = _launch.row_plan(max(rows, 1), cols, itemsize, arrays, props)
             seen.add((plan.strategy, plan.cache))
-            plan = _launch.norm_bwd_plan(max(rows, 1), cols, itemsize, props)
+            plan = _launch_bwd.norm_bwd_plan(max(rows, 1), cols, itemsize, props)
             seen.add((plan.strategy, plan.cache))
             if plan.strategy == "persistent" and rows > plan.grid[0] * plan.block[1]:
                 seen.add("several trips")

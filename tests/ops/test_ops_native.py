@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import cache_dir  # noqa: E402
 from devices import A100, B200, H100, H200  # noqa: E402  (tests/ops/devices.py)
-from opsmith.ops import _launch, _launch_norm, _native, _sources  # noqa: E402
+from opsmith.ops import _launch, _launch_bwd, _launch_norm, _native, _sources  # noqa: E402
 from opsmith.ops._launch import DeviceProps  # noqa: E402
 
 # sm_count, max threads a block, max threads an SM, shared memory a block (opt-in), an SM; clusters; DRAM GB/s
@@ -50,9 +50,9 @@ def _py(which, rows, cols, itemsize, arrays, props):
         p = _launch_norm.layer_norm_fwd4_plan(rows, cols, itemsize, props) if which == "ln_fwd4" else \
             _launch_norm.layer_norm_full2_plan(rows, cols, itemsize, props) if which == "ln_full2" else \
             _launch_norm.norm_l2_plan(rows, cols, itemsize, props, arrays) if which == "l2" else \
-            _launch_norm.norm_bwd_small_plan(rows, cols, itemsize, props) if which == "small" else \
+            _launch_bwd.norm_bwd_small_plan(rows, cols, itemsize, props) if which == "small" else \
             _launch_norm.norm_c8_plan(rows, cols, itemsize, props) if which == "c8" else \
-            _launch_norm.norm_bwd_c4_plan(rows, cols, itemsize, props, arrays) if which == "bwd_c4" else \
+            _launch_bwd.norm_bwd_c4_plan(rows, cols, itemsize, props, arrays) if which == "bwd_c4" else \
             _launch_norm.norm_c4_plan(rows, cols, itemsize, props, arrays)
         if p is None:
             return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
@@ -69,9 +69,9 @@ def _py(which, rows, cols, itemsize, arrays, props):
         p = _launch.softmax_plan(rows, cols, itemsize, arrays, props)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, p.cluster, p.chunks
     if which == "norm_bwd":
-        p = _launch.norm_bwd_plan(rows, cols, itemsize, props, arrays)
+        p = _launch_bwd.norm_bwd_plan(rows, cols, itemsize, props, arrays)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0
-    p, per_chunk = _launch.weight_grad_plan(rows, cols, itemsize, props)
+    p, per_chunk = _launch_bwd.weight_grad_plan(rows, cols, itemsize, props)
     return p.strategy, tuple(p.grid), tuple(p.block), 0, 0, per_chunk, p.cluster, 0
 
 

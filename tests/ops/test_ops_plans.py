@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from devices import A100, B200, H100, H200, PLAN_DEVICES, SMALL  # tests/ops/devices.py (pytest puts tests/ops on the path)
-from opsmith.ops import _launch, _launch_norm, _sources
+from opsmith.ops import _launch, _launch_bwd, _launch_norm, _sources
 from opsmith.ops._launch import row_plan
 
 
@@ -85,7 +85,7 @@ def test_elementwise_and_weight_grad_plans():
         for (rows, cols), itemsize in itertools.product(
                 ((1, 1), (7, 33), (16, 4096), (17, 4096), (1024, 4096), (65536, 4096), (3, 100_000), (10**7, 64)),
                 (2, 4, 8)):
-            plan, per_chunk = _launch.weight_grad_plan(rows, cols, itemsize, props)
+            plan, per_chunk = _launch_bwd.weight_grad_plan(rows, cols, itemsize, props)
             col_blocks = -(-cols // (32 * (16 // itemsize)))
             if plan.strategy == "cluster":  # sm_90+: a cluster of chunks a column block, blocks enough for half the SMs
                 assert props.clusters and rows > 16 and 2 * plan.grid[0] * col_blocks >= props.sm_count
@@ -264,7 +264,7 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
     assert int(re.search(r"#define OPSMITH_WEIGHT_CLUSTER (\d+)", split).group(1)) == _launch.WEIGHT_CLUSTER
     for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536, 10**6), (1, 33, 1000, 4096, 8192, 20000),
                                                   (2, 4, 8)):
-        p = _launch.norm_bwd_plan(rows, cols, itemsize, props)
+        p = _launch_bwd.norm_bwd_plan(rows, cols, itemsize, props)
         if p.strategy == "long":  # too long for registers: row_plan's long plan, norm_bwd_weight after
             assert p == _launch.row_plan(rows, cols, itemsize, 2, props)
             continue
@@ -277,7 +277,7 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
             assert p.grid[0] == -(-rows // per_block) > props.sm_count or per_block == 1
             few = -(-rows // per_block) <= props.sm_count  # a row a block fits the SMs
             assert few or rows * itemsize < 2 * split_bytes
-            rms = _launch.norm_bwd_plan(rows, cols, itemsize, props, 1)  # one array of partials: half the bytes
+            rms = _launch_bwd.norm_bwd_plan(rows, cols, itemsize, props, 1)  # one array of partials: half the bytes
             assert rms.strategy == ("split" if few or rows * itemsize < split_bytes else "persistent")
             continue
         assert rows * itemsize >= 2 * split_bytes and -(-rows // per_block) > props.sm_count or per_block > 1
@@ -309,7 +309,7 @@ def test_norm_bwd_c4_plan_takes_the_float_rows_past_the_2_chunk_kernels(props):
     for rows, cols, itemsize, arrays in itertools.product((1, 2, 3, 300, 10**6), (4096, 4097, 4100, 5120, 5124, 6144,
                                                                                  8190, 8192, 8196, 16384),
                                                           (2, 4, 8), (1, 2)):
-        p = _launch_norm.norm_bwd_c4_plan(rows, cols, itemsize, props, arrays)
+        p = _launch_bwd.norm_bwd_c4_plan(rows, cols, itemsize, props, arrays)
         smem = (arrays * 4 * 4 + 16) * _launch.BWD_C4_CHUNKS * _launch.ROW_THREADS
         fits = smem <= min(props.smem_per_block_optin, props.smem_per_sm)
         want = itemsize == 4 and cols % 4 == 0 and 4096 < cols <= 8192 and fits and \
@@ -320,7 +320,7 @@ def test_norm_bwd_c4_plan_takes_the_float_rows_past_the_2_chunk_kernels(props):
         assert p.strategy == "c4" and p.block == (512, 1) and p.shared_mem == smem
         assert p.block[0] * _launch.BWD_C4_CHUNKS * 4 >= cols > p.block[0] * _launch.ROW_CHUNKS * 4
         assert p.grid == (max(1, min(props.sm_count, -(-rows // 2))),)
-        assert _launch.norm_bwd_plan(rows, cols, itemsize, props, arrays).strategy == "long"  # what it replaces
+        assert _launch_bwd.norm_bwd_plan(rows, cols, itemsize, props, arrays).strategy == "long"  # what it replaces
 
 
 @pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
@@ -389,7 +389,7 @@ def test_norm_backward_of_few_rows_is_one_launch_of_grad_x_blocks_then_weight_bl
     block = _launch.NORM_BWD_BLOCK
     for rows, cols, itemsize in itertools.product((1, 2, 3, 64, 255, 1000, 1024, 1025, 10**6),
                                                   (1, 8, 33, 100, 1000, 1024, 2048, 4096, 4097, 8192), (2, 4, 8)):
-        p = _launch_norm.norm_bwd_small_plan(rows, cols, itemsize, props)
+        p = _launch_bwd.norm_bwd_small_plan(rows, cols, itemsize, props)
         vec = 16 // itemsize
         tpr = _launch._pow2_at_least(-(-cols // (_launch.ROW_CHUNKS * vec)))
         if not 1 <= rows <= _launch.SMALL_BWD_ROWS or tpr > block:

@@ -181,7 +181,7 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
                             grad_w, direct);
 }
 
-// The backwards of 4 chunks a thread (_launch_norm.norm_bwd_c4_plan): a row a block of up to OPSMITH_ROW_THREADS,
+// The backwards of 4 chunks a thread (_launch_bwd.norm_bwd_c4_plan): a row a block of up to OPSMITH_ROW_THREADS,
 // rows twice as long as the 2-chunk kernels' (float 4,097-8,192 columns), which otherwise take two blocks of a
 // cluster (norm_cluster.cu) and meet in distributed shared memory each row; one block an SM, the next row's
 // grad and x in flight (twice the cluster blocks' bytes an SM).

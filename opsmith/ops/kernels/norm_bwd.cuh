@@ -9,7 +9,7 @@
 #endif
 // blocks of OPSMITH_ROW_THREADS an SM must hold at once in the persistent backwards: 1, so up to
 // 128 registers a thread (two rows in flight, see OPSMITH_BWD_LOAD); their launch plan
-// (_launch.norm_bwd_plan) puts OPSMITH_ROW_THREADS * this many threads on an SM. The forwards read w
+// (_launch_bwd.norm_bwd_plan) puts OPSMITH_ROW_THREADS * this many threads on an SM. The forwards read w
 // and b with x, but layer_norm_fwd_wide (after the reductions; rms_norm_fwd lost by it, fwd-late-params.json).
 #ifndef OPSMITH_ROW_BWD_BLOCKS
 #define OPSMITH_ROW_BWD_BLOCKS 1
@@ -21,7 +21,7 @@ namespace opsmith {
 // visits; at the end the blockDim.y rows of a block meet in shared memory (all values at once: one
 // barrier, then every thread sums some columns) and the block writes one row of partial sums,
 // part[blockIdx.x][cols], which the caller adds up. grad and x are read once. Blocks of several
-// rows hold at most OPSMITH_BWD_BLOCK threads (_launch.norm_bwd_plan). A grid of one block (`direct`:
+// rows hold at most OPSMITH_BWD_BLOCK threads (_launch_bwd.norm_bwd_plan). A grid of one block (`direct`:
 // few narrow rows) writes its sums as the gradient itself, in T, and no norm_col_sum launch follows
 // (the two launches made a 1 x 64 backward 1.3x eager's time).
 #define OPSMITH_BWD_BLOCK 256

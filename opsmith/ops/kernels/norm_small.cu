@@ -1,4 +1,4 @@
-// opsmith.ops LayerNorm and RMSNorm backwards of few rows in one launch (_launch.norm_bwd_plan's "small"):
+// opsmith.ops LayerNorm and RMSNorm backwards of few rows in one launch (_launch_bwd.norm_bwd_small_plan's "small"):
 // the first ceil(rows / blockDim.y) blocks write grad_x, a row a row lane (norm_dx.cuh, as the "split"
 // kernels); the rest add up the weight (and bias) gradients over every row, `lanes` column lanes of a
 // 16-byte vector each by 256 / lanes row lanes a block, and round them straight to the gradients. The two

@@ -1,7 +1,7 @@
 // opsmith.ops LayerNorm and RMSNorm backwards: the weight (and bias) gradients, and grad_x alone for
 // few rows a block.
 //
-// The "split" plans (_launch.norm_bwd_plan): *_bwd_dx write grad_x alone, one row a row lane, every
+// The "split" plans (_launch_bwd.norm_bwd_plan): *_bwd_dx write grad_x alone, one row a row lane, every
 // row at once; the weight and bias gradients then come from norm_bwd_weight (or, sm_90+,
 // norm_bwd_weight_cluster) over grad and x again. norm.cu's persistent backwards add those inside
 // the kernel, but each of their blocks writes a row of partial sums: with few rows a block that

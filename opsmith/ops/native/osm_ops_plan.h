@@ -189,7 +189,7 @@ Plan norm_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
 
-// _launch_norm.norm_bwd_c4_plan: the norm backwards of BWD_C4_CHUNKS chunks a thread, a row a block, for float rows
+// _launch_bwd.norm_bwd_c4_plan: the norm backwards of BWD_C4_CHUNKS chunks a thread, a row a block, for float rows
 // too long for the 2-chunk kernels (layer_norm's past BWD_C4_LN_MIN_ROW_BYTES); the sums and the weight in shared memory
 Plan norm_bwd_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
@@ -255,7 +255,7 @@ Plan norm_l2_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     return {S_L2, rows, 1, bx, 1, 0, 0, 0, 1, chunks};
 }
 
-// _launch_norm.norm_bwd_small_plan: the norm backwards of 1 to SMALL_BWD_ROWS rows in one launch (norm_small.cu),
+// _launch_bwd.norm_bwd_small_plan: the norm backwards of 1 to SMALL_BWD_ROWS rows in one launch (norm_small.cu),
 // grad_x blocks then weight blocks of `chunks` column lanes
 Plan norm_bwd_small_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
