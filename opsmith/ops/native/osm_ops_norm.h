@@ -17,6 +17,11 @@ namespace {
 // the backward kernel of `first` (the K = 2 one; the K = 8 one follows) for a cluster plan's K
 Kernel cluster_kernel(Kernel first, const Plan &p) { return static_cast<Kernel>(first + (p.cluster == 2 ? 0 : 1)); }
 
+// _launch_norm.l2_kernel: norm_l2_plan's kernel of B = 2 (no chunks), 1 (blocks of L2_THREADS) or 3
+Kernel l2_kernel(const Plan &l2, Kernel two, Kernel one, Kernel three) {
+    return !l2.chunks ? two : l2.bx == K[C_L2_THREADS] ? one : three;
+}
+
 // _norms._fwd_plan: the register rows, else the clusters, else the long rows
 Plan fwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d) {
     const Plan p = row_plan(rows, cols, itemsize, 1, d);
@@ -76,8 +81,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x_, 
         if (two.strategy != S_NONE && vec) launch(LN_FWD_FULL, dt, dev, two, params);
         else if (c4.strategy != S_NONE) launch(c4_full ? LN_FWD_C4F : LN_FWD_C4, dt, dev, c4, params);
         else if (c8.strategy != S_NONE && vec) launch(LN_FWD_C8, dt, dev, c8, params);  // (no cache either)
-        else if (l2.strategy != S_NONE && vec)  // _launch_norm.l2_kernel: B = 1, 3 or 2
-            launch(!l2.chunks ? LN_FWD_L2 : l2.bx == K[C_L2_THREADS] ? LN_FWD_L2_ONE : LN_FWD_L2_THREE, dt, dev, l2, params);
+        else if (l2.strategy != S_NONE && vec)
+            launch(l2_kernel(l2, LN_FWD_L2, LN_FWD_L2_ONE, LN_FWD_L2_THREE), dt, dev, l2, params);
         else if (four.strategy != S_NONE) launch(LN_FWD4, dt, dev, four, params);
         else launch(k, dt, dev, resident(k, dt, dev, p), params);
     }
@@ -199,8 +204,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor &x_, at::IntArrayRe
         }
         const Plan l2 = norm_l2_plan(r, c, x.element_size(), props[dev], 1);  // _norms._l2_plan
         if (l2.strategy != S_NONE && aligned16(xp) && aligned16(wp) && aligned16(yp)) {
-            const Kernel kl = !l2.chunks ? RMS_FWD_L2 : l2.bx == K[C_L2_THREADS] ? RMS_FWD_L2_ONE : RMS_FWD_L2_THREE;
-            launch(kl, dt, dev, l2, params);  // (_launch_norm.l2_kernel; no cache)
+            launch(l2_kernel(l2, RMS_FWD_L2, RMS_FWD_L2_ONE, RMS_FWD_L2_THREE), dt, dev, l2, params);  // (no cache)
             return {y, rstd};
         }
         const Kernel k = p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? RMS_FWD_CL2 : RMS_FWD_CL2W)  // K = 2
