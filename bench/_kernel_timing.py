@@ -38,6 +38,29 @@ def median_us(fn, runs: int) -> float:
     return statistics.median(out[2:])
 
 
+def per_kernel(fn, n: int = 20, flush: bool = False) -> dict:
+    """{kernel name: us a call} of ``fn()`` over ``n`` calls (torch.profiler), after 3 warm-ups; ``flush``: the L2
+    flushed before each call (:func:`flush_l2`, whose kernel is left out)."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        if flush:
+            flush_l2()
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(n):
+            if flush:
+                flush_l2()
+            fn()
+        torch.cuda.synchronize()
+    out: dict = {}
+    for e in p.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and not (flush and "fill" in e.name.lower()):
+            k = e.name.split("<")[0].split("(")[0].replace("void ", "")[-40:]
+            out[k] = out.get(k, 0.0) + e.device_time / n
+    return out
+
+
 def copy_gbps(nbytes: int) -> float:
     """GB/s of a device copy of ``nbytes`` (2 * nbytes moved) timed as :func:`opsmith.ops.benchmark` times
     the ops: what a forward that reads and writes as many bytes can reach."""

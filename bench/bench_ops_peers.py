@@ -285,6 +285,7 @@ def main() -> int:
                     help="rounds of each case's implementations in turn (the figure: the median of the rounds)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--shapes", help="ROWSxCOLS,... in place of the sweep's shapes (cross_entropy keeps its own)")
     ap.add_argument("--budget-s", type=float, default=400, help="stop starting new cases after this")
     ap.add_argument("--plot-only", type=Path, metavar="RESULTS_JSON",
                     help="redraw peers.png in --out from a results.json (no GPU needed)")
@@ -313,6 +314,8 @@ def main() -> int:
     if args.device != "cpu":
         meta.update(device=torch.cuda.get_device_name(), copy_gbps=ops.copy_bandwidth())
     shapes = SHAPES[:3] if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(n) for n in t.split("x")) for t in args.shapes.split(",")]
     if args.device == "cpu":
         shapes = [(64, 256), (128, 512)]
     records, skipped = [], 0

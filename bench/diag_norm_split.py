@@ -13,9 +13,9 @@ import json
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, ".")
+from _kernel_timing import per_kernel  # noqa: E402,F401  (bench/; diag scripts import it from here too)
 from opsmith.ops import _launch, _launch_bwd, _norms  # noqa: E402
 
 SHAPES = [(torch.bfloat16, r, c) for r, c in (
@@ -23,23 +23,6 @@ SHAPES = [(torch.bfloat16, r, c) for r, c in (
     (256, 8192), (1024, 8192), (2048, 8192), (512, 1024), (1024, 1024), (1024, 2048), (2048, 2048), (4096, 2048))]
 SHAPES += [(torch.float32, r, c) for r, c in ((64, 4096), (256, 4096), (1024, 4096), (2048, 2048))]
 SHAPES += [(torch.float16, 1024, 4096)]
-
-
-def per_kernel(fn, n=20):
-    """{kernel name: us a call} over n calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-    out: dict = {}
-    for e in p.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            k = e.name.split("<")[0].split("(")[0].replace("void ", "")[-40:]
-            out[k] = out.get(k, 0.0) + e.device_time / n
-    return out
 
 
 def main():

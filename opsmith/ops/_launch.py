@@ -200,12 +200,43 @@ def row_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProp
 
 @functools.lru_cache(maxsize=4096)
 def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProps) -> Plan:
-    """softmax's (``arrays`` 1: forward, 2: backward): ``row_plan``'s, but rows too long for its register strategy and
-    short enough for ``LONG_THREADS`` threads of ``WIDE_CHUNKS`` chunks (bf16 up to 32,768) take ``"wide"``:
-    softmax_fwd_wide / softmax_bwd_wide, one block a row holding the row in registers, read once (the long strategy
-    reads it, or its shared-memory copy, twice; the forward with an online rescale). On a device with clusters, 16-bit
-    rows take ``"cluster"`` (softmax_cluster.cu: 2 blocks of up to ``ROW_THREADS`` a row, persistent) instead: the
-    backward where 2 chunks a thread hold them (bf16 up to 16,384), else 4; the forward only where 4 are needed
+    """softmax's launch (``arrays`` 1: forward, 2: backward). The backward of 16-bit rows of ``C4_MIN_ROW_BYTES`` or
+    more that are whole warps of ``WIDE_CHUNKS`` chunks a thread (bf16: multiples of 1,024 columns up to 32,768)
+    takes "wide" at exactly those threads, on every device; every other row takes :func:`_softmax_rows`' plan, its
+    register rows ("block", "wide" at 4 chunks) at exactly the threads whose chunks they fill where those are whole
+    warps fewer than its power of two (:func:`_whole_warps`). H200, each kernel where the fwd + bwd step runs it (L2
+    flushed; bench/diag_softmax_step.py, bench/results/ops-softmax-h200-2026-12-04/), us: bf16 backward 16384x5120
+    147.6 -> 114.5 (Liger-Kernel 116.7), 4096x6144 43.1 -> 34.7 (37.4), 8192x3072 40.3 -> 34.3 (37.2), 8192x8192
+    97.4 -> 93.0 (95.2), 4096x4096 24.6 -> 23.6 (25.1), 4096x12288 (clusters) 77.5 -> 70.9 (72.1), 2048x24576
+    (clusters) 78.3 -> 73.2 (73.2); forward 16384x5120 110.5 -> 81.7 (104.7), 4096x6144 32.0 -> 26.6 (30.1),
+    4096x12288 54.8 -> 51.0 (61.6); float forward 8192x3072 58.6 -> 49.9 (50.3). Float backwards ran within 2 %
+    either way (block 4096: 183.2 at 2 chunks, 184.4 at 4) and keep theirs; the 16-bit forwards of 16,385-32,768
+    columns keep their clusters (2048x24576: 74.0 against 79.1 "wide")."""
+    vec = 16 // itemsize
+    t4, rem = divmod(cols, WIDE_CHUNKS * vec)
+    if (arrays > 1 and itemsize == 2 and not rem and t4 % _WARP == 0 and cols * itemsize >= C4_MIN_ROW_BYTES
+            and t4 <= min(LONG_THREADS, props.max_threads_per_block)):
+        return Plan("wide", (max(1, rows),), (t4, 1), 0, 0)
+    return _whole_warps(_softmax_rows(rows, cols, itemsize, arrays, props), cols, itemsize)
+
+
+def _whole_warps(plan: Plan, cols: int, itemsize: int) -> Plan:
+    """``plan`` where its register rows ("block" at ``ROW_CHUNKS`` chunks a thread, "wide" at ``WIDE_CHUNKS``, one row
+    a block) are whole warps of exactly those chunks fewer than its threads (a power of two): at those threads, so
+    that each row fills its threads' chunks (the unchecked kernels) and no thread idles; else ``plan``."""
+    if plan.strategy not in ("block", "wide") or plan.chunks or plan.block[1] != 1:
+        return plan
+    t, rem = divmod(cols, (ROW_CHUNKS if plan.strategy == "block" else WIDE_CHUNKS) * (16 // itemsize))
+    return plan._replace(block=(t, 1)) if not rem and t % _WARP == 0 and t < plan.block[0] else plan
+
+
+def _softmax_rows(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProps) -> Plan:
+    """softmax's plan by its rows' strategy (before :func:`_whole_warps`): ``row_plan``'s, but rows too long for its
+    register strategy and short enough for ``LONG_THREADS`` threads of ``WIDE_CHUNKS`` chunks (bf16 up to 32,768) take
+    ``"wide"``: softmax_fwd_wide / softmax_bwd_wide, one block a row holding the row in registers, read once (the long
+    strategy reads it, or its shared-memory copy, twice; the forward with an online rescale). On a device with clusters,
+    16-bit rows take ``"cluster"`` (softmax_cluster.cu: 2 blocks of up to ``ROW_THREADS`` a row, persistent) instead:
+    the backward where 2 chunks a thread hold them (bf16 up to 16,384), else 4; the forward only where 4 are needed
     (16,385-32,768). H200 against wide (bench/results/ops-cluster-h200-2026-11-26/diag-softmax*.json): forward +
     backward 1.19-1.41x as shipped; clusters' forwards 1.01-1.08x at 4 chunks but 0.79-0.92x at 2; fp32 0.62-0.80x, so
     fp32 keeps wide. The backward of rows that fill the wide kernel's chunks (no bounds checks: the power-of-two widths)
@@ -265,15 +296,19 @@ def full_rows(plan: Plan, cols: int, itemsize: int, aligned: bool, chunks: int =
 def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int, aligned: bool) -> str | None:
     """The kernel for softmax's forward of ``plan`` where it is ``"wide"`` with ``WIDE3_THREADS`` threads a row, of 2-
     or 4-byte types: ``"softmax_fwd_wide3_full"`` where the row fills the threads' chunks exactly and ``aligned`` (x and
-    y 16-byte aligned), else ``"softmax_fwd_wide3"``; ``None`` otherwise (softmax_fwd_wide: 1,024 threads a row, 256 or
-    fewer, double). Both run 3 blocks an SM at 40 registers with the exps computed twice. Measured on an H200
-    (bench/results/ops-gated-h200-2026-11-26/, kernels alone, L2 flushed, softmax_fwd_wide → these): bf16 8192x12288
-    3,165 -> 3,761 GB/s (Liger-Kernel 3,388), 4096x9000 2,417 -> 2,956, float 8192x6144 3,386 -> 4,095 (Liger 3,953)
-    (wide3b.txt); bf16 4096x16384 3,442 -> 3,853 (Liger 3,669), 16384x16384 3,690 -> 4,109 (Liger 3,930) (w3full.txt,
-    the full kernel's row)."""
-    if plan.strategy != "wide" or plan.block[0] != WIDE3_THREADS or itemsize not in (2, 4):
+    y 16-byte aligned), else ``"softmax_fwd_wide3"``; the same for the rows of fewer threads, more than ``C4_THREADS``
+    (:func:`_whole_warps`' bf16 8,193-16,383 columns; H200, 4096x12288 51.0 us against softmax_fwd_wide's 64.7 at 384
+    threads); ``None`` otherwise (softmax_fwd_wide: 1,024
+    threads a row, 256 or fewer, double). Both run 3 blocks an SM at 40 registers with the exps computed twice. Measured
+    on an H200 (bench/results/ops-gated-h200-2026-11-26/, kernels alone, L2 flushed, softmax_fwd_wide → these): bf16
+    8192x12288 3,165 -> 3,761 GB/s (Liger-Kernel 3,388), 4096x9000 2,417 -> 2,956, float 8192x6144 3,386 -> 4,095 (Liger
+    3,953) (wide3b.txt); bf16 4096x16384 3,442 -> 3,853 (Liger 3,669), 16384x16384 3,690 -> 4,109 (Liger 3,930)
+    (w3full.txt, the full kernel's row)."""
+    if plan.strategy != "wide" or plan.chunks or itemsize not in (2, 4):
         return None
-    full = aligned and cols == WIDE3_THREADS * WIDE_CHUNKS * (16 // itemsize)
+    if not C4_THREADS < plan.block[0] <= WIDE3_THREADS:
+        return None
+    full = aligned and cols == plan.block[0] * WIDE_CHUNKS * (16 // itemsize)
     return "softmax_fwd_wide3_full" if full else "softmax_fwd_wide3"
 
 

@@ -197,6 +197,24 @@ def test_softmax_register_rows_that_fill_their_chunks_aligned_or_not(dtype, shap
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("cols", [3072, 5120, 6144, 12288, 20480, 24576])
+def test_softmax_rows_of_whole_warps_at_their_threads_aligned_or_not(dtype, cols):
+    """Rows that are whole warps of their chunks a thread, fewer than the power of two (_launch._whole_warps; the 16-bit
+    backwards "wide" at 4 chunks, 20,480 and 24,576 instead of clusters): forward and backward against float64, x
+    16-byte aligned (the unchecked kernels, softmax_fwd_wide3_full at 384 threads) and a view one element in."""
+    rows = 3
+    flat = _rand((rows * cols + 1,), dtype, 14) * 4
+    g = _rand((rows, cols), dtype, 15)
+    for x in (flat[:-1].view(rows, cols), flat[1:].view(rows, cols)):
+        xo = _leaf(x)
+        y = ops.softmax(xo, -1)
+        _close(y, torch.softmax(x.double(), -1), dtype, what=f"softmax {cols} {x.data_ptr() % 16}")
+        (dx,) = torch.autograd.grad(y, xo, g)
+        yr = y.detach().double()
+        _close(dx, yr * (g.double() - (g.double() * yr).sum(-1, keepdim=True)), dtype, what=f"backward {cols}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("shape", [(5, 1024), (3, 2048), (2, 4096), (4, 3000)])
 def test_norm_rows_of_four_chunks_that_fill_them_aligned_or_not(dtype, shape):
     """layer_norm_fwd_c4_full / rms_norm_fwd_c4_full take norm_c4_plan's rows that fill their threads' chunks when

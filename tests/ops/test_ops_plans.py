@@ -4,6 +4,7 @@ gradient, softmax, layer_norm forward, cluster and norm-backward plans. test_ops
 that the C++ plans are the same."""
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
@@ -117,7 +118,7 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
     for rows, cols, itemsize in itertools.product((1, 300, 65536), (100, 512, 1000, 1024, 3000, 4096, 8192, 8193, 16384,
                                                                      16385, 20480, 20481, 32768, 32769, 70000), (2, 4, 8)):
         for arrays in (1, 2):
-            p, r = _launch.softmax_plan(rows, cols, itemsize, arrays, props), \
+            p, r = _launch._softmax_rows(rows, cols, itemsize, arrays, props), \
                 _launch.row_plan(rows, cols, itemsize, arrays, props)
             vec = 16 // itemsize
             fits2 = -(-cols // (_launch.ROW_CHUNKS * vec)) <= 2 * limit
@@ -167,7 +168,7 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
     wide = "cluster" if props.clusters else "wide"
     assert _launch.softmax_plan(2048, 16384, 2, 1, props).strategy == "wide"  # bf16 16,384 forward: wide
     assert _launch.softmax_plan(2048, 16384, 2, 2, props).strategy == "wide"  # its backward: wide, every chunk full
-    assert _launch.softmax_plan(2048, 12288, 2, 2, props).strategy == wide  # checked chunks: clusters
+    assert _launch.softmax_plan(2048, 12000, 2, 2, props).strategy == wide  # checked chunks: clusters
     assert _launch.softmax_plan(2048, 16384, 4, 2, props).strategy == "wide"  # fp32: wide
     assert _launch.softmax_plan(2048, 32768, 2, 1, props).strategy == wide  # bf16 32,768: 2 x 512 or 1,024 threads x 4
     assert _launch.softmax_plan(2048, 32768, 2, 2, props).strategy == "wide"  # the backward: wide (1,024 x 4, full)
@@ -178,12 +179,12 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
         assert _launch.softmax_plan(2048, 20000, 4, 2, props).strategy == "long"
     assert _launch.softmax_plan(2048, 32769, 2, 1, props) == _launch.row_plan(2048, 32769, 2, 1, props)  # long
     k = 4 if props.clusters else 1  # 16,385-20,480 bf16 forwards: 3 blocks of 160 an SM in clusters of 4, not 1 of 320
-    for cols, arrays, want in ((16385, 1, k), (20480, 1, k), (20480, 2, k // 2 or 1), (20481, 1, k // 2 or 1)):
+    for cols, arrays, want in ((16385, 1, k), (20480, 1, k), (20500, 2, k // 2 or 1), (20481, 1, k // 2 or 1)):
         assert _launch.softmax_plan(2048, cols, 2, arrays, props).cluster == want, (cols, arrays)
     assert _launch.softmax_plan(2048, 32769, 2, 2, props) == _launch.row_plan(2048, 32769, 2, 2, props)
     assert _launch.softmax_plan(2048, 8192, 2, 1, props) == _launch.Plan("wide", (2048,), (256, 1), 0, 0)  # 4 chunks
     assert _launch.softmax_plan(2048, 1024, 2, 1, props) == _launch.Plan("wide", (2048,), (32, 1), 0, 0)  # a warp
-    assert _launch.softmax_plan(2048, 8192, 2, 2, props).strategy == "block"  # the backward keeps 2 chunks
+    assert _launch.softmax_plan(2048, 8000, 2, 2, props).strategy == "block"  # the backward of partial warps: 2 chunks
     assert _launch.softmax_plan(2048, 4096, 4, 1, props).strategy == "block"  # and so do float rows
     assert _launch.softmax_plan(2048, 1000, 2, 1, props).strategy == "block"  # and partial vectors
 
@@ -614,6 +615,40 @@ def test_cluster_grids_shrink_to_the_clusters_the_device_holds(held, groups):
     assert k.asked == [_launch.launch_config(plan)]
 
 
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
+def test_softmax_plan_takes_rows_of_whole_warps_at_their_threads(props):
+    """The backward of 16-bit rows of C4_MIN_ROW_BYTES or more that are whole warps of WIDE_CHUNKS chunks a thread:
+    "wide" at exactly those threads; every other row _softmax_rows' plan, its register rows ("block" at ROW_CHUNKS,
+    "wide" at WIDE_CHUNKS) at exactly the threads whose chunks they fill where those are whole warps fewer than its
+    power of two, so that they take the unchecked kernels."""
+    top = min(_launch.LONG_THREADS, props.max_threads_per_block)
+    for rows, cols, itemsize, arrays in itertools.product(
+            (1, 300, 65536), (512, 1000, 1024, 2048, 3000, 3072, 4096, 5120, 6144, 8192, 10240, 12000, 12288, 16384,
+                              20480, 24576, 32768, 40960), (2, 4, 8), (1, 2)):
+        p, q = (f(rows, cols, itemsize, arrays, props) for f in (_launch.softmax_plan, _launch._softmax_rows))
+        vec = 16 // itemsize
+        t4, rem = divmod(cols, _launch.WIDE_CHUNKS * vec)
+        if arrays == 2 and itemsize == 2 and not rem and t4 % 32 == 0 and cols * itemsize >= _launch.C4_MIN_ROW_BYTES \
+                and t4 <= top:
+            assert p == _launch.Plan("wide", (rows,), (t4, 1), 0, 0), (rows, cols)
+            continue
+        if q.strategy in ("block", "wide") and not q.chunks:
+            chunks = _launch.ROW_CHUNKS if q.strategy == "block" else _launch.WIDE_CHUNKS
+            t, rem = divmod(cols, chunks * vec)
+            if not rem and t % 32 == 0 and t < q.block[0]:
+                assert p == q._replace(block=(t, 1)), (rows, cols, itemsize, arrays)
+                assert _launch.full_rows(p, cols, itemsize, True, chunks) == (t <= _launch.C4_THREADS or chunks == 2)
+                continue
+        assert p == q, (rows, cols, itemsize, arrays)
+    plan = functools.partial(_launch.softmax_plan, props=props)
+    assert plan(4096, 6144, 2, 2) == _launch.Plan("wide", (4096,), (192, 1), 0, 0)  # bf16 6,144: 192 threads, not 256
+    assert plan(4096, 6144, 2, 1) == _launch.Plan("wide", (4096,), (192, 1), 0, 0)  # softmax_fwd_wide_full
+    assert plan(8, 3072, 4, 1).block == plan(8, 3072, 4, 2).block == (384, 1)  # float 3,072: "block", 384 threads
+    assert plan(8, 3000, 2, 2) == _launch.row_plan(8, 3000, 2, 2, props)  # no whole warps: as before
+    assert plan(8, 24576, 2, 2).block == (768, 1) and plan(8, 8192, 2, 2).block == (256, 1)  # 16-bit backwards
+    assert plan(8, 24576, 2, 1).strategy == ("cluster" if props.clusters else "wide")  # the forward keeps its plan
+
+
 def test_softmax_forward_takes_the_full_kernel_for_register_rows_that_fill_their_chunks():
     def full(rows, cols, itemsize, aligned=True):
         return _launch.full_rows(_launch.softmax_plan(rows, cols, itemsize, 1, H100), cols, itemsize, aligned)
@@ -639,10 +674,12 @@ def test_softmax_forward_takes_wide3_for_rows_of_its_threads():
     def wide3(cols, itemsize, props=H100, aligned=True):
         return _launch.softmax_fwd_wide3(_launch.softmax_plan(64, cols, itemsize, 1, props), cols, itemsize, aligned)
 
-    assert wide3(12288, 2) == wide3(9001, 2) == wide3(8200, 2) == wide3(6000, 4) == "softmax_fwd_wide3"
+    assert wide3(9001, 2) == wide3(8200, 2) == wide3(6000, 4) == "softmax_fwd_wide3"
+    assert wide3(12288, 2) == wide3(12288, 2, A100) == "softmax_fwd_wide3_full"  # 384 threads' chunks (_whole_warps)
+    assert wide3(12288, 2, aligned=False) == "softmax_fwd_wide3"
     assert wide3(16384, 2) == wide3(8192, 4) == "softmax_fwd_wide3_full"  # rows that fill the threads' chunks
     assert wide3(16384, 2, aligned=False) == "softmax_fwd_wide3"  # an unaligned view: the checked kernel
     assert wide3(8192, 2) is None and wide3(4000, 4) is None  # 256 threads a row: softmax_fwd_wide
     assert wide3(3000, 8) is None and wide3(70001, 2) is None and wide3(20000, 2) is None  # double; long; clusters
-    assert wide3(12288, 2, A100) == "softmax_fwd_wide3" and wide3(20000, 2, A100) is None  # 1,024 threads: wide
-    assert _launch.softmax_fwd_wide3(_launch.softmax_plan(64, 12288, 2, 2, H100), 12288, 2, True) is None  # backward
+    assert wide3(9001, 2, A100) == "softmax_fwd_wide3" and wide3(20000, 2, A100) is None  # 1,024 threads: wide
+    assert _launch.softmax_fwd_wide3(_launch.softmax_plan(64, 12000, 2, 2, H100), 12000, 2, True) is None  # backward

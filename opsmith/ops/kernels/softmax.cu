@@ -241,8 +241,9 @@ __device__ __noinline__ void softmax_fwd_scalar_rc(const T* __restrict__ x, T* _
 }
 
 // softmax_fwd_wide for rows of OPSMITH_WIDE3_THREADS threads or fewer (_launch.softmax_fwd_wide3; the plans give
-// it the wide rows of exactly that many: bf16 8,193-16,384 wide, float 4,097-8,192). softmax_fwd_wide3_full
-// takes the rows that fill them (cols == OPSMITH_WIDE3_THREADS * OPSMITH_WIDE_CHUNKS * N): compiled beside
+// it the wide rows of exactly that many: bf16 8,193-16,384 wide, float 4,097-8,192, and the rows of whole warps of
+// 257-511 threads, _launch._whole_warps'). softmax_fwd_wide3_full takes the rows that fill their threads' chunks
+// (cols == blockDim.x * OPSMITH_WIDE_CHUNKS * N): compiled beside
 // the checked rows' path, their path spilled and ran 0.84-0.91x softmax_fwd_wide; alone, it has no spills and
 // runs 1.07-1.12x (bf16 4096x16384 3,442 -> 3,853 GB/s, Liger 3,669; bench/results/ops-gated-h200-2026-11-26/
 // w3full.txt).

@@ -102,9 +102,11 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         // the rows that fill their threads' chunks, x and y 16-byte aligned, take the kernel of the unchecked row
         // alone (softmax_fwd_wide's up to C4_THREADS threads a row)
         const int64_t isz = x.element_size();
-        const bool wide3 = p.strategy == S_WIDE && p.bx == K[C_WIDE3_THREADS] && (isz == 2 || isz == 4);
         const bool aligned = aligned16(xp) && aligned16(yp);
         const bool wide_full = aligned && fills_chunks(p, c, isz, K[C_WIDE_CHUNKS]);
+        // (and the rows of fewer threads, more than C4_THREADS: _launch._whole_warps')
+        const bool wide3 = p.strategy == S_WIDE && !p.chunks && (isz == 2 || isz == 4) && p.bx > K[C_C4_THREADS] &&
+                           p.bx <= K[C_WIDE3_THREADS];
         const bool reg_full = aligned && fills_chunks(p, c, isz, K[C_ROW_CHUNKS]);
         const int k = p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
                       : wide3                   ? (wide_full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)

@@ -92,7 +92,7 @@ Plan cluster(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64
     return {S_CLUSTER, groups * k, 1, tpr, 1, 0, 0, 0, k, chunks};
 }
 
-Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, const Props &p) {
+Plan softmax_rows(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, const Props &p) {  // _softmax_rows
     const Plan q = row_plan(rows, cols, itemsize, arrays, p);
     const int64_t tpr = pow2_at_least(cdiv(cols, K[C_WIDE_CHUNKS] * (16 / itemsize)));
     // the forward of 16-bit register rows of C4_MIN_ROW_BYTES or more: the wide kernel, 4 chunks a thread
@@ -125,6 +125,26 @@ Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
     }
     if (!wide) return q;
     return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
+}
+
+// _launch._whole_warps: register rows ("block" at ROW_CHUNKS, "wide" at WIDE_CHUNKS, a row a block) at exactly the
+// threads whose chunks they fill, where those are whole warps fewer than the plan's
+Plan whole_warps(Plan q, int64_t cols, int64_t itemsize) {
+    if ((q.strategy != S_BLOCK && q.strategy != S_WIDE) || q.chunks || q.by != 1) return q;
+    const int64_t per = K[q.strategy == S_BLOCK ? C_ROW_CHUNKS : C_WIDE_CHUNKS] * (16 / itemsize);
+    const int64_t t = cols / per;
+    if (cols % per == 0 && t % 32 == 0 && t < q.bx) q.bx = t;
+    return q;
+}
+
+// _launch.softmax_plan: the backward of 16-bit rows of whole warps at WIDE_CHUNKS (from C4_MIN_ROW_BYTES) "wide" at
+// exactly their threads; every other row softmax_rows', at whole_warps
+Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, const Props &p) {
+    const int64_t per = K[C_WIDE_CHUNKS] * (16 / itemsize), t4 = cols / per;
+    if (arrays > 1 && itemsize == 2 && cols % per == 0 && t4 % 32 == 0 && cols * itemsize >= K[C_C4_MIN_ROW_BYTES] &&
+        t4 <= std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block))
+        return {S_WIDE, std::max<int64_t>(1, rows), 1, t4, 1, 0, 0, 0};
+    return whole_warps(softmax_rows(rows, cols, itemsize, arrays, p), cols, itemsize);
 }
 
 Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
