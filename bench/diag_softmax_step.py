@@ -78,6 +78,7 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--shapes", help="dtype:ROWSxCOLS,... (default: SHAPES)")
     ap.add_argument("--no-step", action="store_true", help="the variants only")
+    ap.add_argument("--no-variants", action="store_true", help="the step only")
     args = ap.parse_args()
     shapes = [_shape(t) for t in args.shapes.split(",")] if args.shapes else SHAPES
     try:
@@ -110,7 +111,7 @@ def main():
         y = fn.softmax_fwd(xd)
         want = fn.softmax_bwd(g, y)
         bwd = {}
-        for vname, plan in bwd_variants(rows, cols, x.element_size()).items():
+        for vname, plan in ({} if args.no_variants else bwd_variants(rows, cols, x.element_size())).items():
             _launch.softmax_plan = lambda *a, plan=plan: plan if a[3] == 2 else orig(*a)
             try:
                 def body():
@@ -127,7 +128,7 @@ def main():
                           "max_diff": (got.float() - want.float()).abs().max().item()}
         rec["bwd_variants"] = bwd
         fwd = {}
-        for vname, (kname, block) in fwd_variants(cols, x.element_size()).items():
+        for vname, (kname, block) in ({} if args.no_variants else fwd_variants(cols, x.element_size())).items():
             cfg = _launch.launch_config(Plan("diag", (-(-rows // block[1]),), block, 0, 0))
             out = torch.empty_like(xd)
             try:
