@@ -296,8 +296,9 @@ def test_ops_trace_into_one_graph_with_torch_compile():
 
 def test_softmax_cluster_launches_take_the_clusters_the_device_holds(monkeypatch):
     """softmax's persistent cluster kernels launch on no more clusters than the device holds at once
-    (_functional._resident; CheckedLaunch's device holds 3): bf16 rows of 18,432 on an H100, the forward's 4-block
-    clusters and the backward's 2-block ones, checked against the kernels' signatures."""
+    (_functional._resident; CheckedLaunch's device holds 3): bf16 rows of 18,000 on an H100 (18,432, whole warps of
+    4 chunks, takes "wide" backward), the forward's 4-block clusters and the backward's 2-block ones, checked against
+    the kernels' signatures."""
     import torch
     from opsmith.ops import _functional as fn
     jobs = _sources.jobs("sm_90", ("bfloat16",), ("softmax_cluster.cu",))
@@ -306,10 +307,10 @@ def test_softmax_cluster_launches_take_the_clusters_the_device_holds(monkeypatch
     monkeypatch.setattr(_sources, "kernel", lambda file, name, dt, device: CheckedLaunch(
         module.get_kernel(name.format(T="__nv_bfloat16")), calls))
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)
-    x = torch.randn(64, 18432, dtype=torch.bfloat16)
+    x = torch.randn(64, 18000, dtype=torch.bfloat16)
     fn.softmax_fwd(x)
     fn.softmax_bwd(x, x)
-    fwd, bwd = (_launch.softmax_plan(64, 18432, 2, arrays, H100) for arrays in (1, 2))
+    fwd, bwd = (_launch.softmax_plan(64, 18000, 2, arrays, H100) for arrays in (1, 2))
     assert (fwd.cluster, bwd.cluster) == (4, 2) and fwd.grid[0] > 12 and bwd.grid[0] > 6  # the plans' own grids
     assert [(name.split("<")[0], cfg.grid) for name, cfg in calls] == [
         ("softmax_fwd_cluster", (12, 1, 1)), ("softmax_bwd_cluster", (6, 1, 1))]
