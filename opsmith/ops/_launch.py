@@ -222,9 +222,10 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
 
 def _whole_warps(plan: Plan, cols: int, itemsize: int) -> Plan:
     """``plan`` where its register rows ("block" at ``ROW_CHUNKS`` chunks a thread, "wide" at ``WIDE_CHUNKS``, one row
-    a block) are whole warps of exactly those chunks fewer than its threads (a power of two): at those threads, so
-    that each row fills its threads' chunks (the unchecked kernels) and no thread idles; else ``plan``."""
-    if plan.strategy not in ("block", "wide") or plan.chunks or plan.block[1] != 1:
+    a block) of 2- or 4-byte types are whole warps of exactly those chunks fewer than its threads (a power of two): at
+    those threads, so that each row fills its threads' chunks (the unchecked kernels) and no thread idles; else
+    ``plan`` (double keeps the launches it was measured at)."""
+    if plan.strategy not in ("block", "wide") or plan.chunks or plan.block[1] != 1 or itemsize not in (2, 4):
         return plan
     t, rem = divmod(cols, (ROW_CHUNKS if plan.strategy == "block" else WIDE_CHUNKS) * (16 // itemsize))
     return plan._replace(block=(t, 1)) if not rem and t % _WARP == 0 and t < plan.block[0] else plan

@@ -127,10 +127,11 @@ Plan softmax_rows(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
     return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
 
-// _launch._whole_warps: register rows ("block" at ROW_CHUNKS, "wide" at WIDE_CHUNKS, a row a block) at exactly the
-// threads whose chunks they fill, where those are whole warps fewer than the plan's
+// _launch._whole_warps: register rows ("block" at ROW_CHUNKS, "wide" at WIDE_CHUNKS, a row a block) of 2- and 4-byte
+// types at exactly the threads whose chunks they fill, where those are whole warps fewer than the plan's
 Plan whole_warps(Plan q, int64_t cols, int64_t itemsize) {
-    if ((q.strategy != S_BLOCK && q.strategy != S_WIDE) || q.chunks || q.by != 1) return q;
+    if ((q.strategy != S_BLOCK && q.strategy != S_WIDE) || q.chunks || q.by != 1 || (itemsize != 2 && itemsize != 4))
+        return q;
     const int64_t per = K[q.strategy == S_BLOCK ? C_ROW_CHUNKS : C_WIDE_CHUNKS] * (16 / itemsize);
     const int64_t t = cols / per;
     if (cols % per == 0 && t % 32 == 0 && t < q.bx) q.bx = t;
