@@ -8,7 +8,9 @@ its rows).
     PYTHONPATH=/tmp/liger python3 bench/diag_softmax_step.py [--out FILE.json] [--runs 30]
 """
 import argparse
+import json
 import sys
+from pathlib import Path
 
 import torch
 
@@ -66,6 +68,49 @@ def fwd_variants(cols, itemsize):
     return out
 
 
+# the device tool's H200, the runs' device (bench/results/ops-softmax-h200-2026-12-04/): for --table's plans
+H200 = _launch.DeviceProps(132, 1024, 2048, 232448, 233472, True, 4814)
+
+
+def _variant(plan, cols, itemsize, arrays):
+    """The name of the variant above that runs ``plan``'s kernel at its launch (None: none of them)."""
+    t = plan.block[0]
+    if plan.strategy not in ("block", "wide") or plan.chunks or plan.block[1] != 1:
+        return None
+    full = t * (_launch.ROW_CHUNKS if plan.strategy == "block" else _launch.WIDE_CHUNKS) * (16 // itemsize) == cols
+    if arrays == 2:
+        return f"{plan.strategy}_{t}x1"
+    if plan.strategy == "block":
+        return f"full_{t}x1" if full else None
+    if _launch.softmax_fwd_wide3(plan, cols, itemsize, True):
+        return f"wide3_full_{t}x1" if full else None
+    return f"wide_full_{t}x1" if full and t <= _launch.C4_THREADS else f"wide_{t}x1"
+
+
+def table(paths) -> str:
+    """The shipped plans' fwd + bwd kernels in the step beside this tree's plans' (their variants' kernels, timed
+    in place by the runs of ``paths``) and Liger-Kernel's, us, from those runs' JSON (no GPU)."""
+    lines = ["dtype rows x cols: shipped fwd + bwd kernels (in the step) -> this tree's plans' kernels (the variants "
+             "timed in place) | Liger-Kernel's, us; this tree's fwd / bwd variant"]
+    for path in paths:
+        for r in json.loads(Path(path).read_text())["records"]:
+            isz = getattr(torch, r["dtype"]).itemsize
+            names = [_variant(_launch.softmax_plan(r["rows"], r["cols"], isz, a, H200), r["cols"], isz, a)
+                     for a in (1, 2)]
+            fwd, bwd = r.get("fwd_variants", {}).get(names[0] or ""), r["bwd_variants"].get(names[1] or "")
+            ours = r["opsmith_step_kernels_us"]
+            old_f = sum(v for k, v in ours.items() if "fwd" in k)
+            old_b = sum(v for k, v in ours.items() if "bwd" in k)
+            # no variant name: a forward plan that is not a register row's (clusters), as shipped
+            new_f = fwd["fwd_us"] if fwd else old_f if names[0] is None or "fwd_variants" not in r else None
+            new_b = bwd["bwd_us"] if bwd else None
+            lig = r.get("liger_step_sum_us")
+            new = f"{new_f + new_b:.1f}" if new_f is not None and new_b is not None else "(not timed)"
+            lines.append(f"{r['dtype']} {r['rows']}x{r['cols']}: {old_f + old_b:.1f} -> {new} | "
+                         f"{lig or float('nan'):.1f}; {names[0]} / {names[1]}")
+    return "\n".join(lines)
+
+
 def _shape(text):
     dt, rc = text.split(":")
     r, c = rc.split("x")
@@ -79,7 +124,11 @@ def main():
     ap.add_argument("--shapes", help="dtype:ROWSxCOLS,... (default: SHAPES)")
     ap.add_argument("--no-step", action="store_true", help="the variants only")
     ap.add_argument("--no-variants", action="store_true", help="the step only")
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="print table() of these runs' JSON (no GPU)")
     args = ap.parse_args()
+    if args.table:
+        print(table(args.table))
+        return
     shapes = [_shape(t) for t in args.shapes.split(",")] if args.shapes else SHAPES
     try:
         from liger_kernel.transformers import functional as lf
