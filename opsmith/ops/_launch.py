@@ -298,12 +298,13 @@ def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int, aligned: bool) -> st
     """The kernel for softmax's forward of ``plan`` where it is ``"wide"`` with ``WIDE3_THREADS`` threads a row, of 2-
     or 4-byte types: ``"softmax_fwd_wide3_full"`` where the row fills the threads' chunks exactly and ``aligned`` (x and
     y 16-byte aligned), else ``"softmax_fwd_wide3"``; the same for the rows of fewer threads, more than ``C4_THREADS``
-    (:func:`_whole_warps`' bf16 8,193-16,383 columns; H200, 4096x12288 51.0 us against softmax_fwd_wide's 64.7 at 384
-    threads); ``None`` otherwise (softmax_fwd_wide: 1,024 threads a row, 256 or fewer, double). Both run 3 blocks an SM
-    at 40 registers with the exps computed twice. Measured on an H200 (bench/results/ops-gated-h200-2026-11-26/, kernels
-    alone, L2 flushed, softmax_fwd_wide → these): bf16 8192x12288 3,165 -> 3,761 GB/s (Liger-Kernel 3,388), 4096x9000
-    2,417 -> 2,956, float 8192x6144 3,386 -> 4,095 (Liger 3,953) (wide3b.txt); bf16 4096x16384 3,442 -> 3,853 (Liger
-    3,669), 16384x16384 3,690 -> 4,109 (Liger 3,930) (w3full.txt, the full kernel's row)."""
+    (:func:`_whole_warps`' bf16 9,216-15,360 columns, float 4,608-7,680; H200, 4096x12288 51.0 us against
+    softmax_fwd_wide's 64.7 at 384 threads); ``None`` otherwise (softmax_fwd_wide: 1,024 threads a row, 256 or fewer,
+    double). Both run 3 blocks an SM at 40 registers with the exps computed twice. Measured on an H200
+    (bench/results/ops-gated-h200-2026-11-26/, kernels alone, L2 flushed, softmax_fwd_wide → these): bf16 8192x12288
+    3,165 -> 3,761 GB/s (Liger-Kernel 3,388), 4096x9000 2,417 -> 2,956, float 8192x6144 3,386 -> 4,095 (Liger 3,953)
+    (wide3b.txt); bf16 4096x16384 3,442 -> 3,853 (Liger 3,669), 16384x16384 3,690 -> 4,109 (Liger 3,930) (w3full.txt,
+    the full kernel's row)."""
     if plan.strategy != "wide" or plan.chunks or itemsize not in (2, 4):
         return None
     if not C4_THREADS < plan.block[0] <= WIDE3_THREADS:
