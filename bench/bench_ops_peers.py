@@ -49,6 +49,10 @@ from opsmith import ops
 MIB = 1 << 20
 SHAPES = [(512, 1024), (2048, 2048), (4096, 4096), (16384, 4096), (65536, 1024), (4096, 16384), (2048, 32768),
           (8192, 8192), (32768, 8192), (65536, 8192)]
+# hidden sizes that are not a power of two (Gemma's 3,072, Llama-13B's and Qwen-14B's 5,120): the plans' powers of two
+# of threads left these rows' threads idle, which the powers of two above never show (docs/ops.md, "softmax's rows of
+# whole warps")
+SHAPES += [(8192, 3072), (16384, 5120)]
 # the same-size copy's runs, at least: at 20 its median read 238 against 379-398 GB/s at 2 MiB in one run, and 895
 # against 2,953-2,960 at 256 MiB (bench/results/ops-c4-bounds-h100-2026-11-27/peers-table.txt), which put a
 # forward at 299 % "of a copy of the same bytes"
