@@ -81,5 +81,6 @@ def main():
                   f"{rec['whole_warps_us']:.2f} us ({rec['speedup']:.3f}x), max diff {rec['max_diff']:.3g}", flush=True)
     write_records(args.out, records)
 
+
 if __name__ == "__main__":
     main()
