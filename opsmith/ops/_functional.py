@@ -201,24 +201,14 @@ def softmax_fwd(x):
     if x.numel():
         rows = x.numel() // cols
         plan = _launch.softmax_plan(rows, cols, x.element_size(), 1, _launch.device_props(x.get_device()))
+        file, name = _launch.softmax_fwd_kernel(plan, cols, x.element_size(), (x.data_ptr() | y.data_ptr()) % 16 == 0)
+        k = _kernel(file, name, x)
         if plan.strategy == "long":
-            _kernel("softmax.cu", "softmax_fwd_long<{T}>", x).launch(
-                _launch.launch_config(plan), x, y, rows, cols, plan.cache)
+            k.launch(_launch.launch_config(plan), x, y, rows, cols, plan.cache)
         elif plan.strategy == "cluster":
-            k = _kernel("softmax_cluster.cu", f"softmax_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>", x)
             k.launch(_launch.launch_config(_resident(k, plan)), x, y, rows, cols)
         else:
-            aligned, wide = (x.data_ptr() | y.data_ptr()) % 16 == 0, plan.strategy == "wide"
-            name = "softmax_fwd_wide" if wide else "softmax_fwd"
-            wide3 = _launch.softmax_fwd_wide3(plan, cols, x.element_size(), aligned)
-            if wide3:
-                name = wide3
-            elif _launch.full_rows(plan, cols, x.element_size(), aligned,
-                                   _launch.WIDE_CHUNKS if wide else _launch.ROW_CHUNKS):
-                name += "_full"  # the unchecked row alone
-            # softmax_fwd_wide's chunks a thread: WIDE_CHUNKS, or the plan's (WIDE8_CHUNKS: float rows past WIDE_CHUNKS)
-            args = f"<{{T}}, {plan.chunks or _launch.WIDE_CHUNKS}>" if name == "softmax_fwd_wide" else "<{T}>"
-            _kernel("softmax.cu", name + args, x).launch(_launch.launch_config(plan), x, y, rows, cols)
+            k.launch(_launch.launch_config(plan), x, y, rows, cols)
     return y
 
 

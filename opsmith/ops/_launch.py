@@ -25,7 +25,7 @@ __all__ = [
     "EW_THREADS", "LN_WIDE_TPR", "LONG_THREADS", "ROW_BWD_BLOCKS", "ROW_CHUNKS", "ROW_THREADS", "WIDE_CHUNKS",
     "CLUSTER_FWD_BLOCKS", "CLUSTER_MAX", "CLUSTER_THREADS", "DeviceProps", "Plan", "device_props",
     "elementwise_plan", "ew_unrolled", "launch_config", "norm_cluster_plan", "row_plan",
-    "full_rows", "softmax_fwd_wide3", "softmax_plan"
+    "full_rows", "softmax_fwd_kernel", "softmax_fwd_wide3", "softmax_plan"
 ]
 
 # The kernels' compile-time numbers (common.cuh, rows.cuh, elementwise.cu, softmax.cu, norm.cu).
@@ -292,6 +292,25 @@ def full_rows(plan: Plan, cols: int, itemsize: int, aligned: bool, chunks: int =
     if chunks != ROW_CHUNKS and plan.block[0] > C4_THREADS:
         return False
     return cols == plan.block[0] * chunks * (16 // itemsize)
+
+
+def softmax_fwd_kernel(plan: Plan, cols: int, itemsize: int, aligned: bool) -> tuple[str, str]:
+    """(file, kernel) of softmax's forward of ``plan`` (``aligned``: x and y 16-byte aligned): the long and cluster
+    kernels by strategy, :func:`softmax_fwd_wide3`'s, else softmax_fwd_wide / softmax_fwd, each ``_full`` where
+    :func:`full_rows` (osm_ops.cpp's softmax_fwd_kernel is its twin; tests/ops/test_ops_native.py compares them)."""
+    if plan.strategy == "long":
+        return "softmax.cu", "softmax_fwd_long<{T}>"
+    if plan.strategy == "cluster":
+        return "softmax_cluster.cu", f"softmax_fwd_cluster<{plan.cluster}, {plan.chunks}, {{T}}>"
+    wide3 = softmax_fwd_wide3(plan, cols, itemsize, aligned)
+    if wide3:
+        return "softmax.cu", wide3 + "<{T}>"
+    wide = plan.strategy == "wide"
+    name = "softmax_fwd_wide" if wide else "softmax_fwd"
+    if full_rows(plan, cols, itemsize, aligned, WIDE_CHUNKS if wide else ROW_CHUNKS):
+        return "softmax.cu", name + "_full<{T}>"  # the unchecked row alone
+    # softmax_fwd_wide's chunks a thread: WIDE_CHUNKS, or the plan's (WIDE8_CHUNKS: float rows past WIDE_CHUNKS)
+    return "softmax.cu", name + (f"<{{T}}, {plan.chunks or WIDE_CHUNKS}>" if wide else "<{T}>")
 
 
 def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int, aligned: bool) -> str | None:

@@ -80,13 +80,14 @@ def build() -> str:
 def _open(path: str):
     import torch  # noqa: F401  (the library links against the torch libraries torch loaded)
     lib = ctypes.CDLL(path)
-    if lib.osm_ops_abi() != 6:
+    if lib.osm_ops_abi() != 7:
         raise OpsmithError(f"the native opsmith.ops library at {path} is of another version; clear the cache "
                            "(opsmith cache clear)")
     lib.osm_ops_kernel_file.restype = ctypes.c_char_p
     lib.osm_ops_kernel_template.restype = ctypes.c_char_p
     lib.osm_ops_plan.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                  _I64P, _I64P]
+    lib.osm_ops_softmax_fwd_kernel.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, _I64P]
     lib.osm_ops_init.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64P, ctypes.c_int, _PREPARE]
     lib.osm_ops_set_device.argtypes = [ctypes.c_int, _I64P, ctypes.c_void_p]
     lib.osm_ops_set_function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
@@ -130,6 +131,17 @@ def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, li
     names = {-1: None, 0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide",
              7: "cluster", 8: "split", 9: "l2", 10: "small", 11: "c4"}
     return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7], out[8], out[9]
+
+
+def softmax_fwd_kernel(rows: int, cols: int, itemsize: int, aligned: bool, props, lib=None) -> tuple[str, str]:
+    """(file, template) of the kernel the C++ softmax forward launches for rows x cols of ``itemsize`` bytes, x and y
+    16-byte ``aligned`` or not, on ``props``: :func:`opsmith.ops._launch.softmax_fwd_kernel`'s twin."""
+    lib = library() if lib is None else lib
+    _init(lib, cuda=False)
+    k = lib.osm_ops_softmax_fwd_kernel(rows, cols, itemsize, int(aligned), _props(props))
+    if k < 0:
+        raise OpsmithError(f"osm_ops_softmax_fwd_kernel refused itemsize {itemsize}")
+    return kernel_table(lib)[k]
 
 
 def _init(lib, cuda: bool) -> None:

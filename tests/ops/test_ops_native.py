@@ -100,6 +100,23 @@ def test_plans_match_python_on_synthetic_devices(lib, device):
     assert ("cluster" in strategies) == props.clusters
 
 
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_softmax_forward_kernel_matches_python(lib, device):
+    """The kernel the C++ softmax forward launches (osm_ops.cpp's softmax_fwd_kernel) is the one _functional.softmax_fwd
+    launches (_launch.softmax_fwd_kernel), for every plan, x and y aligned or not."""
+    props = DEVICES[device]
+    seen = set()
+    for rows, cols, itemsize, aligned in itertools.product((1, 64, 4096), COLS, (2, 4, 8), (True, False)):
+        plan = _launch.softmax_plan(rows, cols, itemsize, 1, props)
+        want = _launch.softmax_fwd_kernel(plan, cols, itemsize, aligned)
+        assert _native.softmax_fwd_kernel(rows, cols, itemsize, aligned, props, lib=lib) == want, \
+            (rows, cols, itemsize, aligned, plan)
+        seen.add(want[1].split("<")[0])
+    assert {"softmax_fwd", "softmax_fwd_full", "softmax_fwd_wide", "softmax_fwd_long", "softmax_fwd_wide3",
+            "softmax_fwd_wide3_full"} <= seen  # every kind of row, checked and not
+    assert ("softmax_fwd_cluster" in seen) == props.clusters
+
+
 def test_plans_match_python_on_random_shapes(lib):
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies

@@ -85,6 +85,27 @@ at::Tensor gelu_backward(const at::Tensor &g, const at::Tensor &x, c10::string_v
 }
 
 // -- softmax ---------------------------------------------------------------------------------------------
+// The kernel of softmax's forward of plan p (_launch.softmax_fwd_kernel): softmax_fwd_wide3 for the wide rows of more
+// than C4_THREADS up to WIDE3_THREADS threads (_launch.softmax_fwd_wide3), 2- and 4-byte types; the rows that fill their
+// threads' chunks, x and y 16-byte aligned (_launch.full_rows), the kernel of the unchecked row alone
+// (softmax_fwd_wide's up to C4_THREADS threads a row)
+int softmax_fwd_kernel(const Plan &p, int64_t c, int64_t isz, bool aligned) {
+    const bool wide_full = aligned && fills_chunks(p, c, isz, K[C_WIDE_CHUNKS]);
+    const bool wide3 = p.strategy == S_WIDE && !p.chunks && (isz == 2 || isz == 4) && p.bx > K[C_C4_THREADS] &&
+                       p.bx <= K[C_WIDE3_THREADS];
+    const bool reg_full = aligned && fills_chunks(p, c, isz, K[C_ROW_CHUNKS]);
+    return p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
+           : wide3                   ? (wide_full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
+           : p.strategy == S_WIDE    ? (p.chunks == 2 * K[C_WIDE_CHUNKS]          ? SOFTMAX_FWD_WIDE8
+                                        : wide_full && p.bx <= K[C_C4_THREADS] ? SOFTMAX_FWD_WIDEF
+                                                                               : SOFTMAX_FWD_WIDE)
+           : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2
+                                        : p.cluster == 4            ? SOFTMAX_FWD_CL4W
+                                                                    : SOFTMAX_FWD_CL2W)
+           : reg_full                ? SOFTMAX_FWD_FULL
+                                     : SOFTMAX_FWD;
+}
+
 at::Tensor softmax_last(const at::Tensor &x_) {
     const int dt = dtype_index(x_, "softmax"), dev = device_of(x_, "softmax");
     at::Tensor x = x_.contiguous();
@@ -98,26 +119,7 @@ at::Tensor softmax_last(const at::Tensor &x_) {
         void *xp = x.data_ptr(), *yp = y.data_ptr();
         int cache = p.cache;
         void *params[] = {&xp, &yp, &rows, &cols, &cache};
-        // _launch.softmax_fwd_wide3: the wide rows of WIDE3_THREADS threads, 2- and 4-byte types. _launch.full_rows:
-        // the rows that fill their threads' chunks, x and y 16-byte aligned, take the kernel of the unchecked row
-        // alone (softmax_fwd_wide's up to C4_THREADS threads a row)
-        const int64_t isz = x.element_size();
-        const bool aligned = aligned16(xp) && aligned16(yp);
-        const bool wide_full = aligned && fills_chunks(p, c, isz, K[C_WIDE_CHUNKS]);
-        // (and the rows of fewer threads, more than C4_THREADS: _launch._whole_warps')
-        const bool wide3 = p.strategy == S_WIDE && !p.chunks && (isz == 2 || isz == 4) && p.bx > K[C_C4_THREADS] &&
-                           p.bx <= K[C_WIDE3_THREADS];
-        const bool reg_full = aligned && fills_chunks(p, c, isz, K[C_ROW_CHUNKS]);
-        const int k = p.strategy == S_LONG      ? SOFTMAX_FWD_LONG
-                      : wide3                   ? (wide_full ? SOFTMAX_FWD_WIDE3F : SOFTMAX_FWD_WIDE3)
-                      : p.strategy == S_WIDE    ? (p.chunks == 2 * K[C_WIDE_CHUNKS]          ? SOFTMAX_FWD_WIDE8
-                                                   : wide_full && p.bx <= K[C_C4_THREADS] ? SOFTMAX_FWD_WIDEF
-                                                                                          : SOFTMAX_FWD_WIDE)
-                      : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_FWD_CL2
-                                                   : p.cluster == 4            ? SOFTMAX_FWD_CL4W
-                                                                               : SOFTMAX_FWD_CL2W)
-                      : reg_full                ? SOFTMAX_FWD_FULL
-                                                : SOFTMAX_FWD;
+        const int k = softmax_fwd_kernel(p, c, x.element_size(), aligned16(xp) && aligned16(yp));
         launch(k, dt, dev, resident(k, dt, dev, p), params);  // (_functional._resident: cluster plans only)
     }
     return y;
@@ -174,7 +176,7 @@ std::unique_ptr<torch::Library> registration, composite;  // the kernels, for th
 }  // namespace
 
 extern "C" {
-__attribute__((visibility("default"))) int osm_ops_abi(void) { return 6; }
+__attribute__((visibility("default"))) int osm_ops_abi(void) { return 7; }
 __attribute__((visibility("default"))) int osm_ops_kernel_count(void) { return N_KERNELS; }
 __attribute__((visibility("default"))) const char *osm_ops_kernel_file(int k) {
     return k >= 0 && k < N_KERNELS ? kernel_file[k] : nullptr;
@@ -247,6 +249,15 @@ __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows,
     const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk, q.cluster, q.chunks};
     for (int i = 0; i < 10; i++) out[i] = v[i];
     return 0;
+}
+
+/* The kernel id (osm_ops_kernel_template's) of softmax's forward of rows x cols of itemsize bytes, x and y 16-byte
+   aligned or not, on a device of props p (the seven numbers of osm_ops_set_device), for tests; -1 for a bad itemsize. */
+__attribute__((visibility("default"))) int osm_ops_softmax_fwd_kernel(int64_t rows, int64_t cols, int64_t itemsize,
+                                                                     int aligned, const int64_t *p) {
+    if (itemsize < 1 || itemsize > 16) return -1;
+    const Props d{p[0], p[1], p[2], p[3], p[4], p[5], p[6]};
+    return softmax_fwd_kernel(softmax_plan(rows, cols, itemsize, 1, d), cols, itemsize, aligned != 0);
 }
 
 /* Register the CUDA kernels of the opsmith namespace's twelve operators and the composite
