@@ -72,19 +72,20 @@ def fwd_variants(cols, itemsize):
 H200 = _launch.DeviceProps(132, 1024, 2048, 232448, 233472, True, 4814)
 
 
+# the forward kernels (_launch.softmax_fwd_kernel's names) that fwd_variants times, by their names' prefix there
+_FWD_PREFIX = {"softmax_fwd_full<{T}>": "full", "softmax_fwd_wide_full<{T}>": "wide_full",
+               "softmax_fwd_wide3_full<{T}>": "wide3_full", "softmax_fwd_wide<{T}, 4>": "wide",
+               "softmax_fwd_wide<{T}, 8>": "wide8"}
+
+
 def _variant(plan, cols, itemsize, arrays):
     """The name of the variant above that runs ``plan``'s kernel at its launch (None: none of them)."""
-    t = plan.block[0]
     if plan.strategy not in ("block", "wide") or plan.chunks or plan.block[1] != 1:
         return None
-    full = t * (_launch.ROW_CHUNKS if plan.strategy == "block" else _launch.WIDE_CHUNKS) * (16 // itemsize) == cols
     if arrays == 2:
-        return f"{plan.strategy}_{t}x1"
-    if plan.strategy == "block":
-        return f"full_{t}x1" if full else None
-    if _launch.softmax_fwd_wide3(plan, cols, itemsize, True):
-        return f"wide3_full_{t}x1" if full else None
-    return f"wide_full_{t}x1" if full and t <= _launch.C4_THREADS else f"wide_{t}x1"
+        return f"{plan.strategy}_{plan.block[0]}x1"
+    prefix = _FWD_PREFIX.get(_launch.softmax_fwd_kernel(plan, cols, itemsize, True)[1])
+    return f"{prefix}_{plan.block[0]}x1" if prefix else None
 
 
 def table(paths) -> str:
