@@ -24,8 +24,8 @@ SHAPES += [(torch.float32, 16384, 3072)]
 
 def _exact(plan, cols, itemsize, chunks):
     """``plan`` at exactly the threads of rows of whole warps of ``chunks`` chunks a thread, fewer than its own."""
-    t, rem = divmod(cols, chunks * (16 // itemsize))
-    if plan is None or plan.strategy not in ("block", "persistent", "split") or rem or t % 32 or t >= plan.block[0]:
+    t = _launch._warps_of(cols, chunks, itemsize)
+    if plan is None or plan.strategy not in ("block", "persistent", "split") or not t or t >= plan.block[0]:
         return plan
     return plan._replace(block=(t, *plan.block[1:]))
 

@@ -29,8 +29,8 @@ def _tprs(cols, chunks, vec, limit):
     """The threads a row of ``chunks`` chunks a thread: the power of two the plans take and, where the row is whole
     warps of exactly that many chunks a thread, that many threads (every chunk inside the row: ROW_FULL)."""
     out = [_launch._pow2_at_least(-(-cols // (chunks * vec)))]
-    exact, rem = divmod(cols, chunks * vec)
-    if rem == 0 and exact % 32 == 0 and exact not in out:
+    exact = _launch._warps_of(cols, chunks, 16 // vec)
+    if exact and exact not in out:
         out.append(exact)
     return [t for t in out if 32 <= t <= limit]
 

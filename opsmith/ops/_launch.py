@@ -212,12 +212,18 @@ def softmax_plan(rows: int, cols: int, itemsize: int, arrays: int, props: Device
     4096x12288 54.8 -> 51.0 (61.6); float forward 8192x3072 58.6 -> 49.9 (50.3). Float backwards ran within 2 %
     either way (block 4096: 183.2 at 2 chunks, 184.4 at 4) and keep theirs; the 16-bit forwards of 16,385-32,768
     columns keep their clusters (2048x24576: 74.0 against 79.1 "wide")."""
-    vec = 16 // itemsize
-    t4, rem = divmod(cols, WIDE_CHUNKS * vec)
-    if (arrays > 1 and itemsize == 2 and not rem and t4 % _WARP == 0 and cols * itemsize >= C4_MIN_ROW_BYTES
+    t4 = _warps_of(cols, WIDE_CHUNKS, itemsize)
+    if (arrays > 1 and itemsize == 2 and t4 and cols * itemsize >= C4_MIN_ROW_BYTES
             and t4 <= min(LONG_THREADS, props.max_threads_per_block)):
         return Plan("wide", (max(1, rows),), (t4, 1), 0, 0)
     return _whole_warps(_softmax_rows(rows, cols, itemsize, arrays, props), cols, itemsize)
+
+
+def _warps_of(cols: int, chunks: int, itemsize: int) -> int:
+    """The threads of a row of ``cols`` elements of ``itemsize`` bytes at exactly ``chunks`` 16-byte chunks each, where
+    the row is that many chunks of whole warps; else 0."""
+    t, rem = divmod(cols, chunks * (16 // itemsize))
+    return t if not rem and t % _WARP == 0 else 0
 
 
 def _whole_warps(plan: Plan, cols: int, itemsize: int) -> Plan:
@@ -227,8 +233,8 @@ def _whole_warps(plan: Plan, cols: int, itemsize: int) -> Plan:
     ``plan`` (double keeps the launches it was measured at)."""
     if plan.strategy not in ("block", "wide") or plan.chunks or plan.block[1] != 1 or itemsize not in (2, 4):
         return plan
-    t, rem = divmod(cols, (ROW_CHUNKS if plan.strategy == "block" else WIDE_CHUNKS) * (16 // itemsize))
-    return plan._replace(block=(t, 1)) if not rem and t % _WARP == 0 and t < plan.block[0] else plan
+    t = _warps_of(cols, ROW_CHUNKS if plan.strategy == "block" else WIDE_CHUNKS, itemsize)
+    return plan._replace(block=(t, 1)) if t and t < plan.block[0] else plan
 
 
 def _softmax_rows(rows: int, cols: int, itemsize: int, arrays: int, props: DeviceProps) -> Plan:
@@ -324,9 +330,8 @@ def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int, aligned: bool) -> st
     3,165 -> 3,761 GB/s (Liger-Kernel 3,388), 4096x9000 2,417 -> 2,956, float 8192x6144 3,386 -> 4,095 (Liger 3,953)
     (wide3b.txt); bf16 4096x16384 3,442 -> 3,853 (Liger 3,669), 16384x16384 3,690 -> 4,109 (Liger 3,930) (w3full.txt,
     the full kernel's row)."""
-    if plan.strategy != "wide" or plan.chunks or itemsize not in (2, 4):
-        return None
-    if not C4_THREADS < plan.block[0] <= WIDE3_THREADS:
+    if (plan.strategy != "wide" or plan.chunks or itemsize not in (2, 4)
+            or not C4_THREADS < plan.block[0] <= WIDE3_THREADS):
         return None
     full = aligned and cols == plan.block[0] * WIDE_CHUNKS * (16 // itemsize)
     return "softmax_fwd_wide3_full" if full else "softmax_fwd_wide3"

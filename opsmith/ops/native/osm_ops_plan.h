@@ -127,22 +127,27 @@ Plan softmax_rows(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
     return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
 
+// _launch._warps_of: the threads of a row at exactly `chunks` chunks each where that is whole warps, else 0
+int64_t warps_of(int64_t cols, int64_t chunks, int64_t itemsize) {
+    const int64_t per = chunks * (16 / itemsize), t = cols / per;
+    return cols % per == 0 && t % 32 == 0 ? t : 0;
+}
+
 // _launch._whole_warps: register rows ("block" at ROW_CHUNKS, "wide" at WIDE_CHUNKS, a row a block) of 2- and 4-byte
 // types at exactly the threads whose chunks they fill, where those are whole warps fewer than the plan's
 Plan whole_warps(Plan q, int64_t cols, int64_t itemsize) {
     if ((q.strategy != S_BLOCK && q.strategy != S_WIDE) || q.chunks || q.by != 1 || (itemsize != 2 && itemsize != 4))
         return q;
-    const int64_t per = K[q.strategy == S_BLOCK ? C_ROW_CHUNKS : C_WIDE_CHUNKS] * (16 / itemsize);
-    const int64_t t = cols / per;
-    if (cols % per == 0 && t % 32 == 0 && t < q.bx) q.bx = t;
+    const int64_t t = warps_of(cols, K[q.strategy == S_BLOCK ? C_ROW_CHUNKS : C_WIDE_CHUNKS], itemsize);
+    if (t && t < q.bx) q.bx = t;
     return q;
 }
 
 // _launch.softmax_plan: the backward of 16-bit rows of whole warps at WIDE_CHUNKS (from C4_MIN_ROW_BYTES) "wide" at
 // exactly their threads; every other row softmax_rows', at whole_warps
 Plan softmax_plan(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, const Props &p) {
-    const int64_t per = K[C_WIDE_CHUNKS] * (16 / itemsize), t4 = cols / per;
-    if (arrays > 1 && itemsize == 2 && cols % per == 0 && t4 % 32 == 0 && cols * itemsize >= K[C_C4_MIN_ROW_BYTES] &&
+    const int64_t t4 = warps_of(cols, K[C_WIDE_CHUNKS], itemsize);
+    if (arrays > 1 && itemsize == 2 && t4 && cols * itemsize >= K[C_C4_MIN_ROW_BYTES] &&
         t4 <= std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block))
         return {S_WIDE, std::max<int64_t>(1, rows), 1, t4, 1, 0, 0, 0};
     return whole_warps(softmax_rows(rows, cols, itemsize, arrays, p), cols, itemsize);
