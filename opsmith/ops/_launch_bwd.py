@@ -10,7 +10,7 @@ import functools
 from opsmith.ops._launch import (BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, NORM_BWD_BLOCK, NORM_SPLIT_BYTES,
                                  ROW_BWD_BLOCKS, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES,
                                  WEIGHT_CLUSTER, WEIGHT_CLUSTER_BYTES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv,
-                                 _pow2_at_least, row_plan)
+                                 _pow2_at_least, _warps_of, row_plan)
 
 __all__ = ["col_sum_plan", "norm_bwd_c4_plan", "norm_bwd_plan", "norm_bwd_small_plan", "weight_grad_plan"]
 
@@ -39,7 +39,13 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, array
     ahead: layer_norm 51.5 against 53.4, rms_norm 39.4 against 51.2; rms_norm at 15.5 bytes either
     way by 5-8 % (2048x2048: 13.2 persistent against 13.9; 2048x4096: 26.5 against 25.0), where it
     keeps the persistent kernel (bench/results/ops-norm-split-h200-2026-11-26/). Longer rows:
-    ``row_plan``'s long plan (the weight gradient then comes from ``norm_bwd_weight``)."""
+    ``row_plan``'s long plan (the weight gradient then comes from ``norm_bwd_weight``).
+
+    Rows of 2- and 4-byte types that are whole warps of ``ROW_CHUNKS`` chunks fewer than ``tpr`` (bf16 multiples of
+    512 columns from 1,536 to 7,680 but 2,048 and 4,096; float half those) take exactly those threads a row (96 to
+    480); rows a block and the grid stay ``tpr``'s. H100, kernels alone, L2 flushed (bench/diag_norm_whole_warps.py,
+    bench/results/ops-norms-ww-h100-2026-12-05/): bf16 16384x3072 / 4096x5120 / 16384x5120 / 16384x6144 layer_norm
+    1.01-1.06x, rms_norm 1.02-1.03x; 4096x6144 0.99x and 1.00x; float 16384x3072 1.01x."""
     vec = 16 // itemsize
     tpr = _pow2_at_least(_cdiv(max(cols, 1), ROW_CHUNKS * vec))
     limit = min(ROW_THREADS, props.max_threads_per_block)
@@ -47,14 +53,15 @@ def norm_bwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, array
         return row_plan(rows, cols, itemsize, 2, props)
     per_block = max(1, min(limit, NORM_BWD_BLOCK) // tpr)
     one_row = _cdiv(rows, per_block)
+    exact = (_warps_of(cols, ROW_CHUNKS, itemsize) if itemsize in (2, 4) else 0) or tpr
     if per_block > 1 and one_row <= props.sm_count:  # few narrow rows: a row a row lane, a block an SM at most
-        return Plan("persistent", (max(1, one_row),), (tpr, per_block), 0, 0)
+        return Plan("persistent", (max(1, one_row),), (exact, per_block), 0, 0)
     resident = min(ROW_THREADS * ROW_BWD_BLOCKS, props.max_threads_per_sm)
     per_sm = max(1, resident // (tpr * per_block))
     grid = max(1, min(per_sm * props.sm_count, _cdiv(rows, 2 * per_block)))
     if one_row <= props.sm_count or rows * itemsize < NORM_SPLIT_BYTES * arrays * grid:  # see above
-        return Plan("split", (max(1, one_row),), (tpr, per_block), 0, 0)
-    return Plan("persistent", (grid,), (tpr, per_block), 0, 0)
+        return Plan("split", (max(1, one_row),), (exact, per_block), 0, 0)
+    return Plan("persistent", (grid,), (exact, per_block), 0, 0)
 
 
 @functools.lru_cache(maxsize=4096)

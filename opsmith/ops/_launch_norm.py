@@ -13,7 +13,7 @@ from opsmith.ops._launch import (C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_
                                  L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS, L2_THREE_MAX_ROW_BYTES,
                                  L2_THREE_MAX_SM_GBPS, L2_THREE_THREADS, LN_FULL2_HIGH_BW_ROWS, LN_FULL2_MAX_ROW_BYTES,
                                  LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, ROW_CHUNKS, ROW_THREADS, DeviceProps,
-                                 Plan, _cdiv, _pow2_at_least, full_rows, row_plan)
+                                 Plan, _cdiv, _pow2_at_least, _warps_of, full_rows, row_plan)
 
 # add_layer_norm_l2_plan: one block an SM from rows of this many bytes where the bandwidth an SM is high (Python only:
 # the add norms have no C++ plans, so it is not among _launch's shared numbers)
@@ -76,14 +76,22 @@ def norm_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     rms_norm's L2 rows.
 
     layer_norm's callers try :func:`layer_norm_full2_plan` first: its 16-bit rows of 2 to 4 KiB that fill 2 chunks
-    a thread (aligned) run faster at 2 chunks."""
+    a thread (aligned) run faster at 2 chunks.
+
+    Rows that are whole warps of 4 chunks a thread fewer than the next power of two (bf16 3,072, 5,120, 6,144 and
+    7,168 columns; float 1,536, 2,560, 3,072, 3,584) take exactly those threads (96, 160, 192, 224), not the power of
+    two, so that each row fills its threads' chunks (the unchecked ``_full`` kernels) and no thread idles, as
+    softmax's ``_launch._whole_warps``. H100, kernels alone, L2 flushed (bench/diag_norm_whole_warps.py,
+    bench/results/ops-norms-ww-h100-2026-12-05/): bf16 layer_norm 16384x3072 78.4 -> 70.9 us, 4096x5120 41.8 ->
+    32.2, 16384x5120 151.4 -> 116.7, 16384x6144 161.8 -> 138.6; rms_norm 1.02-1.09x; float layer_norm 16384x3072
+    146.9 -> 137.8."""
     vec = 16 // itemsize
     if itemsize not in ((2, 4) if arrays == 2 else (2,)) or cols % vec:
         return None
     top = L2_MIN_ROW_BYTES if arrays == 2 or low_bandwidth_per_sm(props) else L2_MIN_ROW_BYTES - 1
     if not C4_MIN_ROW_BYTES <= cols * itemsize <= top:
         return None
-    tpr = _pow2_at_least(_cdiv(cols // vec, 4))
+    tpr = _warps_of(cols, 4, itemsize) or _pow2_at_least(_cdiv(cols // vec, 4))  # whole warps: exactly theirs
     if tpr > min(C4_THREADS, props.max_threads_per_block):
         return None
     return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)

@@ -231,6 +231,45 @@ def test_norm_rows_of_four_chunks_that_fill_them_aligned_or_not(dtype, shape):
                what=f"rms_norm {shape} {x.data_ptr() % 16}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", [(1100, 1536), (1030, 2560), (1300, 3072), (9, 5120), (1100, 5120), (5, 7168),
+                                   (1030, 7680)], ids=str)
+def test_norm_rows_of_whole_warps_at_their_threads_aligned_or_not(dtype, shape):
+    """Rows that are whole warps of their chunks a thread, fewer than the power of two: the forwards of 4 chunks
+    (norm_c4_plan: bf16 5,120 at 160 threads, float layer_norm 1,536-3,072) and the persistent and split backwards of
+    2 (norm_bwd_plan: 96 threads in blocks of two rows, 160 to 480), layer_norm, rms_norm and add_layer_norm (which
+    shares norm_c4_plan) against float64, forward and backward with the weight and bias gradients, x 16-byte aligned
+    (the unchecked kernels) and a view one element in; more than SMALL_BWD_ROWS rows, or rows too long for
+    norm_bwd_small_plan, so that the backwards take norm_bwd_plan."""
+    rows, cols = shape
+    props = _launch.device_props(torch.cuda.current_device())
+    size = torch.tensor([], dtype=dtype).element_size()
+    if size != 8:  # what this test is about: the plans at exactly the threads of whole warps
+        bwd = _launch_bwd.norm_bwd_plan(rows, cols, size, props)
+        assert bwd.strategy == "long" or bwd.block[0] * _launch.ROW_CHUNKS * (16 // size) == cols, bwd
+    flat = _rand((rows * cols + 1,), dtype, 21) * 3 + 1
+    res = _rand((rows, cols), dtype, 22)
+    w, b, g = _rand((cols,), dtype, 23), _rand((cols,), dtype, 24), _rand((rows, cols), dtype, 25)
+    scale = math.sqrt(rows)
+    for x in (flat[:-1].view(rows, cols), flat[1:].view(rows, cols)):
+        at = f"{shape} {x.data_ptr() % 16}"
+        for name, ours, ref, args in (
+                ("layer_norm", lambda x, w, b: ops.layer_norm(x, [cols], w, b),
+                 lambda x, w, b: F.layer_norm(x, [cols], w, b), (x, w, b)),
+                ("rms_norm", lambda x, w: ops.rms_norm(x, [cols], w, 1e-6),
+                 lambda x, w: F.rms_norm(x, [cols], w, 1e-6), (x, w))):
+            mine, theirs = [_leaf(t) for t in args], [_leaf(t.double()) for t in args]
+            _close(ours(*mine), ref(*theirs), dtype, what=f"{name} {at}")
+            got, want = _grads(ours, mine, g), _grads(ref, theirs, g.double())
+            _close(got[0], want[0], dtype, what=f"{name} grad_x {at}")
+            for i, (a, e) in enumerate(zip(got[1:], want[1:])):
+                _close(a, e, dtype, scale=scale, what=f"{name} grad of parameter {i} {at}")
+        y, r = ops.add_layer_norm(x, res, [cols], w, b)
+        r64 = x.double() + res.double()
+        _close(r, r64, dtype, what=f"add_layer_norm residual {at}")
+        _close(y, F.layer_norm(r.double(), [cols], w.double(), b.double()), dtype, what=f"add_layer_norm {at}")
+
+
 @pytest.mark.parametrize("cols", [12288, 9001, 2048, 16384])
 def test_softmax_of_values_near_the_bf16_limit(cols):
     """softmax_fwd_wide3 takes exp2(x log2e - m log2e) for 16-bit rows only where m log2e is finite: a

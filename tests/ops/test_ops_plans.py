@@ -263,14 +263,17 @@ def test_norm_backward_plan_is_persistent_and_its_partials_stay_small(props):
     assert int(re.search(r"#define OPSMITH_BWD_BLOCK (\d+)", source).group(1)) == _launch.NORM_BWD_BLOCK
     split = (_sources.KERNEL_DIR / "norm_split.cu").read_text()
     assert int(re.search(r"#define OPSMITH_WEIGHT_CLUSTER (\d+)", split).group(1)) == _launch.WEIGHT_CLUSTER
-    for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536, 10**6), (1, 33, 1000, 4096, 8192, 20000),
-                                                  (2, 4, 8)):
+    for rows, cols, itemsize in itertools.product((1, 7, 300, 4099, 65536, 10**6),
+                                                  (1, 33, 1000, 1536, 3072, 4096, 5120, 8192, 20000), (2, 4, 8)):
         p = _launch_bwd.norm_bwd_plan(rows, cols, itemsize, props)
         if p.strategy == "long":  # too long for registers: row_plan's long plan, norm_bwd_weight after
             assert p == _launch.row_plan(rows, cols, itemsize, 2, props)
             continue
         assert p.strategy in ("persistent", "split")
         tpr, per_block = p.block
+        if tpr & (tpr - 1):  # not a power of two: a row of 2- or 4-byte types, exactly whole warps of its chunks;
+            assert itemsize in (2, 4) and tpr % 32 == 0 and tpr * _launch.ROW_CHUNKS * (16 // itemsize) == cols
+            tpr = 1 << (tpr - 1).bit_length()  # rows a block and the grid are those of the power of two
         resident = min(_launch.ROW_THREADS * _launch.ROW_BWD_BLOCKS, props.max_threads_per_sm)
         full = max(1, resident // (tpr * per_block)) * props.sm_count  # the persistent grid with rows enough
         split_bytes = _launch.NORM_SPLIT_BYTES * max(1, min(full, -(-rows // (2 * per_block))))  # x arrays
@@ -430,10 +433,11 @@ def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_
     callers try it before norm_l2_plan): layer_norm's on every device, rms_norm's on devices of at most
     LOW_BW_SM_GBPS of DRAM bandwidth an SM (the H100 and A100, not the H200 or a device whose bandwidth is not
     known), in whole 16-byte vectors, of 2-byte types (layer_norm, arrays 2: float too), one block a row of the
-    least power of two threads that holds 4 chunks each, at most C4_THREADS; everything else keeps its plan
-    (None)."""
+    least power of two threads that holds 4 chunks each, at most C4_THREADS, or exactly the threads of a row that is
+    whole warps of 4 chunks; everything else keeps its plan (None)."""
     for rows, cols, itemsize, arrays in itertools.product(
-            (1, 300, 65536), (100, 512, 1000, 1024, 1028, 2048, 3000, 4096, 6000, 8192, 8200, 16384), (2, 4, 8), (1, 2)):
+            (1, 300, 65536), (100, 512, 1000, 1024, 1028, 1536, 2048, 2560, 3000, 3072, 3584, 4096, 5120, 6000, 6144,
+                              7168, 8192, 8200, 16384), (2, 4, 8), (1, 2)):
         p = _launch_norm.norm_c4_plan(rows, cols, itemsize, props, arrays)
         vec = 16 // itemsize
         types = (2, 4) if arrays == 2 else (2,)
@@ -443,9 +447,15 @@ def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_
             continue
         tpr = p.block[0]
         assert p == _launch.Plan("block", (rows,), (tpr, 1), 0, 0)
-        assert tpr & (tpr - 1) == 0 and 32 <= tpr <= _launch.C4_THREADS and tpr * 4 >= cols // vec > tpr * 2
+        assert 32 <= tpr <= _launch.C4_THREADS and tpr * 4 >= cols // vec > tpr * 2
+        whole = cols // vec % 4 == 0 and cols // vec // 4 % 32 == 0  # whole warps of 4 chunks: exactly their threads
+        assert tpr == (cols // vec // 4 if whole else 1 << (-(-cols // vec // 4) - 1).bit_length()), (cols, tpr)
+        assert _launch.full_rows(p, cols, itemsize, True, 4) == whole  # the unchecked kernels: every chunk filled
     assert (_launch.C4_MIN_ROW_BYTES, _launch.L2_MIN_ROW_BYTES, _launch.LOW_BW_SM_GBPS) == (2048, 16384, 30)
     assert _launch_norm.norm_c4_plan(9, 1024, 2, props, 1).block == (32, 1)  # bf16 1,024: a warp a row
+    assert _launch_norm.norm_c4_plan(9, 5120, 2, props, 2).block == (160, 1)  # bf16 5,120: 160 threads, not 256
+    assert _launch_norm.norm_c4_plan(9, 6000, 2, props, 2).block == (256, 1)  # not whole warps: the power of two
+    assert _launch_norm.norm_c4_plan(9, 3072, 4, props, 2).block == (192, 1)  # float layer_norm 3,072
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     assert f"#define OPSMITH_C4_THREADS {_launch.C4_THREADS}" in source
 

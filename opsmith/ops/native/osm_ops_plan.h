@@ -160,13 +160,16 @@ Plan norm_bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p,
     if (tpr > limit) return row_plan(rows, cols, itemsize, 2, p);
     const int64_t per_block = std::max<int64_t>(1, std::min<int64_t>(limit, 256) / tpr);  // 256: NORM_BWD_BLOCK
     const int64_t one_row = cdiv(rows, per_block);
-    if (per_block > 1 && one_row <= p.sm_count) return {S_PERSISTENT, std::max<int64_t>(1, one_row), 1, tpr, per_block, 0, 0, 0};
+    // rows of whole warps fewer than tpr: exactly their threads (rows a block and the grid as tpr's)
+    const int64_t whole = itemsize == 2 || itemsize == 4 ? warps_of(cols, K[C_ROW_CHUNKS], itemsize) : 0;
+    const int64_t exact = whole ? whole : tpr;
+    if (per_block > 1 && one_row <= p.sm_count) return {S_PERSISTENT, std::max<int64_t>(1, one_row), 1, exact, per_block, 0, 0, 0};
     const int64_t resident = std::min<int64_t>(K[C_ROW_THREADS] * K[C_ROW_BWD_BLOCKS], p.max_threads_per_sm);
     const int64_t per_sm = std::max<int64_t>(1, resident / (tpr * per_block));
     const int64_t grid = std::max<int64_t>(1, std::min(per_sm * p.sm_count, cdiv(rows, 2 * per_block)));
     if (one_row <= p.sm_count || rows * itemsize < K[C_NORM_SPLIT_BYTES] * arrays * grid)  // see _launch
-        return {S_SPLIT, std::max<int64_t>(1, one_row), 1, tpr, per_block, 0, 0, 0};
-    return {S_PERSISTENT, grid, 1, tpr, per_block, 0, 0, 0};
+        return {S_SPLIT, std::max<int64_t>(1, one_row), 1, exact, per_block, 0, 0, 0};
+    return {S_PERSISTENT, grid, 1, exact, per_block, 0, 0, 0};
 }
 Plan norm_cluster_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, bool backward) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
@@ -210,7 +213,8 @@ Plan norm_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     // rows of exactly L2_MIN_ROW_BYTES: layer_norm's, and rms_norm's on devices of low DRAM bandwidth an SM
     const int64_t top = arrays == 2 || low_bandwidth_per_sm(p) ? K[C_L2_MIN_ROW_BYTES] : K[C_L2_MIN_ROW_BYTES] - 1;
     if (cols * itemsize < K[C_C4_MIN_ROW_BYTES] || cols * itemsize > top) return none;
-    const int64_t tpr = pow2_at_least(cdiv(cols / vec, 4));
+    const int64_t whole = warps_of(cols, 4, itemsize);  // rows of whole warps: exactly their threads
+    const int64_t tpr = whole ? whole : pow2_at_least(cdiv(cols / vec, 4));
     if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
