@@ -88,7 +88,7 @@ case "$PART" in
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
     # ROTARY_IP=1: bench/bench_rotary_inplace.py, rotary in place beside out of place, compile and Liger;
     # AB_BEFORE=DIR: bench/diag_kernels_ab.py first, this tree's row kernels against DIR's (AB_ARGS);
-    # PEERS=0 skips the peers benchmark, TESTS=0 the tests).
+    # PEERS=0 skips the peers benchmark, TESTS=0 the tests, TESTS_FILES: these test files in place of them all).
     # Liger-Kernel (pure Python over Triton) from its wheel, carried in .whlp/ (run with carry [".whlp"])
     if ls .whlp/liger_kernel-*.whl >/dev/null 2>&1; then
       python3 -m pip install -q --no-deps --target "$W/liger" .whlp/liger_kernel-*.whl >"$L/liger_pip.log" 2>&1 \
@@ -116,8 +116,8 @@ case "$PART" in
       [ "${DIAG_SOFTMAX_STEP:-0}" = 1 ] && run diag_softmax_step bash -c "cd bench && timeout ${STEP_TIMEOUT:-200} python3 diag_softmax_step.py ${STEP_ARGS:-} --out $L/diag_softmax_step.json"
       [ "${DIAG_NORM_WW:-0}" = 1 ] && run diag_norm_ww bash -c "cd bench && python3 diag_norm_whole_warps.py --out $L/diag_norm_ww.json"
       [ -n "${AB_BEFORE:-}" ] && run diag_ab python3 bench/diag_kernels_ab.py --before "$AB_BEFORE" --out "$L/diag_ab.json" ${AB_ARGS:-}
-      [ "${TESTS:-1}" = 1 ] && run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} $(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
-        tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py
+      [ "${TESTS:-1}" = 1 ] && run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} ${TESTS_FILES:-$(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
+        tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py}
       [ "${DIAG_EW:-0}" = 1 ] && run diag_ew python3 bench/diag_ew_map.py --json "$L/diag_ew.json"
       [ "${ROTARY_IP:-0}" = 1 ] && run bench_rotary_inplace python3 bench/bench_rotary_inplace.py --json "$L/rotary_inplace.json"
       [ "${EW_BENCH:-0}" = 1 ] && run bench_ops_quick python3 bench/bench_ops.py --out "$L/ew" --quick --budget-s 120

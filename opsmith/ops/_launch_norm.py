@@ -13,7 +13,8 @@ from opsmith.ops._launch import (C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_
                                  L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS, L2_THREE_MAX_ROW_BYTES,
                                  L2_THREE_MAX_SM_GBPS, L2_THREE_THREADS, LN_FULL2_HIGH_BW_ROWS, LN_FULL2_MAX_ROW_BYTES,
                                  LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, ROW_CHUNKS, ROW_THREADS, DeviceProps,
-                                 Plan, _cdiv, _pow2_at_least, _warps_of, full_rows, row_plan)
+                                 Plan, _cdiv, _pow2_at_least, _warps_of, _whole_warps, full_rows, norm_cluster_plan,
+                                 row_plan)
 
 # add_layer_norm_l2_plan: one block an SM from rows of this many bytes where the bandwidth an SM is high (Python only:
 # the add norms have no C++ plans, so it is not among _launch's shared numbers)
@@ -21,7 +22,7 @@ ADD_LN_ONE_ROW_BYTES = 65536
 
 __all__ = ["add_layer_norm_l2_plan", "add_rms_c8_kernel", "add_rms_c8_plan", "high_bandwidth_per_sm", "l2_kernel",
            "layer_norm_full2_plan", "layer_norm_fwd4_plan", "layer_norm_kernel", "low_bandwidth_per_sm",
-           "norm_c4_plan", "norm_c8_plan", "norm_l2_plan"]
+           "norm_c4_plan", "norm_c8_plan", "norm_fwd_plan", "norm_l2_plan"]
 
 
 def low_bandwidth_per_sm(props: DeviceProps) -> bool:
@@ -36,6 +37,19 @@ def high_bandwidth_per_sm(props: DeviceProps) -> bool:
     H100, nor a device that does not report it): where the L2 rows of 96 KiB keep two blocks an SM, and the rows of
     16-32 KiB (up to ``L2_THREE_MAX_SM_GBPS``) and add_layer_norm's from 64 KiB take their own kernels."""
     return props.mem_gbps > 0 and not low_bandwidth_per_sm(props)
+
+
+@functools.lru_cache(maxsize=4096)
+def norm_fwd_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> Plan:
+    """The norm forwards' plan by their rows' strategy (the kernels of 4 and 8 chunks a thread and the L2 rows come
+    first, in the callers): ``row_plan``'s register rows, those that are whole warps of their chunks at exactly those
+    threads (:func:`~opsmith.ops._launch._whole_warps`: float rms_norm's and add_rms_norm's rows of 1,536-3,840
+    columns in steps of 256 but 2,048, 16-bit add_rms_norm's twice that; 96 to 480 threads, each row filling its
+    threads' chunks), else the clusters (``norm_cluster_plan``), else ``row_plan``'s long rows."""
+    plan = row_plan(rows, cols, itemsize, 1, props)
+    if plan.strategy != "long":
+        return _whole_warps(plan, cols, itemsize)
+    return norm_cluster_plan(rows, cols, itemsize, props, False) or plan
 
 
 @functools.lru_cache(maxsize=4096)
@@ -147,11 +161,13 @@ def add_rms_c8_plan(rows: int, cols: int, itemsize: int, props: DeviceProps) -> 
 
 def _c8(rows: int, cols: int, itemsize: int, props: DeviceProps, top: int, threads: int) -> Plan | None:
     """A block a row of 8 chunks a thread for rows of more than L2_MIN_ROW_BYTES up to ``top`` bytes in whole
-    16-byte vectors of 2- and 4-byte types within ``threads`` (the kernels' launch bounds), else None."""
+    16-byte vectors of 2- and 4-byte types within ``threads`` (the kernels' launch bounds), else None: the least power
+    of two threads that holds the row, or exactly the threads of a row that is whole warps of 8 chunks (bf16 10,240,
+    12,288, 14,336 columns: 160, 192, 224 threads; float half those; as :func:`norm_c4_plan`)."""
     vec = 16 // itemsize
     if itemsize not in (2, 4) or cols % vec or not L2_MIN_ROW_BYTES < cols * itemsize <= top:
         return None
-    tpr = _pow2_at_least(_cdiv(cols // vec, 8))
+    tpr = _warps_of(cols, 8, itemsize) or _pow2_at_least(_cdiv(cols // vec, 8))  # whole warps: exactly theirs
     if tpr > min(threads, props.max_threads_per_block):
         return None
     return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)

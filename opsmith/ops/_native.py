@@ -80,7 +80,7 @@ def build() -> str:
 def _open(path: str):
     import torch  # noqa: F401  (the library links against the torch libraries torch loaded)
     lib = ctypes.CDLL(path)
-    if lib.osm_ops_abi() != 7:
+    if lib.osm_ops_abi() != 8:
         raise OpsmithError(f"the native opsmith.ops library at {path} is of another version; clear the cache "
                            "(opsmith cache clear)")
     lib.osm_ops_kernel_file.restype = ctypes.c_char_p
@@ -116,7 +116,7 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
     """The C++ plan (``"elementwise"`` with ``rows`` = n and ``cols`` = 1 for the unrolled one, ``"row"``,
     ``"weight"``, ``"norm_bwd"``, ``"softmax"``, ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``,
-    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`),
+    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``, ``"fwd"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`),
     as (strategy, grid, block, smem, cache, per_chunk, cluster, chunks), strategy None where a cluster plan (or
     ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``) has none;
     before :func:`register` it uses the numbers of :func:`consts`."""
@@ -125,7 +125,7 @@ def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, li
     out = (ctypes.c_int64 * 10)()
     which_id = {"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3, "softmax": 4, "cluster_fwd": 5,
                 "cluster_bwd": 6, "ln_fwd4": 7, "l2": 8, "c4": 9, "small": 10, "c8": 11,
-                "ln_full2": 12, "bwd_c4": 13}[which]
+                "ln_full2": 12, "bwd_c4": 13, "fwd": 14}[which]
     if lib.osm_ops_plan(which_id, rows, cols, itemsize, arrays, _props(props), out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
     names = {-1: None, 0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide",

@@ -134,14 +134,10 @@ def _if_aligned(plan, tensors):
 
 
 def _fwd_plan(rows: int, cols: int, x):
-    """The forward's plan and kernel file: the register rows (norm.cu), the clusters
-    (norm_cluster.cu) or the long rows (norm_long.cu); add_rms_norm's too (_fused)."""
-    props = _launch.device_props(x.get_device())
-    plan = _launch.row_plan(rows, cols, x.element_size(), 1, props)
-    if plan.strategy != "long":
-        return plan, "norm.cu"
-    cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, False)
-    return (cluster, _CL) if cluster is not None else (plan, "norm_long.cu")
+    """The forward's plan (``_launch_norm.norm_fwd_plan``) and kernel file: the register rows (norm.cu), the
+    clusters (norm_cluster.cu) or the long rows (norm_long.cu); add_rms_norm's too (_fused)."""
+    plan = _launch_norm.norm_fwd_plan(rows, cols, x.element_size(), _launch.device_props(x.get_device()))
+    return plan, {"cluster": _CL, "long": "norm_long.cu"}.get(plan.strategy, "norm.cu")
 
 
 def _bwd_plan(rows: int, cols: int, x, arrays: int, *tensors):

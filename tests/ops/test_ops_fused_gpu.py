@@ -51,10 +51,12 @@ def test_matches_torch(dtype, shape, weight):
 
 
 @pytest.mark.parametrize("dtype", sorted(TOL, key=str))
-@pytest.mark.parametrize("cols", [256, 1024])
+@pytest.mark.parametrize("cols", [256, 1024, 1536, 3072, 5120, 7680, 10240, 12288])
 def test_rows_that_fill_their_chunks_aligned_or_not(dtype, cols):
     """add_rms_norm_fwd_full takes the register rows that fill their threads' chunks when x, the residual and the
-    weight are 16-byte aligned; a view one element in takes add_rms_norm_fwd's element path: both match torch."""
+    weight are 16-byte aligned (the rows of whole warps at exactly their threads: 1,536 to 7,680, _launch._whole_warps;
+    10,240 and 12,288 at 8 chunks, add_rms_c8_plan); a view one element in takes add_rms_norm_fwd's element path:
+    both match torch."""
     flat = torch.randn(5 * cols + 1, device="cuda", dtype=dtype)
     r = torch.randn(5, cols, device="cuda", dtype=dtype)
     w = torch.randn(cols, device="cuda", dtype=dtype)

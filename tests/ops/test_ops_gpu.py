@@ -233,14 +233,15 @@ def test_norm_rows_of_four_chunks_that_fill_them_aligned_or_not(dtype, shape):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("shape", [(1100, 1536), (1030, 2560), (1300, 3072), (9, 5120), (1100, 5120), (5, 7168),
-                                   (1030, 7680)], ids=str)
+                                   (1030, 7680), (5, 10240), (3, 12288)], ids=str)
 def test_norm_rows_of_whole_warps_at_their_threads_aligned_or_not(dtype, shape):
     """Rows that are whole warps of their chunks a thread, fewer than the power of two: the forwards of 4 chunks
-    (norm_c4_plan: bf16 5,120 at 160 threads, float layer_norm 1,536-3,072) and the persistent and split backwards of
-    2 (norm_bwd_plan: 96 threads in blocks of two rows, 160 to 480), layer_norm, rms_norm and add_layer_norm (which
-    shares norm_c4_plan) against float64, forward and backward with the weight and bias gradients, x 16-byte aligned
-    (the unchecked kernels) and a view one element in; more than SMALL_BWD_ROWS rows, or rows too long for
-    norm_bwd_small_plan, so that the backwards take norm_bwd_plan."""
+    (norm_c4_plan: bf16 5,120 at 160 threads, float layer_norm 1,536-3,072), of 2 (norm_fwd_plan: float rms_norm,
+    add_rms_norm), of 8 (norm_c8_plan, add_rms_c8_plan: bf16 10,240 and 12,288, float 5,120 and 7,168) and the
+    persistent and split backwards of 2 (norm_bwd_plan: 96 threads in blocks of two rows, 160 to 480), layer_norm,
+    rms_norm, add_layer_norm (which shares norm_c4_plan) and add_rms_norm against float64, forward and backward with
+    the weight and bias gradients, x 16-byte aligned (the unchecked kernels) and a view one element in; more than
+    SMALL_BWD_ROWS rows, or rows too long for norm_bwd_small_plan, so that the backwards take norm_bwd_plan."""
     rows, cols = shape
     props = _launch.device_props(torch.cuda.current_device())
     size = torch.tensor([], dtype=dtype).element_size()
@@ -265,9 +266,18 @@ def test_norm_rows_of_whole_warps_at_their_threads_aligned_or_not(dtype, shape):
             for i, (a, e) in enumerate(zip(got[1:], want[1:])):
                 _close(a, e, dtype, scale=scale, what=f"{name} grad of parameter {i} {at}")
         y, r = ops.add_layer_norm(x, res, [cols], w, b)
-        r64 = x.double() + res.double()
-        _close(r, r64, dtype, what=f"add_layer_norm residual {at}")
+        _close(r, x.double() + res.double(), dtype, what=f"add_layer_norm residual {at}")
         _close(y, F.layer_norm(r.double(), [cols], w.double(), b.double()), dtype, what=f"add_layer_norm {at}")
+        mine = [_leaf(t) for t in (x, res, w)]
+        y, r = ops.add_rms_norm(*mine[:2], [cols], mine[2], 1e-6)
+        _close(r, x.double() + res.double(), dtype, what=f"add_rms_norm residual {at}")
+        _close(y, F.rms_norm(r.double(), [cols], w.double(), 1e-6), dtype, what=f"add_rms_norm {at}")
+        s64, w64 = _leaf(r.detach().double()), _leaf(w.double())  # the residual as ours rounds it
+        gs, gw = torch.autograd.grad(F.rms_norm(s64, [cols], w64, 1e-6), (s64, w64), g.double())
+        want = (gs + g.double(), gs + g.double(), gw)  # x and residual: through y and residual_out
+        got = torch.autograd.grad((y, r), mine, (g, g))
+        for i, (a, e) in enumerate(zip(got, want)):
+            _close(a, e, dtype, scale=scale if i == 2 else 1.0, what=f"add_rms_norm grad {i} {at}")
 
 
 @pytest.mark.parametrize("cols", [12288, 9001, 2048, 16384])

@@ -68,6 +68,9 @@ def _py(which, rows, cols, itemsize, arrays, props):
     if which == "softmax":
         p = _launch.softmax_plan(rows, cols, itemsize, arrays, props)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, p.cluster, p.chunks
+    if which == "fwd":
+        p = _launch_norm.norm_fwd_plan(rows, cols, itemsize, props)
+        return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, p.cluster, p.chunks
     if which == "norm_bwd":
         p = _launch_bwd.norm_bwd_plan(rows, cols, itemsize, props, arrays)
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, 1, 0
@@ -80,7 +83,7 @@ COLS = (1, 3, 8, 31, 64, 100, 255, 512, 768, 1024, 1536, 2048, 2560, 3000, 3072,
         7680, 8192, 8200, 12000, 12288, 16384,
         18000, 20480, 22528, 24576, 32768, 65536, 65537, 262144)
 WHICH = ("row", "weight", "norm_bwd", "softmax", "cluster_fwd", "cluster_bwd", "ln_fwd4", "l2", "c4", "small", "c8",
-         "ln_full2", "bwd_c4")
+         "ln_full2", "bwd_c4", "fwd")
 
 
 @pytest.mark.parametrize("device", sorted(DEVICES))

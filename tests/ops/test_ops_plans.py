@@ -346,7 +346,8 @@ def test_norm_c8_plan_takes_rows_past_16_kib_up_to_32_kib_in_whole_vectors(props
             continue
         tpr = p.block[0]
         assert p.strategy == "block" and p.grid == (rows,) and p.block == (tpr, 1)
-        assert tpr & (tpr - 1) == 0 and tpr <= _launch.C4_THREADS and (tpr // 2) * 8 * vec < cols <= tpr * 8 * vec
+        assert tpr <= _launch.C4_THREADS and (tpr // 2) * 8 * vec < cols <= tpr * 8 * vec
+        assert tpr & (tpr - 1) == 0 or tpr * 8 * vec == cols and tpr % 32 == 0  # or exactly whole warps (12,288)
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     assert f"#define OPSMITH_C4_THREADS {_launch.C4_THREADS}" in source
     assert "layer_norm_fwd_c8<{T}, {A}>" in _sources.FILES["norm.cu"]
@@ -458,6 +459,36 @@ def test_norm_c4_plan_takes_rows_of_2_to_16_kib_in_whole_vectors_at_four_chunks_
     assert _launch_norm.norm_c4_plan(9, 3072, 4, props, 2).block == (192, 1)  # float layer_norm 3,072
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     assert f"#define OPSMITH_C4_THREADS {_launch.C4_THREADS}" in source
+
+
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
+def test_norm_forward_plans_take_rows_of_whole_warps_at_their_threads(props):
+    """norm_fwd_plan's register rows (2 chunks a thread: float rms_norm, add_rms_norm) and the rows of 8 chunks
+    (norm_c8_plan, add_rms_c8_plan): a row of a 2- or 4-byte type that is whole warps of those chunks, fewer than the
+    power of two, takes exactly those threads (each row fills its threads' chunks: the unchecked kernels), any other
+    row the power of two; double, the clusters and the long rows keep their plans."""
+    for rows, cols, itemsize in itertools.product(
+            (1, 300, 65536), (256, 768, 1000, 1536, 3072, 3584, 4096, 5120, 6144, 7680, 10240, 12288, 14336, 16384,
+                              20480, 24576, 32768, 40000), (2, 4, 8)):
+        vec = 16 // itemsize
+        p, q = _launch_norm.norm_fwd_plan(rows, cols, itemsize, props), row_plan(rows, cols, itemsize, 1, props)
+        if q.strategy == "long":
+            assert p == (_launch.norm_cluster_plan(rows, cols, itemsize, props, False) or q), (rows, cols, itemsize)
+        else:
+            t, rem = divmod(cols, _launch.ROW_CHUNKS * vec)
+            whole = itemsize != 8 and q.strategy == "block" and not rem and t % 32 == 0 and t < q.block[0]
+            assert p == (q._replace(block=(t, 1)) if whole else q), (rows, cols, itemsize)
+            assert not whole or _launch.full_rows(p, cols, itemsize, True)
+        for c8 in (_launch_norm.norm_c8_plan(rows, cols, itemsize, props),
+                   _launch_norm.add_rms_c8_plan(rows, cols, itemsize, props)):
+            if c8 is None:
+                continue
+            t, rem = divmod(cols, 8 * vec)
+            assert c8.block[0] == (t if not rem and t % 32 == 0 else 1 << (-(-cols // (8 * vec)) - 1).bit_length())
+    assert _launch_norm.norm_fwd_plan(8, 3072, 4, props).block == (384, 1)  # float 3,072: 384 threads, not 512
+    assert _launch_norm.norm_fwd_plan(8, 1536, 8, props).block == (512, 1)  # double 1,536 (384 threads): its own
+    assert _launch_norm.add_rms_c8_plan(8, 12288, 2, props).block == (192, 1)  # bf16 12,288: 192, not 256
+    assert _launch_norm.add_rms_c8_plan(8, 12000, 2, props).block == (256, 1)  # not whole warps: the power of two
 
 
 @pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])

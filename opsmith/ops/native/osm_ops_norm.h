@@ -22,10 +22,10 @@ Kernel l2_kernel(const Plan &l2, Kernel two, Kernel one, Kernel three) {
     return !l2.chunks ? two : l2.bx == K[C_L2_THREADS] ? one : three;
 }
 
-// _norms._fwd_plan: the register rows, else the clusters, else the long rows
+// _norms._fwd_plan: the register rows (at whole_warps), else the clusters, else the long rows
 Plan fwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d) {
     const Plan p = row_plan(rows, cols, itemsize, 1, d);
-    if (p.strategy != S_LONG) return p;
+    if (p.strategy != S_LONG) return whole_warps(p, cols, itemsize);
     const Plan cl = norm_cluster_plan(rows, cols, itemsize, d, false);
     return cl.strategy == S_CLUSTER ? cl : p;
 }

@@ -254,7 +254,8 @@ Plan norm_c8_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) 
     if ((itemsize != 2 && itemsize != 4) || cols % vec || cols * itemsize <= K[C_L2_MIN_ROW_BYTES] ||
         cols * itemsize > K[C_C8_MAX_ROW_BYTES] || !low_bandwidth_per_sm(p))
         return none;
-    const int64_t tpr = pow2_at_least(cdiv(cols / vec, 8));
+    const int64_t whole = warps_of(cols, 8, itemsize);  // rows of whole warps: exactly their threads
+    const int64_t tpr = whole ? whole : pow2_at_least(cdiv(cols / vec, 8));
     if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
