@@ -226,6 +226,12 @@ def _warps_of(cols: int, chunks: int, itemsize: int) -> int:
     return t if not rem and t % _WARP == 0 else 0
 
 
+def _threads_of(cols: int, chunks: int, itemsize: int) -> int:
+    """The threads of a row of ``cols`` elements (whole 16-byte vectors) at ``chunks`` chunks each: exactly its whole
+    warps where it is that (:func:`_warps_of`), else the power of two that covers it."""
+    return _warps_of(cols, chunks, itemsize) or _pow2_at_least(_cdiv(cols // (16 // itemsize), chunks))
+
+
 def _whole_warps(plan: Plan, cols: int, itemsize: int) -> Plan:
     """``plan`` where its register rows ("block" at ``ROW_CHUNKS`` chunks a thread, "wide" at ``WIDE_CHUNKS``, one row
     a block) of 2- or 4-byte types are whole warps of exactly those chunks fewer than its threads (a power of two): at

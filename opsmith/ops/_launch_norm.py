@@ -13,7 +13,7 @@ from opsmith.ops._launch import (C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_
                                  L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS, L2_THREE_MAX_ROW_BYTES,
                                  L2_THREE_MAX_SM_GBPS, L2_THREE_THREADS, LN_FULL2_HIGH_BW_ROWS, LN_FULL2_MAX_ROW_BYTES,
                                  LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, ROW_CHUNKS, ROW_THREADS, DeviceProps,
-                                 Plan, _cdiv, _pow2_at_least, _warps_of, _whole_warps, full_rows, norm_cluster_plan,
+                                 Plan, _cdiv, _pow2_at_least, _threads_of, _whole_warps, full_rows, norm_cluster_plan,
                                  row_plan)
 
 # add_layer_norm_l2_plan: one block an SM from rows of this many bytes where the bandwidth an SM is high (Python only:
@@ -107,7 +107,7 @@ def norm_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays
     top = L2_MIN_ROW_BYTES if arrays == 2 or low_bandwidth_per_sm(props) else L2_MIN_ROW_BYTES - 1
     if not C4_MIN_ROW_BYTES <= cols * itemsize <= top:
         return None
-    tpr = _warps_of(cols, 4, itemsize) or _pow2_at_least(_cdiv(cols // vec, 4))  # whole warps: exactly theirs
+    tpr = _threads_of(cols, 4, itemsize)  # whole warps: exactly theirs
     if tpr > min(C4_THREADS, props.max_threads_per_block):
         return None
     return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)
@@ -169,7 +169,7 @@ def _c8(rows: int, cols: int, itemsize: int, props: DeviceProps, top: int, threa
     vec = 16 // itemsize
     if itemsize not in (2, 4) or cols % vec or not L2_MIN_ROW_BYTES < cols * itemsize <= top:
         return None
-    tpr = _warps_of(cols, 8, itemsize) or _pow2_at_least(_cdiv(cols // vec, 8))  # whole warps: exactly theirs
+    tpr = _threads_of(cols, 8, itemsize)  # whole warps: exactly theirs
     if tpr > min(threads, props.max_threads_per_block):
         return None
     return Plan("block", (max(1, rows),), (tpr, 1), 0, 0)

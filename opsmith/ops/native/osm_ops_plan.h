@@ -133,6 +133,13 @@ int64_t warps_of(int64_t cols, int64_t chunks, int64_t itemsize) {
     return cols % per == 0 && t % 32 == 0 ? t : 0;
 }
 
+// _launch._threads_of: a row's threads at `chunks` chunks each, exactly its whole warps where it is that, else the
+// power of two that covers it
+int64_t threads_of(int64_t cols, int64_t chunks, int64_t itemsize) {
+    const int64_t whole = warps_of(cols, chunks, itemsize);
+    return whole ? whole : pow2_at_least(cdiv(cols / (16 / itemsize), chunks));
+}
+
 // _launch._whole_warps: register rows ("block" at ROW_CHUNKS, "wide" at WIDE_CHUNKS, a row a block) of 2- and 4-byte
 // types at exactly the threads whose chunks they fill, where those are whole warps fewer than the plan's
 Plan whole_warps(Plan q, int64_t cols, int64_t itemsize) {
@@ -213,8 +220,7 @@ Plan norm_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, 
     // rows of exactly L2_MIN_ROW_BYTES: layer_norm's, and rms_norm's on devices of low DRAM bandwidth an SM
     const int64_t top = arrays == 2 || low_bandwidth_per_sm(p) ? K[C_L2_MIN_ROW_BYTES] : K[C_L2_MIN_ROW_BYTES] - 1;
     if (cols * itemsize < K[C_C4_MIN_ROW_BYTES] || cols * itemsize > top) return none;
-    const int64_t whole = warps_of(cols, 4, itemsize);  // rows of whole warps: exactly their threads
-    const int64_t tpr = whole ? whole : pow2_at_least(cdiv(cols / vec, 4));
+    const int64_t tpr = threads_of(cols, 4, itemsize);  // rows of whole warps: exactly their threads
     if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
@@ -254,8 +260,7 @@ Plan norm_c8_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p) 
     if ((itemsize != 2 && itemsize != 4) || cols % vec || cols * itemsize <= K[C_L2_MIN_ROW_BYTES] ||
         cols * itemsize > K[C_C8_MAX_ROW_BYTES] || !low_bandwidth_per_sm(p))
         return none;
-    const int64_t whole = warps_of(cols, 8, itemsize);  // rows of whole warps: exactly their threads
-    const int64_t tpr = whole ? whole : pow2_at_least(cdiv(cols / vec, 8));
+    const int64_t tpr = threads_of(cols, 8, itemsize);  // rows of whole warps: exactly their threads
     if (tpr > std::min<int64_t>(K[C_C4_THREADS], p.max_threads_per_block)) return none;
     return {S_BLOCK, std::max<int64_t>(1, rows), 1, tpr, 1, 0, 0, 0};
 }
