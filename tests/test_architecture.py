@@ -252,3 +252,13 @@ def test_tests_mirror_the_packages():
                      and not ((PKG / d.name).is_dir() or (PKG / f"_{d.name}").is_dir()))
     assert not stray, f"tests at the top of tests/ ({stray}): move each into tests/<package>/"
     assert not orphans, f"test folders that name no package of opsmith/: {orphans}"
+
+
+def test_the_default_run_recurses_into_every_test_folder(pytestconfig):
+    """No folder under tests/ matches a ``norecursedirs`` pattern: pytest's default pattern ``build`` had left
+    tests/build's 117 tests out of every run not given that folder by name."""
+    import fnmatch
+    tests = Path(__file__).resolve().parent
+    patterns = pytestconfig.getini("norecursedirs")
+    folders = [d for d in tests.rglob("*") if d.is_dir() and d.name != "__pycache__" and any(d.glob("test_*.py"))]
+    assert folders and not [(d.name, p) for d in folders for p in patterns if fnmatch.fnmatch(d.name, p)]

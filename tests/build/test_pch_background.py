@@ -87,6 +87,28 @@ def test_a_tests_leftover_background_pch_build_is_stopped_with_its_group(tmp_pat
                 p.wait()
 
 
+def test_a_leftover_build_in_a_cache_inside_the_tests_folder_is_stopped_and_a_neighbours_is_not(tmp_path):
+    """The teardowns pass a folder (the test's tmp_path, a module's fixtures' base): a build into a cache inside it
+    stops; one into a folder whose name only begins the same (pytest's test_x1 and test_x10) does not."""
+    import os
+    from pathlib import Path
+
+    from conftest import stop_background_pch
+    if not Path("/proc").is_dir():
+        pytest.skip("the teardown finds the builds through /proc (Linux)")
+    inside, neighbour = tmp_path / "test_x1" / "cache", tmp_path / "test_x10" / "cache"
+    jobs = {root: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "opsmith._build._pch",
+                                    json.dumps({"root": str(root)})], process_group=0) for root in (inside, neighbour)}
+    try:
+        assert stop_background_pch(tmp_path / "test_x1") == [jobs[inside].pid]
+        assert jobs[inside].wait(timeout=30) != 0 and jobs[neighbour].poll() is None
+    finally:
+        for p in jobs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+
+
 def _live_in_group(pgid: int) -> list[int]:
     """The processes of group ``pgid`` that are not zombies (a killed child waits there for its reaper)."""
     from pathlib import Path

@@ -33,25 +33,24 @@ def _opsmith(args, cwd, env=None, check=True):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The ReLU package built twice (the second time into another folder) and its key."""
-    tmp = tmp_path_factory.mktemp("relupkg")
-    shutil.copytree(ROOT / "examples" / "package_relu", tmp / "src")
+def built(relu_package):
+    """The ReLU package (tests/conftest.py's, sm_80 and sm_90) built again from its cache into another folder,
+    signed with a new key, and the signed one again from an empty cache."""
+    tmp = relu_package["tmp"]
     key = tmp / "package.key"
     key.write_bytes(os.urandom(32).hex().encode())
     key.chmod(0o600)
-    env = {"OPSMITH_CACHE_DIR": str(tmp / "cache")}
-    out = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "a"), "--arch", "sm_80,sm_90", "--json"],
-                              tmp / "src", env).stdout)
+    src, env = relu_package["src"], relu_package["env"]
     again = json.loads(_opsmith(["package", "relupkg", "-o", str(tmp / "b"), "--arch", "sm_80,sm_90", "--json"],
-                                tmp / "src", env).stdout)
+                                src, env).stdout)
     full = ["package", "relupkg", "--arch", "sm_90", "--sign", str(key), "--with", "c", "--with", "onnxruntime",
             "--json"]
-    signed = json.loads(_opsmith([*full, "-o", str(tmp / "s")], tmp / "src", env).stdout)
+    signed = json.loads(_opsmith([*full, "-o", str(tmp / "s")], src, env).stdout)
     # the same again from an empty cache into another folder: every library rebuilt elsewhere
-    signed_again = json.loads(_opsmith([*full, "-o", str(tmp / "s2")], tmp / "src",
+    signed_again = json.loads(_opsmith([*full, "-o", str(tmp / "s2")], src,
                                        {"OPSMITH_CACHE_DIR": str(tmp / "cache2")}).stdout)
-    return {"tmp": tmp, "out": out, "again": again, "signed": signed, "signed_again": signed_again, "key": key}
+    return {"tmp": tmp, "out": relu_package["out"], "again": again, "signed": signed, "signed_again": signed_again,
+            "key": key}
 
 
 def _no_compiler_env(tmp: Path) -> dict:
@@ -202,11 +201,10 @@ def test_arch_choice(arch, have, want):
     assert _prebuilt._choose({a: {} for a in have}, arch, "cubin") == want
 
 
-def test_opsmith_ops_kernels_as_a_package(tmp_path):
-    """The op library's programs for one arch (a file and a dtype each); installed, each of its CudaModules loads its
-    names from the package with NVRTC unimportable."""
-    out = json.loads(_opsmith(["package", "--ops", "-o", str(tmp_path / "w"), "--arch", "sm_90", "--no-ptx",
-                               "--json"], tmp_path, {"OPSMITH_CACHE_DIR": str(tmp_path / "cache")}).stdout)
+def test_opsmith_ops_kernels_as_a_package(ops_package, tmp_path):
+    """The op library's programs for one arch (a file and a dtype each; tests/conftest.py's wheel); installed, each
+    of its CudaModules loads its names from the package with NVRTC unimportable."""
+    out = ops_package
     from opsmith.ops import _sources
     programs = len(_sources.FILES) * len(_sources.DTYPES)
     assert Path(out["wheel"]).name.startswith("opsmith_ops_kernels-") and out["kernels"] == programs
