@@ -84,7 +84,8 @@ case "$PART" in
     # bench/diag_full_rows.py --bounds (or FULL_ROWS_ARGS), the full-row forwards at 2 and 4 chunks and tighter register
     # caps; DIAG_ADD_RMS=1: bench/diag_add_rms_full.py, add_rms_norm's full-row variants; DIAG_SOFTMAX_STEP=1:
     # bench/diag_softmax_step.py (STEP_ARGS), softmax's fwd + bwd step by kernel beside Liger's; DIAG_NORM_WW=1:
-    # bench/diag_norm_whole_warps.py, the norms' c4 forwards and backwards at exactly their threads; after the tests
+    # bench/diag_norm_whole_warps.py, the norms' c4 forwards and backwards at exactly their threads; DIAG_NORM_REGS=1:
+    # bench/diag_norm_bwd_regs.py (REGS_ARGS), the register-row norm backwards at fewer registers; after the tests
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
     # ROTARY_IP=1: bench/bench_rotary_inplace.py, rotary in place beside out of place, compile and Liger;
     # AB_BEFORE=DIR: bench/diag_kernels_ab.py first, this tree's row kernels against DIR's (AB_ARGS);
@@ -115,6 +116,7 @@ case "$PART" in
       [ "${DIAG_ADD_RMS:-0}" = 1 ] && run diag_add_rms bash -c "cd bench && python3 diag_add_rms_full.py --json $L/diag_add_rms.json"
       [ "${DIAG_SOFTMAX_STEP:-0}" = 1 ] && run diag_softmax_step bash -c "cd bench && timeout ${STEP_TIMEOUT:-200} python3 diag_softmax_step.py ${STEP_ARGS:-} --out $L/diag_softmax_step.json"
       [ "${DIAG_NORM_WW:-0}" = 1 ] && run diag_norm_ww bash -c "cd bench && python3 diag_norm_whole_warps.py --out $L/diag_norm_ww.json"
+      [ "${DIAG_NORM_REGS:-0}" = 1 ] && run diag_norm_regs bash -c "cd bench && python3 diag_norm_bwd_regs.py ${REGS_ARGS:-} --out $L/diag_norm_regs.json"
       [ -n "${AB_BEFORE:-}" ] && run diag_ab python3 bench/diag_kernels_ab.py --before "$AB_BEFORE" --out "$L/diag_ab.json" ${AB_ARGS:-}
       [ "${TESTS:-1}" = 1 ] && run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} ${TESTS_FILES:-$(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
         tests/ops/test_ops_native.py tests/ops/test_ops_gpu.py}
