@@ -3,14 +3,17 @@
 or more blocks fit an SM where the shipped kernels (``__launch_bounds__(512, 1)``: up to 128 registers; ptxas gives
 rms_norm_bwd<bf16> 114 on sm_90) hold one: bf16 5,120 columns run one block of 320 threads an SM.
 
-Variant 0 is the shipped kernels at that grid (float rows of 320 threads take 96 registers: two blocks fit). Each
-other variant compiles norm.cu with ``__maxnreg__(R)`` on those two kernels in place of their launch bounds, then runs
-the shipped Python path (``_norms.*_bwd``) with its persistent plans' grid set to the blocks the driver says an SM
-holds (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) times the SMs. Kernels alone (torch.profiler, the L2 flushed
-before each call), us, with the registers, the spilled bytes a thread and the blocks an SM; outputs against the
-shipped kernels'. Needs a GPU.
+The variants, each run through the shipped Python path (``_norms.*_bwd``) with its persistent plans' grid set to the
+blocks the driver says an SM holds (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) times the SMs:
+- "occupancy": the shipped kernels at that grid (float rows of 320 threads take 96 registers: two blocks fit);
+- "rR": norm.cu with ``__maxnreg__(R)`` on the two kernels in place of their launch bounds (ptxas, sm_90, bf16: 96
+  spills 112-218 bytes);
+- "smR": that, with their weight-gradient sums and weight row in dynamic shared memory as the 4-chunk backwards hold
+  them (norm_bwd.cuh's ``SM``), the launch giving them that room (bf16: 96 registers and no spills).
+Kernels alone (torch.profiler, the L2 flushed before each call), us, with the registers, the spilled bytes a thread
+and the blocks an SM; outputs against the shipped kernels'. Needs a GPU.
 
-    python3 bench/diag_norm_bwd_regs.py [--out FILE.json] [--regs 96,80,64]     (run from bench/)
+    python3 bench/diag_norm_bwd_regs.py [--out FILE.json] [--variants r96,sm96]     (run from bench/)
 """
 import argparse
 import sys
@@ -21,29 +24,39 @@ sys.path.insert(0, ".")
 from _kernel_timing import beside_kernels, per_kernel, write_records  # noqa: E402  (bench/, this script's folder)
 from opsmith._torch._cuda_module import CudaModule  # noqa: E402
 from opsmith.ops import _launch_bwd, _norms, _sources  # noqa: E402
+from opsmith.ops._launch import ROW_CHUNKS, ROW_THREADS  # noqa: E402
 
 BF, FP = torch.bfloat16, torch.float32
 SHAPES = [(BF, 16384, 5120), (BF, 4096, 5120), (BF, 32768, 5120), (BF, 16384, 6144), (BF, 16384, 7168),
           (BF, 16384, 8192), (BF, 16384, 3072), (BF, 16384, 4096), (FP, 16384, 2560), (FP, 16384, 4096)]
 KERNELS = ("rms_norm_bwd(", "layer_norm_bwd(")
 BOUNDS = "__launch_bounds__(OPSMITH_ROW_THREADS, OPSMITH_ROW_BWD_BLOCKS)\n"
+SM_RULE = "constexpr bool SM = C != OPSMITH_ROW_CHUNKS;"  # norm_bwd.cuh: the sums in shared memory at 4 chunks only
 
 
-def _variant(regs: int, dtype: str) -> CudaModule:
-    """norm.cu with ``__maxnreg__(regs)`` on the two register-row backwards (no other change)."""
+def _variant(name: str, dtype: str) -> CudaModule:
+    """norm.cu with ``__maxnreg__(R)`` on the two register-row backwards (``name`` "rR"), or that with their
+    weight-gradient sums and weight row in dynamic shared memory, as the 4-chunk backwards hold them ("smR": ptxas on
+    sm_90, bf16, 96 registers and no spills where the sums in registers spill 112-218 bytes)."""
+    regs = int(name.lstrip("rsm"))
     src = (_sources.KERNEL_DIR / "norm.cu").read_text()
     for k in KERNELS:
         assert src.count(BOUNDS + k) == 1, k
         src = src.replace(BOUNDS + k, f"__maxnreg__({regs})\n" + k)
-    path = beside_kernels(f"norm_r{regs}.cu", src)
-    return CudaModule(path, name_expressions=_sources.kernel_names("norm.cu", dtype),
-                      arch=f"sm_{torch.cuda.get_device_capability()[0]}{torch.cuda.get_device_capability()[1]}",
-                      name=f"norm_r{regs}")
+    path = beside_kernels(f"norm_{name}.cu", src)
+    if name.startswith("sm"):
+        head = (path.parent / "norm_bwd.cuh").read_text()
+        assert head.count(SM_RULE) == 2
+        (path.parent / "norm_bwd.cuh").write_text(head.replace(SM_RULE, "constexpr bool SM = true;"))
+    cc = torch.cuda.get_device_capability()
+    return CudaModule(path, name_expressions=_sources.kernel_names("norm.cu", dtype), arch=f"sm_{cc[0]}{cc[1]}",
+                      name=f"norm_{name}")
 
 
-def _run(call, mod, dtype, kname):
+def _run(call, mod, dtype, kname, variant=""):
     """(us, outputs, {registers, local bytes, blocks an SM, grid}) of ``call`` with ``mod`` as norm.cu (None: as
-    shipped) and its persistent plans' grid at the blocks the driver says fit."""
+    shipped; "occupancy": as shipped, at the grid the driver says fits) and its persistent plans' grid at the blocks
+    the driver says fit (``variant`` "sm...": with the shared memory its sums and weight take)."""
     key = ("norm.cu", dtype, torch.cuda.current_device())
     info = {}
     k = _sources.kernel("norm.cu", kname, dtype, torch.cuda.current_device())  # the shipped programs loaded first
@@ -58,11 +71,15 @@ def _run(call, mod, dtype, kname):
         if p.strategy != "persistent":
             info.update(strategy=p.strategy)
             return p
-        per_sm = k.occupancy(p.block[0] * p.block[1])
+        smem = (arrays * ROW_CHUNKS * (16 // itemsize) * 4 + ROW_CHUNKS * 16) * ROW_THREADS \
+            if variant.startswith("sm") else 0
+        if smem:
+            k._state(torch.cuda.current_device()).opt_in_shared()  # past 48 KiB: before the occupancy question
+        per_sm = k.occupancy(p.block[0] * p.block[1], smem)
         grid = max(1, min(per_sm * props.sm_count, -(-rows // (2 * p.block[1]))))
         grid = p.grid[0] if mod is None else grid  # None: the plan's
-        info.update(block=list(p.block), per_sm=per_sm, grid=grid)
-        return p._replace(grid=(grid,))
+        info.update(block=list(p.block), per_sm=per_sm, grid=grid, smem=smem)
+        return p._replace(grid=(grid,), shared_mem=smem)
     _launch_bwd.norm_bwd_plan = plan
     try:
         a_ = k.attributes
@@ -76,9 +93,9 @@ def _run(call, mod, dtype, kname):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--regs", default="96,80,72,64")
+    ap.add_argument("--variants", default="r96,r80,r64,sm96,sm88,sm80")
     args = ap.parse_args()
-    regs = [int(r) for r in args.regs.split(",")]
+    regs = args.variants.split(",")
     mods = {}
     records = []
     for dt, rows, cols in SHAPES:
@@ -98,16 +115,16 @@ def main():
             us0, want, info0 = _run(call, None, dtype, kname)
             records.append({**base, "variant": "shipped", "us": us0, **info0})
             print(f"{op:15s} {dtype:8s} {rows}x{cols}: shipped {us0:8.2f} us  {info0}", flush=True)
-            for r in [0, *regs]:  # 0: the shipped kernels at the grid the driver says fits
+            for r in ["occupancy", *regs]:  # the shipped kernels at the grid the driver says fits, then the variants
                 try:
-                    us, got, info = _run(call, mods[(r, dtype)] if r else "occupancy", dtype, kname)
+                    us, got, info = _run(call, mods[(r, dtype)] if r != "occupancy" else r, dtype, kname, r)
                 except Exception as exc:  # noqa: BLE001 -- a variant the driver refuses is reported, not fatal
-                    print(f"  maxnreg {r}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
-                    records.append({**base, "variant": f"r{r}", "error": str(exc)[:300]})
+                    print(f"  {r}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+                    records.append({**base, "variant": r, "error": str(exc)[:300]})
                     continue
                 diff = max((p.float() - q.float()).abs().max().item() for p, q in zip(want, got) if p.numel())
-                records.append({**base, "variant": f"r{r}", "us": us, "speedup": us0 / us, "max_diff": diff, **info})
-                print(f"  maxnreg {r:3d}: {us:8.2f} us ({us0 / us:.3f}x) {info} diff {diff:.3g}", flush=True)
+                records.append({**base, "variant": r, "us": us, "speedup": us0 / us, "max_diff": diff, **info})
+                print(f"  {r:9s}: {us:8.2f} us ({us0 / us:.3f}x) {info} diff {diff:.3g}", flush=True)
     write_records(args.out, records)
 
 
