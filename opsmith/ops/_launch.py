@@ -34,6 +34,7 @@ ROW_THREADS = 512     # OPSMITH_ROW_THREADS: __launch_bounds__ of the register-r
 ROW_BWD_BLOCKS = 1    # OPSMITH_ROW_BWD_BLOCKS in norm_bwd.cuh: ROW_THREADS-blocks an SM holds in the norm backwards
 NORM_BWD_BLOCK = 256  # OPSMITH_BWD_BLOCK in norm_bwd.cuh: threads of a persistent backward block of several rows
 BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES = 4, 20 << 10  # _launch_bwd.norm_bwd_c4_plan (norm.cu's *_bwd_c4)
+BWD_SM_THREADS = 320  # OPSMITH_BWD_SM_THREADS in norm_bwd.cuh: the most threads of norm_bwd_sm_plan's rows
 LN_WIDE_TPR = 256     # layer_norm_fwd_wide (norm.cu) serves register rows of this many threads or more
 LN_FWD4_CHUNKS = 4    # layer_norm_fwd4 (norm.cu): 16-byte chunks a thread (layer_norm_fwd4_plan)
 LONG_THREADS = 1024   # OPSMITH_LONG_THREADS: __launch_bounds__ of the long-row kernels

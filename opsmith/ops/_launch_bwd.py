@@ -1,18 +1,20 @@
 """The norm backwards' launch plans: the persistent and "split" backwards of the register rows
 (``norm_bwd_plan``), the column sums of their partial sums (``col_sum_plan``), the weight-gradient kernels after the
-split and long-row backwards (``weight_grad_plan``), the backwards of few rows in one launch (``norm_bwd_small_plan``)
-and the float rows of 4 chunks a thread (``norm_bwd_c4_plan``). Their numbers live in :mod:`opsmith.ops._launch` with
+split and long-row backwards (``weight_grad_plan``), the backwards of few rows in one launch (``norm_bwd_small_plan``),
+the float rows of 4 chunks a thread (``norm_bwd_c4_plan``) and the persistent rows at two blocks an SM
+(``norm_bwd_sm_plan``). Their numbers live in :mod:`opsmith.ops._launch` with
 the others the C++ plans (native/osm_ops_plan.h) share."""
 from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, NORM_BWD_BLOCK, NORM_SPLIT_BYTES,
+from opsmith.ops._launch import (_STATIC_SMEM, BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, BWD_SM_THREADS, NORM_BWD_BLOCK, NORM_SPLIT_BYTES,
                                  ROW_BWD_BLOCKS, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES,
                                  WEIGHT_CLUSTER, WEIGHT_CLUSTER_BYTES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv,
                                  _pow2_at_least, _warps_of, row_plan)
 
-__all__ = ["col_sum_plan", "norm_bwd_c4_plan", "norm_bwd_plan", "norm_bwd_small_plan", "weight_grad_plan"]
+__all__ = ["col_sum_plan", "norm_bwd_c4_plan", "norm_bwd_plan", "norm_bwd_small_plan", "norm_bwd_sm_plan",
+           "weight_grad_plan"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -144,3 +146,25 @@ def norm_bwd_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, ar
     if tpr > limit or smem > props.smem_per_block_optin or smem > props.smem_per_sm:
         return None
     return Plan("c4", (max(1, min(props.sm_count, _cdiv(rows, 2))),), (tpr, 1), smem, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def norm_bwd_sm_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays: int = 2) -> Plan | None:
+    """norm.cu's ``layer_norm_bwd_sm`` (``arrays`` 2) / ``rms_norm_bwd_sm`` (1): ``norm_bwd_plan``'s persistent rows
+    of a row a block at more than ``ROW_THREADS / 2`` and at most ``BWD_SM_THREADS`` threads (their whole warps:
+    16-bit rows of 4,608 and 5,120 columns, float 2,304 and 2,560) at two blocks an SM (``grid``: twice the SMs, at most a
+    block for two rows), else None. The kernels at those rows take 114-126 registers a thread (bf16, sm_90), so one
+    block an SM; these hold their weight-gradient sums and the weight in ``shared_mem`` bytes of shared memory, as
+    the 4-chunk backwards do ([value][thread] at a stride of ``ROW_THREADS``), and take 96 registers (``__launch_bounds__
+    (BWD_SM_THREADS, 2)``, no spills). The callers try it before ``norm_bwd_plan``, on 16-byte aligned tensors only."""
+    vec = 16 // itemsize
+    if itemsize not in (2, 4) or cols % vec:
+        return None
+    p = norm_bwd_plan(rows, cols, itemsize, props, arrays)
+    if p.strategy != "persistent" or p.block[1] != 1 or not ROW_THREADS // 2 < p.block[0] <= BWD_SM_THREADS:
+        return None
+    smem = (arrays * vec * 4 + 16) * ROW_CHUNKS * ROW_THREADS  # the float sums and the weight, ROW_CHUNKS chunks each
+    if 2 * (smem + _STATIC_SMEM) > props.smem_per_sm or smem > props.smem_per_block_optin or \
+            2 * p.block[0] > props.max_threads_per_sm:
+        return None
+    return Plan("sm", (max(1, min(2 * props.sm_count, _cdiv(rows, 2))),), p.block, smem, 0)

@@ -38,7 +38,7 @@ def consts() -> list[int]:
     C4_MIN_ROW_BYTES, WIDE3_THREADS, LOW_BW_SM_GBPS, SMALL_BWD_ROWS, SMALL_MIN_LANES, C8_MAX_ROW_BYTES,
     LN_FULL2_MAX_ROW_BYTES, L2_ONE_ROW_BYTES, L2_ONE_CHUNKS, LN_FULL2_HIGH_BW_ROWS, BWD_C4_CHUNKS,
     BWD_C4_LN_MIN_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW, L2_THREE_THREADS, L2_THREE_CHUNKS, L2_THREE_MAX_ROW_BYTES,
-    L2_THREE_MAX_SM_GBPS):
+    L2_THREE_MAX_SM_GBPS, BWD_SM_THREADS):
     :mod:`opsmith.ops._launch`
     is their one source."""
     from opsmith.ops import _launch
@@ -52,7 +52,7 @@ def consts() -> list[int]:
             _launch.LN_FULL2_MAX_ROW_BYTES, _launch.L2_ONE_ROW_BYTES, _launch.L2_ONE_CHUNKS,
             _launch.LN_FULL2_HIGH_BW_ROWS, _launch.BWD_C4_CHUNKS, _launch.BWD_C4_LN_MIN_ROW_BYTES,
             _launch.L2_ONE_ROW_BYTES_HIGH_BW, _launch.L2_THREE_THREADS, _launch.L2_THREE_CHUNKS,
-            _launch.L2_THREE_MAX_ROW_BYTES, _launch.L2_THREE_MAX_SM_GBPS]
+            _launch.L2_THREE_MAX_ROW_BYTES, _launch.L2_THREE_MAX_SM_GBPS, _launch.BWD_SM_THREADS]
 
 
 def _props(p):
@@ -116,20 +116,20 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
     """The C++ plan (``"elementwise"`` with ``rows`` = n and ``cols`` = 1 for the unrolled one, ``"row"``,
     ``"weight"``, ``"norm_bwd"``, ``"softmax"``, ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``,
-    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``, ``"fwd"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`),
+    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``, ``"fwd"``, ``"bwd_sm"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`),
     as (strategy, grid, block, smem, cache, per_chunk, cluster, chunks), strategy None where a cluster plan (or
-    ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``) has none;
+    ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``, ``"bwd_sm"``) has none;
     before :func:`register` it uses the numbers of :func:`consts`."""
     lib = library() if lib is None else lib
     _init(lib, cuda=False)
     out = (ctypes.c_int64 * 10)()
     which_id = {"elementwise": 0, "row": 1, "weight": 2, "norm_bwd": 3, "softmax": 4, "cluster_fwd": 5,
                 "cluster_bwd": 6, "ln_fwd4": 7, "l2": 8, "c4": 9, "small": 10, "c8": 11,
-                "ln_full2": 12, "bwd_c4": 13, "fwd": 14}[which]
+                "ln_full2": 12, "bwd_c4": 13, "fwd": 14, "bwd_sm": 15}[which]
     if lib.osm_ops_plan(which_id, rows, cols, itemsize, arrays, _props(props), out):
         raise OpsmithError(f"osm_ops_plan refused itemsize {itemsize}")
     names = {-1: None, 0: "elementwise", 1: "warp", 2: "block", 3: "long", 4: "columns", 5: "persistent", 6: "wide",
-             7: "cluster", 8: "split", 9: "l2", 10: "small", 11: "c4"}
+             7: "cluster", 8: "split", 9: "l2", 10: "small", 11: "c4", 12: "sm"}
     return names[out[0]], (out[1], out[2]), (out[3], out[4]), out[5], out[6], out[7], out[8], out[9]
 
 

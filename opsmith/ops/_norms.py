@@ -141,14 +141,15 @@ def _fwd_plan(rows: int, cols: int, x):
 
 
 def _bwd_plan(rows: int, cols: int, x, arrays: int, *tensors):
-    """The backward's plan and kernel file: the persistent register rows (norm.cu; at 4 chunks a thread,
-    ``"c4"``, where every one of ``tensors`` is 16-byte aligned; ``"split"``: norm_split.cu, the callers launch it),
-    the clusters (norm_cluster.cu) or the long rows (norm_long.cu); ``arrays``: the weight gradients the op has
-    (2 layer_norm, 1 rms_norm)."""
+    """The backward's plan and kernel file: the persistent register rows (norm.cu; at 4 chunks a thread, ``"c4"``,
+    and at two blocks an SM, ``"sm"``, where every one of ``tensors`` is 16-byte aligned; ``"split"``: norm_split.cu,
+    the callers launch it), the clusters (norm_cluster.cu) or the long rows (norm_long.cu); ``arrays``: the weight
+    gradients the op has (2 layer_norm, 1 rms_norm)."""
     props = _launch.device_props(x.get_device())
-    c4 = _if_aligned(_launch_bwd.norm_bwd_c4_plan(rows, cols, x.element_size(), props, arrays), tensors)
-    if c4 is not None:
-        return c4, "norm.cu"
+    for shared in (_launch_bwd.norm_bwd_c4_plan, _launch_bwd.norm_bwd_sm_plan):  # the sums in shared memory
+        plan = _if_aligned(shared(rows, cols, x.element_size(), props, arrays), tensors)
+        if plan is not None:
+            return plan, "norm.cu"
     plan = _launch_bwd.norm_bwd_plan(rows, cols, x.element_size(), props, arrays)
     if plan.strategy != "long":
         return plan, "norm.cu"
@@ -211,7 +212,7 @@ def _layer_norm_bwd(grad_y, x, normalized_shape, mean, rstd, want_w: bool, want_
     # one block (norm.cu's), the gradients themselves
     direct = file != _CL and plan.grid[0] == 1
     fused = res is not None  # the residual's gradient added by the kernel
-    c4 = "_c4" * (plan.strategy == "c4")
+    c4 = {"c4": "_c4", "sm": "_sm"}.get(plan.strategy, "")
     name = (f"layer_norm_bwd_cluster{'_res' * fused}<{plan.cluster}, {{T}}, {{A}}>" if file == _CL
             else f"layer_norm_bwd{c4}{'_res' * fused}<{{T}}, {{A}}>")
     k = _kernel(file, name, x)
@@ -305,7 +306,7 @@ def rms_norm_bwd(grad_y, x, normalized_shape, rstd, want_w: bool, weight=None, g
         return dx, (_weight_grads(g, x, None, rstd, rows, cols, True, False, shape)[0] if want_w
                     else x.new_empty(0))
     direct = file != _CL and plan.grid[0] == 1 and want_w  # one block (norm.cu's): the gradient itself
-    c4 = "_c4" * (plan.strategy == "c4")
+    c4 = {"c4": "_c4", "sm": "_sm"}.get(plan.strategy, "")
     name = f"rms_norm_bwd_cluster<{plan.cluster}, {{T}}, {{A}}>" if file == _CL else f"rms_norm_bwd{c4}<{{T}}, {{A}}>"
     k = _kernel(file, name, x)
     plan = _resident(k, plan)

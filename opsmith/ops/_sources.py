@@ -35,7 +35,8 @@ FILES: dict[str, tuple[str, ...]] = {
        "rms_norm_fwd_c4<{T}, {A}>", "layer_norm_fwd_c4_full<{T}, {A}>", "rms_norm_fwd_c4_full<{T}, {A}>",
        "layer_norm_fwd_full<{T}, {A}>",
        "layer_norm_fwd_c8<{T}, {A}>", "rms_norm_fwd_c8<{T}, {A}>", "layer_norm_bwd_res<{T}, {A}>",
-       "layer_norm_bwd_c4<{T}, {A}>", "layer_norm_bwd_c4_res<{T}, {A}>", "rms_norm_bwd_c4<{T}, {A}>"),
+       "layer_norm_bwd_c4<{T}, {A}>", "layer_norm_bwd_c4_res<{T}, {A}>", "rms_norm_bwd_c4<{T}, {A}>",
+       "layer_norm_bwd_sm<{T}, {A}>", "layer_norm_bwd_sm_res<{T}, {A}>", "rms_norm_bwd_sm<{T}, {A}>"),
     "softmax_cluster.cu": tuple(f"softmax_{d}_cluster<2, {c}, {{T}}>" for d in ("fwd", "bwd") for c in (2, 4))
     + ("softmax_fwd_cluster<4, 4, {T}>",),  # _launch.softmax_plan's forward of 16,385-20,480 16-bit columns
     "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")

@@ -437,6 +437,18 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     assert [t.shape for t in nf.layer_norm_bwd(x, x, [256], mean, rstd, True, True, w)] == [x.shape, w.shape, w.shape]
     got = nf.layer_norm_bwd(x, x, [256], mean, rstd, True, True, w, x)  # add_layer_norm's: layer_norm_bwd_res
     assert [t.shape for t in got] == [x.shape, w.shape, w.shape]
+    if dtype != "float64":  # rows of BWD_SM_THREADS that fill them: the persistent backwards at two blocks an SM
+        cols = _launch.BWD_SM_THREADS * _launch.ROW_CHUNKS * (16 // dt.itemsize)
+        xs, ws = torch.randn(2000, cols, dtype=dt), torch.randn(cols, dtype=dt)
+        y, mean, rstd = nf.layer_norm_fwd(xs, [cols], ws, ws, 1e-5)
+        start = len(calls)
+        for res in (None, xs):  # layer_norm_bwd_sm, layer_norm_bwd_sm_res (add_layer_norm's)
+            got = nf.layer_norm_bwd(xs, xs, [cols], mean, rstd, True, True, ws, res)
+            assert [t.shape for t in got] == [xs.shape, ws.shape, ws.shape]
+        y, rstd = nf.rms_norm_fwd(xs, [cols], ws, None)
+        assert [t.shape for t in nf.rms_norm_bwd(xs, xs, [cols], rstd, True, ws)] == [xs.shape, ws.shape]
+        sm = [(n.split("<")[0], c.shared_mem > 0) for n, c in calls[start:] if "_bwd_sm" in n]
+        assert sm == [("layer_norm_bwd_sm", True), ("layer_norm_bwd_sm_res", True), ("rms_norm_bwd_sm", True)], sm
     from opsmith.ops import _fused
     y, s, mean, rstd = _fused.add_layer_norm_cuda(x, x, [256], w, w, 1e-5)  # 2 chunks that fill the row (_full)
     assert y.shape == s.shape == x.shape and mean.shape == rstd.shape == (x.shape[0],)
@@ -449,8 +461,9 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
         want -= {"layer_norm_fwd_full"}  # layer_norm_full2_plan: 16-bit rows of 2 to 4 KiB
     if dtype != "float32":  # layer_norm_fwd4_plan, norm_bwd_c4_plan: float rows only
         want -= {"layer_norm_fwd4", "layer_norm_bwd_c4", "layer_norm_bwd_c4_res", "rms_norm_bwd_c4"}
-    if dtype == "float64":  # norm_l2_plan, norm_c8_plan, add_rms_c8_plan and norm_c4_plan: 2- and 4-byte types only
-        want -= {"add_layer_norm_fwd_c4", "add_layer_norm_fwd_c4_full", "layer_norm_fwd_l2", "rms_norm_fwd_l2",
+    if dtype == "float64":  # norm_l2_plan, norm_c8_plan, add_rms_c8_plan, norm_c4_plan, norm_bwd_sm_plan: 2- and 4-byte
+        want -= {"layer_norm_bwd_sm", "layer_norm_bwd_sm_res", "rms_norm_bwd_sm",
+                 "add_layer_norm_fwd_c4", "add_layer_norm_fwd_c4_full", "layer_norm_fwd_l2", "rms_norm_fwd_l2",
                  "add_rms_norm_fwd_l2", "add_layer_norm_fwd_l2", "layer_norm_fwd_c8", "rms_norm_fwd_c8",
                  "add_rms_norm_fwd_c8", "add_rms_norm_fwd_c8k"}
     if dtype != "bfloat16":  # norm_c4_plan: rms_norm's 2-byte rows, layer_norm's 2- and 4-byte ones (and full)

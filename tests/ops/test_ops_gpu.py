@@ -507,12 +507,37 @@ def test_norm_bwd_c4_and_its_misaligned_fallback_match_float64(cols):
     clusters) take the 4-chunk backwards (norm.cu's *_bwd_c4, the sums in shared memory) where grad, x, the weight
     and grad_x start 16-byte aligned, the clusters where not; both match float64 torch, with and without weight and
     bias, the residual's gradient added (add_layer_norm's and add_rms_norm's)."""
-    from opsmith.ops import _launch_norm, _norms
     rows, dtype = 300, torch.float32
     props = _launch.device_props(0)
     assert _launch_bwd.norm_bwd_c4_plan(rows, cols, 4, props, 1).strategy == "c4"
     ln = _launch_bwd.norm_bwd_c4_plan(rows, cols, 4, props, 2)
     assert (ln is not None and ln.strategy == "c4") == (cols * 4 > _launch.BWD_C4_LN_MIN_ROW_BYTES)
+    _norm_bwds_match_float64(rows, cols, dtype)
+
+
+@pytest.mark.parametrize("dtype, cols", [(torch.bfloat16, 5120), (torch.bfloat16, 4608), (torch.float32, 2560),
+                                         (torch.float32, 2304)], ids=["bf16-5120", "bf16-4608", "f32-2560", "f32-2304"])
+def test_norm_bwd_sm_and_its_misaligned_fallback_match_float64(dtype, cols):
+    """Rows of 288-320 threads that fill them take the persistent backwards at two blocks an SM (norm.cu's *_bwd_sm,
+    the sums and the weight in shared memory, 96 registers) where grad, x, the weight and grad_x start 16-byte
+    aligned, the one-block kernels where not; both match float64 torch, with and without weight and bias, the
+    residual's gradient added (add_layer_norm's and add_rms_norm's). 2,001 rows: blocks of 7 and 8 rows, one odd."""
+    from opsmith.ops import _norms
+    rows, props = 2001, _launch.device_props(0)
+    for arrays in (1, 2):
+        p = _launch_bwd.norm_bwd_sm_plan(rows, cols, dtype.itemsize, props, arrays)
+        assert p is not None and p.strategy == "sm" and p.grid == (2 * props.sm_count,), p
+        flat = torch.empty(rows * cols + 8, dtype=dtype, device="cuda")
+        for off, want in ((0, "sm"), (1, "persistent")):  # what _norm_bwds_match_float64's two passes take
+            t = flat[off: off + rows * cols].view(rows, cols)
+            assert _norms._bwd_plan(rows, cols, t, arrays, t, t, t[0], t)[0].strategy == want
+    _norm_bwds_match_float64(rows, cols, dtype)
+
+
+def _norm_bwds_match_float64(rows, cols, dtype):
+    """layer_norm's and rms_norm's backwards of rows x cols, grad and x 16-byte aligned and not, against float64
+    torch's: with weight and bias, weight alone, neither; the residual's gradient added or not."""
+    from opsmith.ops import _norms
     base = _rand((2 * rows * cols + 8,), dtype, 43)
     xs = base * 2 + 0.5
     w, b = _rand(cols, dtype, 44), _rand(cols, dtype, 45)

@@ -46,13 +46,14 @@ def _py(which, rows, cols, itemsize, arrays, props):
     if which == "elementwise":
         p = _launch.elementwise_plan(rows, itemsize, props, cols == 1)
         return p.strategy, (p.grid[0], 1), (p.block[0], 1), 0, 0, 0, 1, 0
-    if which in ("ln_fwd4", "l2", "c4", "small", "c8", "ln_full2", "bwd_c4"):
+    if which in ("ln_fwd4", "l2", "c4", "small", "c8", "ln_full2", "bwd_c4", "bwd_sm"):
         p = _launch_norm.layer_norm_fwd4_plan(rows, cols, itemsize, props) if which == "ln_fwd4" else \
             _launch_norm.layer_norm_full2_plan(rows, cols, itemsize, props) if which == "ln_full2" else \
             _launch_norm.norm_l2_plan(rows, cols, itemsize, props, arrays) if which == "l2" else \
             _launch_bwd.norm_bwd_small_plan(rows, cols, itemsize, props) if which == "small" else \
             _launch_norm.norm_c8_plan(rows, cols, itemsize, props) if which == "c8" else \
             _launch_bwd.norm_bwd_c4_plan(rows, cols, itemsize, props, arrays) if which == "bwd_c4" else \
+            _launch_bwd.norm_bwd_sm_plan(rows, cols, itemsize, props, arrays) if which == "bwd_sm" else \
             _launch_norm.norm_c4_plan(rows, cols, itemsize, props, arrays)
         if p is None:
             return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
@@ -83,7 +84,7 @@ COLS = (1, 3, 8, 31, 64, 100, 255, 512, 768, 1024, 1536, 2048, 2560, 3000, 3072,
         7680, 8192, 8200, 12000, 12288, 16384,
         18000, 20480, 22528, 24576, 32768, 65536, 65537, 262144)
 WHICH = ("row", "weight", "norm_bwd", "softmax", "cluster_fwd", "cluster_bwd", "ln_fwd4", "l2", "c4", "small", "c8",
-         "ln_full2", "bwd_c4", "fwd")
+         "ln_full2", "bwd_c4", "fwd", "bwd_sm")
 
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
@@ -101,6 +102,7 @@ def test_plans_match_python_on_synthetic_devices(lib, device):
             _py("elementwise", n, unrolled, itemsize, 1, props)
     assert {"warp", "block", "long", "columns", "persistent", "split", "wide", "l2", "small"} <= strategies
     assert ("c4" in strategies) == (props.smem_per_block_optin >= 64 << 10)  # norm_bwd_c4_plan: rms_norm's 64 KiB
+    assert ("sm" in strategies) == (props.smem_per_sm >= 2 * (32 << 10) + 2048)  # norm_bwd_sm_plan: float rms_norm's
     assert ("cluster" in strategies) == props.clusters
 
 

@@ -328,6 +328,40 @@ def test_norm_bwd_c4_plan_takes_the_float_rows_past_the_2_chunk_kernels(props):
 
 
 @pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
+def test_norm_bwd_sm_plan_takes_the_persistent_rows_of_288_to_320_threads_at_two_blocks_an_sm(props):
+    """norm_bwd_sm_plan on synthetic devices: norm_bwd_plan's persistent rows of a row a block at more than
+    ROW_THREADS / 2 and at most BWD_SM_THREADS threads (2- and 4-byte types in whole vectors: bf16 4,608 and 5,120
+    columns, float 2,304 and 2,560) get the same block at twice the SMs' blocks (at most one for two rows) and the
+    shared memory the kernels index at a stride of ROW_THREADS (the sums in float, the weight as loaded), where two
+    blocks of it fit an SM; everything else None. The kernels' launch bounds hold two blocks of BWD_SM_THREADS."""
+    import re
+    source = (_sources.KERNEL_DIR / "norm.cu").read_text()
+    for k in ("layer_norm_bwd_sm", "layer_norm_bwd_sm_res", "rms_norm_bwd_sm"):
+        assert re.search(r"__launch_bounds__\(OPSMITH_BWD_SM_THREADS, 2\)\n" + k + r"\(", source), k
+    head = (_sources.KERNEL_DIR / "norm_bwd.cuh").read_text()
+    assert f"#define OPSMITH_BWD_SM_THREADS {_launch.BWD_SM_THREADS}\n" in head
+    seen = set()
+    for rows, cols, itemsize, arrays in itertools.product((1, 200, 300, 2000, 10**6),
+                                                          (2048, 2304, 2306, 2560, 3072, 4096, 4352, 4608, 5120, 5122,
+                                                           6144), (2, 4, 8), (1, 2)):
+        p = _launch_bwd.norm_bwd_sm_plan(rows, cols, itemsize, props, arrays)
+        base = _launch_bwd.norm_bwd_plan(rows, cols, itemsize, props, arrays)
+        smem = (arrays * (16 // itemsize) * 4 + 16) * _launch.ROW_CHUNKS * _launch.ROW_THREADS
+        fits = 2 * (smem + _launch._STATIC_SMEM) <= props.smem_per_sm and smem <= props.smem_per_block_optin
+        want = itemsize in (2, 4) and cols % (16 // itemsize) == 0 and base.strategy == "persistent" and \
+            base.block[1] == 1 and _launch.ROW_THREADS // 2 < base.block[0] <= _launch.BWD_SM_THREADS and fits
+        assert (p is not None) == want, (rows, cols, itemsize, arrays)
+        if p is None:
+            continue
+        seen.add((cols, itemsize))
+        assert p.strategy == "sm" and p.block == base.block and p.shared_mem == smem
+        assert p.block[0] * _launch.ROW_CHUNKS * (16 // itemsize) == cols  # whole warps that the row fills
+        assert p.grid == (max(1, min(2 * props.sm_count, -(-rows // 2))),)
+    if props.smem_per_sm >= 2 * (160 << 10) + 4096:  # layer_norm's two blocks of 2-byte rows fit
+        assert seen == {(4608, 2), (5120, 2), (2304, 4), (2560, 4)}
+
+
+@pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_norm_c8_plan_takes_rows_past_16_kib_up_to_32_kib_in_whole_vectors(props):
     """norm_c8_plan: rows of more than L2_MIN_ROW_BYTES up to C8_MAX_ROW_BYTES in whole 16-byte vectors of 2- and
     4-byte types, a block a row of 8 chunks a thread within norm.cu's OPSMITH_C4_THREADS (its launch bounds);

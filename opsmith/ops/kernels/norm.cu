@@ -181,6 +181,43 @@ rms_norm_bwd(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __r
                             grad_w, direct);
 }
 
+// The 2-chunk persistent backwards with their weight-gradient sums and the weight in shared memory (as the 4-chunk
+// ones hold them) at 96 registers a thread (ptxas, sm_90, no spills), so that two blocks of up to
+// OPSMITH_BWD_SM_THREADS fit an SM where the kernels above (114-126 registers, bf16) hold one: rows of 288-320
+// threads (_launch_bwd.norm_bwd_sm_plan), a row a block.
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_BWD_SM_THREADS, 2)
+layer_norm_bwd_sm(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                  const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+                  A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w, int want_w,
+                  int want_b, T* __restrict__ grad_w, T* __restrict__ grad_b, int direct) {
+    layer_norm_bwd_rows<T, A, false, OPSMITH_ROW_CHUNKS, true>(grad_y, x, w, mean, rstd, grad_x, dw_part, db_part,
+                                                              rows, cols, has_w, want_w, want_b, grad_w, grad_b,
+                                                              direct, nullptr);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_BWD_SM_THREADS, 2)
+layer_norm_bwd_sm_res(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                      const A* __restrict__ mean, const A* __restrict__ rstd, T* __restrict__ grad_x,
+                      A* __restrict__ dw_part, A* __restrict__ db_part, long long rows, int cols, int has_w,
+                      int want_w, int want_b, T* __restrict__ grad_w, T* __restrict__ grad_b, int direct,
+                      const T* __restrict__ grad_res) {
+    layer_norm_bwd_rows<T, A, true, OPSMITH_ROW_CHUNKS, true>(grad_y, x, w, mean, rstd, grad_x, dw_part, db_part,
+                                                             rows, cols, has_w, want_w, want_b, grad_w, grad_b,
+                                                             direct, grad_res);
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(OPSMITH_BWD_SM_THREADS, 2)
+rms_norm_bwd_sm(const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ w,
+                const A* __restrict__ rstd, T* __restrict__ grad_x, A* __restrict__ dw_part, long long rows, int cols,
+                int has_w, int want_w, const T* __restrict__ grad_res, int has_res, T* __restrict__ grad_w,
+                int direct) {
+    rms_norm_bwd_rows<T, A, OPSMITH_ROW_CHUNKS, true>(grad_y, x, w, rstd, grad_x, dw_part, rows, cols, has_w, want_w,
+                                                      grad_res, has_res, grad_w, direct);
+}
+
 // The backwards of 4 chunks a thread (_launch_bwd.norm_bwd_c4_plan): a row a block of up to OPSMITH_ROW_THREADS,
 // rows twice as long as the 2-chunk kernels' (float 4,097-8,192 columns), which otherwise take two blocks of a
 // cluster (norm_cluster.cu) and meet in distributed shared memory each row; one block an SM, the next row's

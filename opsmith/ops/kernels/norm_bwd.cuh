@@ -25,8 +25,14 @@ namespace opsmith {
 // few narrow rows) writes its sums as the gradient itself, in T, and no norm_col_sum launch follows
 // (the two launches made a 1 x 64 backward 1.3x eager's time).
 #define OPSMITH_BWD_BLOCK 256
+// The most threads a row of the *_bwd_sm kernels (norm.cu: __launch_bounds__(this, 2), so 96 registers a thread on
+// sm_90, where the 2-chunk persistent backwards take up to 114 (bf16) and one block of 288-320 threads an SM;
+// _launch_bwd.norm_bwd_sm_plan)
+#ifndef OPSMITH_BWD_SM_THREADS
+#define OPSMITH_BWD_SM_THREADS 320
+#endif
 // A thread's weight-gradient sums in the persistent backwards: K registers, or (SM: the 4-chunk backwards, whose
-// registers hold the next row) K slots of the dynamic shared memory, [i][thread] (OPSMITH_ROW_THREADS threads: a
+// registers hold the next row, and the *_bwd_sm kernels, which leave registers for two blocks an SM) K slots of the dynamic shared memory, [i][thread] (OPSMITH_ROW_THREADS threads: a
 // stride known at compile time), a thread's own, no bank conflicts.
 template <class A, int K, bool SM>
 struct GradSums {
@@ -70,7 +76,7 @@ struct WeightRow {
     }
 };
 
-template <class T, int C = OPSMITH_ROW_CHUNKS, class A, class Acc>
+template <class T, int C = OPSMITH_ROW_CHUNKS, bool ONE = (C != OPSMITH_ROW_CHUNKS), class A, class Acc>
 __device__ __forceinline__ void write_partial(Acc& acc, A* __restrict__ part, T* __restrict__ direct, int cols) {
     constexpr int N = Vec<T>::N, K = C * N;
     const int tpr = blockDim.x, t = threadIdx.x, ny = blockDim.y;
@@ -85,7 +91,7 @@ __device__ __forceinline__ void write_partial(Acc& acc, A* __restrict__ part, T*
             if (OPSMITH_COL(i) < cols) put(OPSMITH_COL(i), acc[i]);
         return;
     }
-    if constexpr (C != OPSMITH_ROW_CHUNKS) {  // the 4-chunk backwards: a row a block (norm_bwd_c4_plan)
+    if constexpr (ONE) {  // a row a block (norm_bwd_c4_plan, norm_bwd_sm_plan): no shared buffer
         __trap();
     } else {
     if (tpr * ny > OPSMITH_BWD_BLOCK) __trap();  // a plan this buffer does not hold
@@ -137,7 +143,7 @@ __device__ __forceinline__ void write_partial(Acc& acc, A* __restrict__ part, T*
 
 // layer_norm's persistent backward; RES (layer_norm_bwd_res, add_layer_norm's): grad_res, the gradient that reached
 // the new residual, added to grad_x
-template <class T, class A, bool RES, int CH = OPSMITH_ROW_CHUNKS>
+template <class T, class A, bool RES, int CH = OPSMITH_ROW_CHUNKS, bool SMS = false>
 __device__ __forceinline__ void layer_norm_bwd_rows(const T* __restrict__ grad_y, const T* __restrict__ x,
                                                     const T* __restrict__ w, const A* __restrict__ mean,
                                                     const A* __restrict__ rstd, T* __restrict__ grad_x,
@@ -146,11 +152,12 @@ __device__ __forceinline__ void layer_norm_bwd_rows(const T* __restrict__ grad_y
                                                     T* __restrict__ grad_w, T* __restrict__ grad_b, int direct,
                                                     const T* __restrict__ grad_res) {
     constexpr int N = Vec<T>::N, C = CH;
-    constexpr bool SM = C != OPSMITH_ROW_CHUNKS;  // the 4-chunk rows: the sums and the weight in shared memory
+    // the 4-chunk rows and SMS (the *_bwd_sm kernels): the sums and the weight in shared memory, a row a block
+    constexpr bool SM = C != OPSMITH_ROW_CHUNKS || SMS;
     const int tpr = blockDim.x, t = threadIdx.x;
     const bool aligned = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
                          (!RES || aligned16(grad_res));
-    if (SM && !aligned) __trap();  // norm_bwd_c4_plan: whole aligned vectors only
+    if (SM && !aligned) __trap();  // norm_bwd_c4_plan, norm_bwd_sm_plan: whole aligned vectors only
     const bool vec = SM || aligned;
     A* smem = reinterpret_cast<A*>(opsmith_dyn_smem);
     GradSums<A, C * N, SM> dw(smem), db(smem + C * N * OPSMITH_ROW_THREADS);
@@ -197,19 +204,19 @@ __device__ __forceinline__ void layer_norm_bwd_rows(const T* __restrict__ grad_y
         OPSMITH_BWD_ROTATE
     }
     direct = direct && gridDim.x == 1;
-    if (want_w) write_partial<T, C>(dw, dw_part, direct ? grad_w : nullptr, cols);
-    if (want_b) write_partial<T, C>(db, db_part, direct ? grad_b : nullptr, cols);
+    if (want_w) write_partial<T, C, SM>(dw, dw_part, direct ? grad_w : nullptr, cols);
+    if (want_b) write_partial<T, C, SM>(db, db_part, direct ? grad_b : nullptr, cols);
 }
 
 // rms_norm's persistent backward (and add_rms_norm's: has_res)
-template <class T, class A, int CH = OPSMITH_ROW_CHUNKS>
+template <class T, class A, int CH = OPSMITH_ROW_CHUNKS, bool SMS = false>
 __device__ __forceinline__ void rms_norm_bwd_rows(const T* __restrict__ grad_y, const T* __restrict__ x,
                                                   const T* __restrict__ w, const A* __restrict__ rstd,
                                                   T* __restrict__ grad_x, A* __restrict__ dw_part, long long rows,
                                                   int cols, int has_w, int want_w, const T* __restrict__ grad_res,
                                                   int has_res, T* __restrict__ grad_w, int direct) {
     constexpr int N = Vec<T>::N, C = CH;
-    constexpr bool SM = C != OPSMITH_ROW_CHUNKS;  // as layer_norm's
+    constexpr bool SM = C != OPSMITH_ROW_CHUNKS || SMS;  // as layer_norm's
     const int tpr = blockDim.x, t = threadIdx.x;
     const bool aligned = cols % N == 0 && aligned16(grad_y) && aligned16(x) && aligned16(w) && aligned16(grad_x) &&
                          (!has_res || aligned16(grad_res));
@@ -254,7 +261,7 @@ __device__ __forceinline__ void rms_norm_bwd_rows(const T* __restrict__ grad_y, 
         }
         OPSMITH_BWD_ROTATE
     }
-    if (want_w) write_partial<T, C>(dw, dw_part, direct && gridDim.x == 1 ? grad_w : nullptr, cols);
+    if (want_w) write_partial<T, C, SM>(dw, dw_part, direct && gridDim.x == 1 ? grad_w : nullptr, cols);
 }
 
 }  // namespace opsmith

@@ -228,7 +228,7 @@ __attribute__((visibility("default"))) void osm_ops_set_error(const char *messag
 /* A plan, for tests: which 0 elementwise (rows = n, cols = 1: unrolled), 1 row, 2 weight gradients, 3 norm backward, 4 softmax, 5 and 6
    the norms' clusters (forward, backward), 7 layer_norm_fwd4, 8 the norms' l2 forwards, 9 their forwards of 4 chunks a thread, 10 their backwards of few rows, 11 their
    forwards of 8 chunks a thread, 12 layer_norm's full rows of 2 chunks, 13 the float backwards of 4 chunks, 14 the norm forwards by
-   their rows' strategy (osm_ops_norm.h's fwd_plan). props: the seven numbers of
+   their rows' strategy (osm_ops_norm.h's fwd_plan), 15 the norm backwards at two blocks an SM. props: the seven numbers of
    osm_ops_set_device. out: strategy, gx, gy, bx, by, smem, cache, per_chunk, cluster, chunks. */
 __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows, int64_t cols, int64_t itemsize,
                                                        int64_t arrays, const int64_t *p, int64_t *out) {
@@ -247,6 +247,7 @@ __attribute__((visibility("default"))) int osm_ops_plan(int which, int64_t rows,
                  : which == 12 ? layer_norm_full2_plan(rows, cols, itemsize, d)
                  : which == 13 ? norm_bwd_c4_plan(rows, cols, itemsize, d, arrays)
                  : which == 14 ? fwd_plan(rows, cols, itemsize, d)
+                 : which == 15 ? norm_bwd_sm_plan(rows, cols, itemsize, d, arrays)
                               : norm_cluster_plan(rows, cols, itemsize, d, which == 6);
     const int64_t v[] = {q.strategy, q.gx, q.gy, q.bx, q.by, q.smem, q.cache, q.per_chunk, q.cluster, q.chunks};
     for (int i = 0; i < 10; i++) out[i] = v[i];

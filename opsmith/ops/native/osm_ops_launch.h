@@ -54,6 +54,8 @@
     X(LN_BWD_RES, "norm.cu", "layer_norm_bwd_res<{T}, {A}>")                  \
     X(LN_BWD_C4, "norm.cu", "layer_norm_bwd_c4<{T}, {A}>")                    \
     X(LN_BWD_C4_RES, "norm.cu", "layer_norm_bwd_c4_res<{T}, {A}>")            \
+    X(LN_BWD_SM, "norm.cu", "layer_norm_bwd_sm<{T}, {A}>")                    \
+    X(LN_BWD_SM_RES, "norm.cu", "layer_norm_bwd_sm_res<{T}, {A}>")            \
     X(LN_BWD_LONG, "norm_long.cu", "layer_norm_bwd_long<{T}, {A}>")           \
     X(LN_BWD_LONG_RES, "norm_long.cu", "layer_norm_bwd_long_res<{T}, {A}>")   \
     X(RMS_FWD, "norm.cu", "rms_norm_fwd<{T}, {A}>")                           \
@@ -63,6 +65,7 @@
     X(RMS_FWD_LONG, "norm_long.cu", "rms_norm_fwd_long<{T}, {A}>")            \
     X(RMS_BWD, "norm.cu", "rms_norm_bwd<{T}, {A}>")                           \
     X(RMS_BWD_C4, "norm.cu", "rms_norm_bwd_c4<{T}, {A}>")                     \
+    X(RMS_BWD_SM, "norm.cu", "rms_norm_bwd_sm<{T}, {A}>")                     \
     X(RMS_BWD_LONG, "norm_long.cu", "rms_norm_bwd_long<{T}, {A}>")            \
     X(NORM_BWD_WEIGHT, "norm_split.cu", "norm_bwd_weight<{T}, {A}>")         \
     X(NORM_BWD_WEIGHT_CL, "norm_split.cu", "norm_bwd_weight_cluster<{T}, {A}>") \

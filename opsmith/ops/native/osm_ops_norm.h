@@ -30,12 +30,14 @@ Plan fwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d) {
     return cl.strategy == S_CLUSTER ? cl : p;
 }
 
-// _norms._bwd_plan: the 4-chunk rows where every pointer is aligned (`aligned`), the persistent register rows (or
-// "split"), else the clusters, else the long rows
+// _norms._bwd_plan: the 4-chunk rows and the rows at two blocks an SM where every pointer is aligned (`aligned`), the
+// persistent register rows (or "split"), else the clusters, else the long rows
 Plan bwd_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &d, int64_t arrays, bool aligned) {
     if (aligned) {
         const Plan c4 = norm_bwd_c4_plan(rows, cols, itemsize, d, arrays);
         if (c4.strategy != S_NONE) return c4;
+        const Plan sm = norm_bwd_sm_plan(rows, cols, itemsize, d, arrays);
+        if (sm.strategy != S_NONE) return sm;
     }
     const Plan p = norm_bwd_plan(rows, cols, itemsize, d, arrays);
     if (p.strategy != S_LONG) return p;
@@ -151,7 +153,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
         return {dx, dw, db};
     }
     // one row of partial sums a block (a cluster), or with one block (norm.cu's), the gradients themselves
-    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(LN_BWD_CL2, p) : p.strategy == S_C4 ? LN_BWD_C4 : LN_BWD;
+    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(LN_BWD_CL2, p) : p.strategy == S_C4 ? LN_BWD_C4
+                      : p.strategy == S_SM ? LN_BWD_SM : LN_BWD;
     p = resident(kb, dt, dev, p);
     int direct = p.strategy != S_CLUSTER && p.gx == 1;
     at::Tensor pw = want_w && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;
@@ -261,7 +264,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor &grad, con
         return {dx, dw};
     }
     // the weight gradient's partial sums: one row a block (a cluster), or with one block (norm.cu's), the gradient
-    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(RMS_BWD_CL2, p) : p.strategy == S_C4 ? RMS_BWD_C4 : RMS_BWD;
+    const Kernel kb = p.strategy == S_CLUSTER ? cluster_kernel(RMS_BWD_CL2, p) : p.strategy == S_C4 ? RMS_BWD_C4
+                      : p.strategy == S_SM ? RMS_BWD_SM : RMS_BWD;
     p = resident(kb, dt, dev, p);
     int direct = p.strategy != S_CLUSTER && p.gx == 1 && want_w;
     at::Tensor pw = want_w && !direct ? at::empty({p.gx / p.cluster, (int64_t)cols}, s.options()) : s;

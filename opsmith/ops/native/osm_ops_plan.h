@@ -17,7 +17,7 @@ enum { C_ROW_CHUNKS, C_ROW_THREADS, C_LONG_THREADS, C_EW_THREADS, C_EW_UNROLL, C
        C_C8_MAX_ROW_BYTES, C_LN_FULL2_MAX_ROW_BYTES, C_L2_ONE_ROW_BYTES, C_L2_ONE_CHUNKS,
        C_LN_FULL2_HIGH_BW_ROWS, C_BWD_C4_CHUNKS, C_BWD_C4_LN_MIN_ROW_BYTES,
        C_L2_ONE_ROW_BYTES_HIGH_BW, C_L2_THREE_THREADS, C_L2_THREE_CHUNKS, C_L2_THREE_MAX_ROW_BYTES,
-       C_L2_THREE_MAX_SM_GBPS, N_CONSTS };
+       C_L2_THREE_MAX_SM_GBPS, C_BWD_SM_THREADS, N_CONSTS };
 int64_t K[N_CONSTS];
 
 struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its primary context
@@ -26,7 +26,8 @@ struct Props {  // what a plan needs of a device (_launch.DeviceProps), and its 
 
 // -- launch plans (the functions of opsmith/ops/_launch.py) ---------------------------------------------
 enum { S_NONE = -1, S_ELEMENTWISE = 0, S_WARP = 1, S_BLOCK = 2, S_LONG = 3, S_COLUMNS = 4, S_PERSISTENT = 5, S_WIDE = 6,
-       S_CLUSTER = 7, S_SPLIT = 8, S_L2 = 9, S_SMALL = 10, S_C4 = 11 };
+       S_CLUSTER = 7, S_SPLIT = 8, S_L2 = 9, S_SMALL = 10, S_C4 = 11,
+       S_SM = 12 };
 struct Plan {
     int strategy;
     int64_t gx, gy;
@@ -237,6 +238,22 @@ Plan norm_bwd_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props 
     const int64_t smem = (arrays * vec * itemsize + 16) * K[C_BWD_C4_CHUNKS] * K[C_ROW_THREADS];
     if (tpr > limit || smem > p.smem_optin || smem > p.smem_per_sm) return none;
     return {S_C4, std::max<int64_t>(1, std::min<int64_t>(p.sm_count, cdiv(rows, 2))), 1, tpr, 1, smem, 0, 0};
+}
+
+// _launch_bwd.norm_bwd_sm_plan: norm_bwd_plan's persistent rows of a row a block at more than ROW_THREADS / 2 and at
+// most BWD_SM_THREADS threads (2- and 4-byte types, whole vectors) at two blocks an SM, the sums and the weight in
+// shared memory
+Plan norm_bwd_sm_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
+    const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t vec = 16 / itemsize;
+    if ((itemsize != 2 && itemsize != 4) || cols % vec) return none;
+    const Plan q = norm_bwd_plan(rows, cols, itemsize, p, arrays);
+    if (q.strategy != S_PERSISTENT || q.by != 1 || q.bx <= K[C_ROW_THREADS] / 2 || q.bx > K[C_BWD_SM_THREADS])
+        return none;
+    const int64_t smem = (arrays * vec * 4 + 16) * K[C_ROW_CHUNKS] * K[C_ROW_THREADS];
+    if (2 * (smem + K[C_STATIC_SMEM]) > p.smem_per_sm || smem > p.smem_optin || 2 * q.bx > p.max_threads_per_sm)
+        return none;
+    return {S_SM, std::max<int64_t>(1, std::min<int64_t>(2 * p.sm_count, cdiv(rows, 2))), 1, q.bx, 1, smem, 0, 0};
 }
 
 // _launch_norm.layer_norm_full2_plan: layer_norm's 16-bit rows of C4_MIN_ROW_BYTES to LN_FULL2_MAX_ROW_BYTES that fill
