@@ -150,15 +150,21 @@ def norm_bwd_c4_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, ar
 
 @functools.lru_cache(maxsize=4096)
 def norm_bwd_sm_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, arrays: int = 2) -> Plan | None:
-    """norm.cu's ``layer_norm_bwd_sm`` (``arrays`` 2) / ``rms_norm_bwd_sm`` (1): ``norm_bwd_plan``'s persistent rows
-    of a row a block at more than ``ROW_THREADS / 2`` and at most ``BWD_SM_THREADS`` threads (their whole warps:
-    16-bit rows of 4,608 and 5,120 columns, float 2,304 and 2,560) at two blocks an SM (``grid``: twice the SMs, at most a
-    block for two rows), else None. The kernels at those rows take 114-126 registers a thread (bf16, sm_90), so one
-    block an SM; these hold their weight-gradient sums and the weight in ``shared_mem`` bytes of shared memory, as
-    the 4-chunk backwards do ([value][thread] at a stride of ``ROW_THREADS``), and take 96 registers (``__launch_bounds__
-    (BWD_SM_THREADS, 2)``, no spills). The callers try it before ``norm_bwd_plan``, on 16-byte aligned tensors only."""
+    """norm.cu's ``rms_norm_bwd_sm`` (``arrays`` 1) / ``layer_norm_bwd_sm`` (2, float only): ``norm_bwd_plan``'s
+    persistent rows of a row a block at more than ``ROW_THREADS / 2`` and at most ``BWD_SM_THREADS`` threads (their
+    whole warps: 16-bit rows of 4,608 and 5,120 columns, float 2,304 and 2,560) at two blocks an SM (``grid``: twice
+    the SMs, at most a block for two rows), else None. The persistent kernels take 114-126 registers a thread at
+    16-bit rows (sm_90), so one block an SM, and the plan gives float rows one too; these hold their weight-gradient
+    sums and the weight in ``shared_mem`` bytes of shared memory, as the 4-chunk backwards do ([value][thread] at a
+    stride of ``ROW_THREADS``), and take at most 96 registers (``__launch_bounds__(BWD_SM_THREADS, 2)``, no spills).
+
+    H200, kernels alone, L2 flushed, against the one-block kernels (bench/diag_norm_bwd_regs.py,
+    bench/results/ops-bwd-sm-h200-2026-12-06/): rms_norm bf16 4096-32768 x 5120 1.12-1.19x, x 4608 1.21-1.23x;
+    float 2,304 and 2,560 columns 1.20-1.27x (the float kernels at two blocks, 96 registers on sm_90 but 108 on
+    sm_100, 1.21-1.27x). 16-bit layer_norm keeps the one-block kernels: its two sums a value in shared memory ran
+    0.96-0.97x at 5,120 columns. The callers try it before ``norm_bwd_plan``, on 16-byte aligned tensors only."""
     vec = 16 // itemsize
-    if itemsize not in (2, 4) or cols % vec:
+    if itemsize not in (2, 4) or cols % vec or (itemsize == 2 and arrays == 2):
         return None
     p = norm_bwd_plan(rows, cols, itemsize, props, arrays)
     if p.strategy != "persistent" or p.block[1] != 1 or not ROW_THREADS // 2 < p.block[0] <= BWD_SM_THREADS:

@@ -331,7 +331,7 @@ def test_norm_bwd_c4_plan_takes_the_float_rows_past_the_2_chunk_kernels(props):
 def test_norm_bwd_sm_plan_takes_the_persistent_rows_of_288_to_320_threads_at_two_blocks_an_sm(props):
     """norm_bwd_sm_plan on synthetic devices: norm_bwd_plan's persistent rows of a row a block at more than
     ROW_THREADS / 2 and at most BWD_SM_THREADS threads (2- and 4-byte types in whole vectors: bf16 4,608 and 5,120
-    columns, float 2,304 and 2,560) get the same block at twice the SMs' blocks (at most one for two rows) and the
+    columns, float 2,304 and 2,560; not 16-bit layer_norm, which ran slower) get the same block at twice the SMs' blocks (at most one for two rows) and the
     shared memory the kernels index at a stride of ROW_THREADS (the sums in float, the weight as loaded), where two
     blocks of it fit an SM; everything else None. The kernels' launch bounds hold two blocks of BWD_SM_THREADS."""
     import re
@@ -349,6 +349,7 @@ def test_norm_bwd_sm_plan_takes_the_persistent_rows_of_288_to_320_threads_at_two
         smem = (arrays * (16 // itemsize) * 4 + 16) * _launch.ROW_CHUNKS * _launch.ROW_THREADS
         fits = 2 * (smem + _launch._STATIC_SMEM) <= props.smem_per_sm and smem <= props.smem_per_block_optin
         want = itemsize in (2, 4) and cols % (16 // itemsize) == 0 and base.strategy == "persistent" and \
+            not (itemsize == 2 and arrays == 2) and \
             base.block[1] == 1 and _launch.ROW_THREADS // 2 < base.block[0] <= _launch.BWD_SM_THREADS and fits
         assert (p is not None) == want, (rows, cols, itemsize, arrays)
         if p is None:

@@ -241,12 +241,12 @@ Plan norm_bwd_c4_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props 
 }
 
 // _launch_bwd.norm_bwd_sm_plan: norm_bwd_plan's persistent rows of a row a block at more than ROW_THREADS / 2 and at
-// most BWD_SM_THREADS threads (2- and 4-byte types, whole vectors) at two blocks an SM, the sums and the weight in
-// shared memory
+// most BWD_SM_THREADS threads (rms_norm's 2- and 4-byte types, layer_norm's 4-byte, whole vectors) at two blocks an
+// SM, the sums and the weight in shared memory
 Plan norm_bwd_sm_plan(int64_t rows, int64_t cols, int64_t itemsize, const Props &p, int64_t arrays) {
     const Plan none{S_NONE, 0, 0, 0, 0, 0, 0, 0};
     const int64_t vec = 16 / itemsize;
-    if ((itemsize != 2 && itemsize != 4) || cols % vec) return none;
+    if ((itemsize != 2 && itemsize != 4) || cols % vec || (itemsize == 2 && arrays == 2)) return none;
     const Plan q = norm_bwd_plan(rows, cols, itemsize, p, arrays);
     if (q.strategy != S_PERSISTENT || q.by != 1 || q.bx <= K[C_ROW_THREADS] / 2 || q.bx > K[C_BWD_SM_THREADS])
         return none;
