@@ -9,8 +9,9 @@ and take 96 registers.
 The variants, each through the shipped Python path (``_norms.*_bwd``):
 - "sm": as shipped (``norm_bwd_sm_plan``'s plan where it has one);
 - "one": ``norm_bwd_sm_plan`` off, so the persistent kernels at ``norm_bwd_plan``'s grid (one block an SM);
-- "occupancy": "one" with the grid at the blocks the driver says an SM holds (``cuOccupancyMaxActiveBlocksPerMultiprocessor``)
-  times the SMs (float rows of 320 threads take 96 registers in the one-block kernels too).
+- "occupancy": "one" with the grid at the blocks the driver says an SM holds
+  (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) times the SMs (float rows of 320 threads take 96 registers in
+  the one-block kernels too).
 Kernels alone (torch.profiler, the L2 flushed before each call), us, with the registers and the blocks an SM; the
 outputs against "one"'s. The shapes beside (bf16 4,096, 6,144) take no ``_sm`` plan: their "sm" and "one" are the same
 kernels, a measure of the noise. Needs a GPU.

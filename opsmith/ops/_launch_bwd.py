@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import functools
 
-from opsmith.ops._launch import (_STATIC_SMEM, BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, BWD_SM_THREADS, NORM_BWD_BLOCK, NORM_SPLIT_BYTES,
-                                 ROW_BWD_BLOCKS, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS, SMALL_MIN_LANES,
-                                 WEIGHT_CLUSTER, WEIGHT_CLUSTER_BYTES, WEIGHT_LANE_ROWS, DeviceProps, Plan, _cdiv,
-                                 _pow2_at_least, _warps_of, row_plan)
+from opsmith.ops._launch import (_STATIC_SMEM, BWD_C4_CHUNKS, BWD_C4_LN_MIN_ROW_BYTES, BWD_SM_THREADS, NORM_BWD_BLOCK,
+                                 NORM_SPLIT_BYTES, ROW_BWD_BLOCKS, ROW_CHUNKS, ROW_THREADS, SMALL_BWD_ROWS,
+                                 SMALL_MIN_LANES, WEIGHT_CLUSTER, WEIGHT_CLUSTER_BYTES, WEIGHT_LANE_ROWS, DeviceProps,
+                                 Plan, _cdiv, _pow2_at_least, _warps_of, row_plan)
 
 __all__ = ["col_sum_plan", "norm_bwd_c4_plan", "norm_bwd_plan", "norm_bwd_small_plan", "norm_bwd_sm_plan",
            "weight_grad_plan"]

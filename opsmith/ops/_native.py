@@ -116,7 +116,8 @@ def kernel_table(lib=None) -> list[tuple[str, str]]:
 def plan(which: str, rows: int, cols: int, itemsize: int, arrays: int, props, lib=None) -> tuple:
     """The C++ plan (``"elementwise"`` with ``rows`` = n and ``cols`` = 1 for the unrolled one, ``"row"``,
     ``"weight"``, ``"norm_bwd"``, ``"softmax"``, ``"cluster_fwd"``, ``"cluster_bwd"``, ``"ln_fwd4"``, ``"l2"``,
-    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``, ``"fwd"``, ``"bwd_sm"``) for ``props`` (a :class:`~opsmith.ops._launch.DeviceProps`),
+    ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``, ``"fwd"``, ``"bwd_sm"``) for ``props``
+    (a :class:`~opsmith.ops._launch.DeviceProps`),
     as (strategy, grid, block, smem, cache, per_chunk, cluster, chunks), strategy None where a cluster plan (or
     ``"ln_fwd4"``, ``"l2"``, ``"c4"``, ``"small"``, ``"c8"``, ``"ln_full2"``, ``"bwd_c4"``, ``"bwd_sm"``) has none;
     before :func:`register` it uses the numbers of :func:`consts`."""

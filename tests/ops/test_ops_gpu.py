@@ -520,8 +520,9 @@ def test_norm_bwd_c4_and_its_misaligned_fallback_match_float64(cols):
 def test_norm_bwd_sm_and_its_misaligned_fallback_match_float64(dtype, cols):
     """Rows of 288-320 threads that fill them (16-bit layer_norm's not) take the persistent backwards at two blocks an
     SM (norm.cu's *_bwd_sm, the sums and the weight in shared memory, 96 registers) where grad, x, the weight and
-    grad_x start 16-byte aligned, the one-block kernels where not; both match float64 torch, with and without weight and bias, the
-    residual's gradient added (add_layer_norm's and add_rms_norm's). 2,001 rows: blocks of 7 and 8 rows, one odd."""
+    grad_x start 16-byte aligned, the one-block kernels where not; both match float64 torch, with and without weight
+    and bias, the residual's gradient added (add_layer_norm's and add_rms_norm's). 2,001 rows: blocks of 7 and 8
+    rows, one odd."""
     from opsmith.ops import _norms
     rows, props = 2001, _launch.device_props(0)
     for arrays in (1, 2):

@@ -329,11 +329,12 @@ def test_norm_bwd_c4_plan_takes_the_float_rows_past_the_2_chunk_kernels(props):
 
 @pytest.mark.parametrize("props", PLAN_DEVICES[0], ids=PLAN_DEVICES[1])
 def test_norm_bwd_sm_plan_takes_the_persistent_rows_of_288_to_320_threads_at_two_blocks_an_sm(props):
-    """norm_bwd_sm_plan on synthetic devices: norm_bwd_plan's persistent rows of a row a block at more than
-    ROW_THREADS / 2 and at most BWD_SM_THREADS threads (2- and 4-byte types in whole vectors: bf16 4,608 and 5,120
-    columns, float 2,304 and 2,560; not 16-bit layer_norm, which ran slower) get the same block at twice the SMs' blocks (at most one for two rows) and the
-    shared memory the kernels index at a stride of ROW_THREADS (the sums in float, the weight as loaded), where two
-    blocks of it fit an SM; everything else None. The kernels' launch bounds hold two blocks of BWD_SM_THREADS."""
+    """norm_bwd_sm_plan on synthetic devices: norm_bwd_plan's persistent rows of a row a block at more than ROW_THREADS
+    / 2 and at most BWD_SM_THREADS threads (2- and 4-byte types in whole vectors: bf16 4,608 and 5,120 columns, float
+    2,304 and 2,560; not 16-bit layer_norm, which ran slower) get the same block at twice the SMs' blocks (at most
+    one for two rows) and the shared memory the kernels index at a stride of ROW_THREADS (the sums in float, the
+    weight as loaded), where two blocks of it fit an SM; everything else None. The kernels' launch bounds hold two
+    blocks of BWD_SM_THREADS."""
     import re
     source = (_sources.KERNEL_DIR / "norm.cu").read_text()
     for k in ("layer_norm_bwd_sm", "layer_norm_bwd_sm_res", "rms_norm_bwd_sm"):

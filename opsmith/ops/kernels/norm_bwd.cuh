@@ -32,8 +32,9 @@ namespace opsmith {
 #define OPSMITH_BWD_SM_THREADS 320
 #endif
 // A thread's weight-gradient sums in the persistent backwards: K registers, or (SM: the 4-chunk backwards, whose
-// registers hold the next row, and the *_bwd_sm kernels, which leave registers for two blocks an SM) K slots of the dynamic shared memory, [i][thread] (OPSMITH_ROW_THREADS threads: a
-// stride known at compile time), a thread's own, no bank conflicts.
+// registers hold the next row, and the *_bwd_sm kernels, which leave registers for two blocks an SM) K slots of the
+// dynamic shared memory, [i][thread] (OPSMITH_ROW_THREADS threads: a stride known at compile time), a thread's own, no
+// bank conflicts.
 template <class A, int K, bool SM>
 struct GradSums {
     A r[SM ? 1 : K];
