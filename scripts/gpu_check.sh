@@ -85,11 +85,13 @@ case "$PART" in
     # caps; DIAG_ADD_RMS=1: bench/diag_add_rms_full.py, add_rms_norm's full-row variants; DIAG_SOFTMAX_STEP=1:
     # bench/diag_softmax_step.py (STEP_ARGS), softmax's fwd + bwd step by kernel beside Liger's; DIAG_NORM_WW=1:
     # bench/diag_norm_whole_warps.py, the norms' c4 forwards and backwards at exactly their threads; DIAG_NORM_REGS=1:
-    # bench/diag_norm_bwd_regs.py (REGS_ARGS), the register-row norm backwards at fewer registers; after the tests
+    # bench/diag_norm_bwd_regs.py (REGS_ARGS), the register-row norm backwards at fewer registers; DIAG_SMALL=1:
+    # bench/diag_small_rows.py (SMALL_ARGS), the norm forwards of few rows at 4 and 2 chunks beside compile; after the tests
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
     # ROTARY_IP=1: bench/bench_rotary_inplace.py, rotary in place beside out of place, compile and Liger;
     # AB_BEFORE=DIR: bench/diag_kernels_ab.py first, this tree's row kernels against DIR's (AB_ARGS);
-    # PEERS=0 skips the peers benchmark, TESTS=0 the tests, TESTS_FILES: these test files in place of them all).
+    # PEERS=0 skips the peers benchmark, PEERS_ARGS2: a second peers run (its own dir, peers2/), TESTS=0 the tests,
+    # TESTS_FILES: these test files in place of them all).
     # Liger-Kernel (pure Python over Triton) from its wheel, carried in .whlp/ (run with carry [".whlp"])
     if ls .whlp/liger_kernel-*.whl >/dev/null 2>&1; then
       python3 -m pip install -q --no-deps --target "$W/liger" .whlp/liger_kernel-*.whl >"$L/liger_pip.log" 2>&1 \
@@ -116,6 +118,7 @@ case "$PART" in
       [ "${DIAG_ADD_RMS:-0}" = 1 ] && run diag_add_rms bash -c "cd bench && python3 diag_add_rms_full.py --json $L/diag_add_rms.json"
       [ "${DIAG_SOFTMAX_STEP:-0}" = 1 ] && run diag_softmax_step bash -c "cd bench && timeout ${STEP_TIMEOUT:-200} python3 diag_softmax_step.py ${STEP_ARGS:-} --out $L/diag_softmax_step.json"
       [ "${DIAG_NORM_WW:-0}" = 1 ] && run diag_norm_ww bash -c "cd bench && python3 diag_norm_whole_warps.py --out $L/diag_norm_ww.json"
+      [ "${DIAG_SMALL:-0}" = 1 ] && run diag_small python3 bench/diag_small_rows.py --json "$L/diag_small.json" ${SMALL_ARGS:-}
       [ "${DIAG_NORM_REGS:-0}" = 1 ] && run diag_norm_regs bash -c "cd bench && python3 diag_norm_bwd_regs.py ${REGS_ARGS:-} --out $L/diag_norm_regs.json"
       [ -n "${AB_BEFORE:-}" ] && run diag_ab python3 bench/diag_kernels_ab.py --before "$AB_BEFORE" --out "$L/diag_ab.json" ${AB_ARGS:-}
       [ "${TESTS:-1}" = 1 ] && run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} ${TESTS_FILES:-$(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
@@ -124,6 +127,7 @@ case "$PART" in
       [ "${ROTARY_IP:-0}" = 1 ] && run bench_rotary_inplace python3 bench/bench_rotary_inplace.py --json "$L/rotary_inplace.json"
       [ "${EW_BENCH:-0}" = 1 ] && run bench_ops_quick python3 bench/bench_ops.py --out "$L/ew" --quick --budget-s 120
       [ "${PEERS:-1}" = 1 ] && run peers python3 bench/bench_ops_peers.py --out "$L/peers" ${PEERS_ARGS:-}
+      [ -n "${PEERS_ARGS2:-}" ] && run peers2 python3 bench/bench_ops_peers.py --out "$L/peers2" $PEERS_ARGS2
       if [ "${LLAMA:-0}" = 1 ]; then  # LLAMA_MODELS: "hf" (default), "plain" or both
         for m in ${LLAMA_MODELS:-hf}; do
           run "llama_$m" timeout "${LLAMA_TIMEOUT:-600}" python3 bench/bench_llama_step.py --model "$m" --out "$L/llama_$m" ${LLAMA_ARGS:-}

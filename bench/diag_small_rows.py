@@ -1,0 +1,99 @@
+"""Issue 23: the norm forwards of few rows (one wave or less), where the peers sweep of 2026-12-06 on the H100 had
+rms_norm bf16 2048x2048 at 0.912x torch.compile (bench/results/ops-h100-2026-12-06/). Times the Python
+implementations (:mod:`opsmith.ops._norms`) as shipped (16-bit rows of 2-16 KiB at 4 chunks a thread,
+``norm_c4_plan``; layer_norm's 2-4 KiB rows at 2, ``layer_norm_full2_plan``) against the same rows at 2 chunks a
+thread (both plans declined: the register rows of ``norm_fwd_plan``), beside ``torch.compile(dynamic=False)`` of the
+same function, each with ``opsmith.ops.benchmark`` (L2 flushed) in ``--rounds`` rounds in turn; prints µs, GB/s and
+the ratios, writes ``--json``.
+
+    python3 bench/diag_small_rows.py --json small-rows.json
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+
+
+@contextlib.contextmanager
+def _two_chunks(launch_norm, on: bool):
+    """``norm_c4_plan`` and ``layer_norm_full2_plan`` declining every row inside the block (where ``on``)."""
+    saved = launch_norm.norm_c4_plan, launch_norm.layer_norm_full2_plan
+    if on:
+        launch_norm.norm_c4_plan = launch_norm.layer_norm_full2_plan = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        launch_norm.norm_c4_plan, launch_norm.layer_norm_full2_plan = saved
+
+
+def main() -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from opsmith import ops
+    from opsmith.ops import _launch_norm, _norms
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", default="")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--dtype", default="bfloat16")
+    args = ap.parse_args()
+    dt = getattr(torch, args.dtype)
+
+    def ln(x, w):
+        return _norms.layer_norm_fwd(x, (x.shape[-1],), w, w, 1e-5)[0]
+
+    def rms(x, w):
+        return _norms.rms_norm_fwd(x, (x.shape[-1],), w, 1e-6)[0]
+
+    def ln_torch(x, w):
+        return F.layer_norm(x, (x.shape[-1],), w, w, 1e-5)
+
+    def rms_torch(x, w):
+        return F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+    shapes = [(512, 1024), (2048, 1024), (1024, 2048), (2048, 2048), (4096, 2048), (1024, 4096), (2048, 4096),
+              (4096, 4096), (1024, 8192), (2048, 8192)]
+    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "dtype": args.dtype,
+           "copy_gbps": ops.copy_bandwidth(), "cases": []}
+    print(f"{out['device']}, {args.dtype}, copy {out['copy_gbps']:.0f} GB/s", flush=True)
+    for op, f, ref in (("rms_norm", rms, rms_torch), ("layer_norm", ln, ln_torch)):
+        for rows, cols in shapes:
+            torch.manual_seed(0)
+            x = torch.randn(rows, cols, dtype=dt, device="cuda")
+            w = torch.randn(cols, dtype=dt, device="cuda")
+            nbytes = 2 * x.nbytes
+            compiled = torch.compile(ref, dynamic=False)
+            want = ref(x.double(), w.double())
+            for two in (False, True):
+                with _two_chunks(_launch_norm, two):
+                    err = (f(x, w).double() - want).abs().max().item()
+                assert err < 0.1, (op, rows, cols, two, err)
+            compiled(x, w)
+            per = {"shipped": [], "two_chunks": [], "compile": []}
+            for rnd in range(args.rounds):
+                order = list(per) if rnd % 2 == 0 else list(reversed(per))
+                for v in order:
+                    if v == "compile":
+                        t = ops.benchmark(lambda: compiled(x, w), runs=args.runs)
+                    else:
+                        with _two_chunks(_launch_norm, v == "two_chunks"):
+                            t = ops.benchmark(lambda: f(x, w), runs=args.runs)
+                    per[v].append(t.median_ms * 1e3)
+            us = {v: statistics.median(t) for v, t in per.items()}
+            row = {"op": op, "rows": rows, "cols": cols, "us": us, "rounds_us": per,
+                   "gbps": {v: nbytes / t / 1e3 for v, t in us.items()}}
+            out["cases"].append(row)
+            print(f"{op:10s} {rows:>5d}x{cols:<5d} shipped {us['shipped']:7.2f} us | 2 chunks {us['two_chunks']:7.2f}"
+                  f" | compile {us['compile']:7.2f} | shipped/compile {us['compile'] / us['shipped']:.3f}x"
+                  f" 2 chunks/compile {us['compile'] / us['two_chunks']:.3f}x", flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
