@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--shapes", default="", help="ROWSxCOLS,... in place of the default shapes")
     args = ap.parse_args()
     dt = getattr(torch, args.dtype)
 
@@ -57,6 +58,8 @@ def main() -> None:
 
     shapes = [(512, 1024), (2048, 1024), (1024, 2048), (2048, 2048), (4096, 2048), (1024, 4096), (2048, 4096),
               (4096, 4096), (1024, 8192), (2048, 8192)]
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "dtype": args.dtype,
            "copy_gbps": ops.copy_bandwidth(), "cases": []}
     print(f"{out['device']}, {args.dtype}, copy {out['copy_gbps']:.0f} GB/s", flush=True)
