@@ -17,11 +17,17 @@ import statistics
 
 
 @contextlib.contextmanager
-def _two_chunks(launch_norm, on: bool):
-    """``norm_c4_plan`` and ``layer_norm_full2_plan`` declining every row inside the block (where ``on``)."""
+def _variant(launch_norm, name: str):
+    """The plans of variant ``name`` inside the block: "two_chunks", ``norm_c4_plan`` and ``layer_norm_full2_plan``
+    declining every row; "four_chunks", ``norm_c4_plan`` giving rms_norm's float rows layer_norm's 4-chunk plan
+    (rms_norm_fwd_c4<float>: 56-64 registers, no spills on sm_90); else as shipped."""
     saved = launch_norm.norm_c4_plan, launch_norm.layer_norm_full2_plan
-    if on:
+    c4 = saved[0]
+    if name == "two_chunks":
         launch_norm.norm_c4_plan = launch_norm.layer_norm_full2_plan = lambda *a, **k: None
+    elif name == "four_chunks":
+        launch_norm.norm_c4_plan = lambda rows, cols, itemsize, props, arrays=2: c4(
+            rows, cols, itemsize, props, 2 if itemsize == 4 else arrays)
     try:
         yield
     finally:
@@ -41,6 +47,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--shapes", default="", help="ROWSxCOLS,... in place of the default shapes")
+    ap.add_argument("--ops", default="rms_norm,layer_norm")
+    ap.add_argument("--variants", default="shipped,two_chunks,compile",
+                    help="of shipped, two_chunks, four_chunks (float rms_norm at 4 chunks), compile")
     args = ap.parse_args()
     dt = getattr(torch, args.dtype)
 
@@ -63,7 +72,10 @@ def main() -> None:
     out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "dtype": args.dtype,
            "copy_gbps": ops.copy_bandwidth(), "cases": []}
     print(f"{out['device']}, {args.dtype}, copy {out['copy_gbps']:.0f} GB/s", flush=True)
+    variants = args.variants.split(",")
     for op, f, ref in (("rms_norm", rms, rms_torch), ("layer_norm", ln, ln_torch)):
+        if op not in args.ops.split(","):
+            continue
         for rows, cols in shapes:
             torch.manual_seed(0)
             x = torch.randn(rows, cols, dtype=dt, device="cuda")
@@ -72,28 +84,30 @@ def main() -> None:
             torch._dynamo.reset()  # a fresh compile a shape (the peers benchmark's): no recompile limit
             compiled = torch.compile(ref, dynamic=False)
             want = ref(x.double(), w.double())
-            for two in (False, True):
-                with _two_chunks(_launch_norm, two):
-                    err = (f(x, w).double() - want).abs().max().item()
-                assert err < 0.1, (op, rows, cols, two, err)
+            for v in variants:
+                if v != "compile":
+                    with _variant(_launch_norm, v):
+                        err = (f(x, w).double() - want).abs().max().item()
+                    assert err < 0.1, (op, rows, cols, v, err)
             compiled(x, w)
-            per = {"shipped": [], "two_chunks": [], "compile": []}
+            per = {v: [] for v in variants}
             for rnd in range(args.rounds):
                 order = list(per) if rnd % 2 == 0 else list(reversed(per))
                 for v in order:
                     if v == "compile":
                         t = ops.benchmark(lambda: compiled(x, w), runs=args.runs)
                     else:
-                        with _two_chunks(_launch_norm, v == "two_chunks"):
+                        with _variant(_launch_norm, v):
                             t = ops.benchmark(lambda: f(x, w), runs=args.runs)
                     per[v].append(t.median_ms * 1e3)
             us = {v: statistics.median(t) for v, t in per.items()}
             row = {"op": op, "rows": rows, "cols": cols, "us": us, "rounds_us": per,
                    "gbps": {v: nbytes / t / 1e3 for v, t in us.items()}}
             out["cases"].append(row)
-            print(f"{op:10s} {rows:>5d}x{cols:<5d} shipped {us['shipped']:7.2f} us | 2 chunks {us['two_chunks']:7.2f}"
-                  f" | compile {us['compile']:7.2f} | shipped/compile {us['compile'] / us['shipped']:.3f}x"
-                  f" 2 chunks/compile {us['compile'] / us['two_chunks']:.3f}x", flush=True)
+            base = us.get("compile")
+            print(f"{op:10s} {rows:>5d}x{cols:<5d} " + " | ".join(
+                f"{v} {t:7.2f} us" + (f" ({base / t:.3f}x compile)" if base and v != "compile" else "")
+                for v, t in us.items()), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
