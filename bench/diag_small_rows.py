@@ -1,12 +1,15 @@
-"""Issue 23: the norm forwards of few rows (one wave or less), where the peers sweep of 2026-12-06 on the H100 had
-rms_norm bf16 2048x2048 at 0.912x torch.compile (bench/results/ops-h100-2026-12-06/). Times the Python
-implementations (:mod:`opsmith.ops._norms`) as shipped (16-bit rows of 2-16 KiB at 4 chunks a thread,
-``norm_c4_plan``; layer_norm's 2-4 KiB rows at 2, ``layer_norm_full2_plan``) against the same rows at 2 chunks a
-thread (both plans declined: the register rows of ``norm_fwd_plan``), beside ``torch.compile(dynamic=False)`` of the
-same function, each with ``opsmith.ops.benchmark`` (L2 flushed) in ``--rounds`` rounds in turn; prints µs, GB/s and
-the ratios, writes ``--json``.
+r"""Issue 23: the norm forwards' chunks a thread. The peers sweep of 2026-12-06 on the H100 had rms_norm bf16
+2048x2048 at 0.912x torch.compile (bench/results/ops-h100-2026-12-06/). Times the Python implementations
+(:mod:`opsmith.ops._norms`) under each of ``--variants``: "shipped" (16-bit rows of 2-16 KiB at 4 chunks a thread,
+``norm_c4_plan``; layer_norm's 2-4 KiB rows at 2, ``layer_norm_full2_plan``), "two_chunks" (both plans declined: the
+register rows of ``norm_fwd_plan``), "four_chunks" (float rms_norm's rows at layer_norm's 4-chunk plan, where it
+keeps 2 as shipped) and "compile" (``torch.compile(dynamic=False)`` of the torch function), each with
+``opsmith.ops.benchmark`` (L2 flushed) in ``--rounds`` rounds in turn, every variant's output checked against float64
+first; prints µs and each variant's ratio to compile, writes µs and GB/s to ``--json``.
 
     python3 bench/diag_small_rows.py --json small-rows.json
+    python3 bench/diag_small_rows.py --dtype float32 --ops rms_norm --variants shipped,four_chunks,compile \
+        --shapes 16384x1536,16384x2560,16384x3072,8192x3584
 """
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ case "$PART" in
     # bench/diag_softmax_step.py (STEP_ARGS), softmax's fwd + bwd step by kernel beside Liger's; DIAG_NORM_WW=1:
     # bench/diag_norm_whole_warps.py, the norms' c4 forwards and backwards at exactly their threads; DIAG_NORM_REGS=1:
     # bench/diag_norm_bwd_regs.py (REGS_ARGS), the register-row norm backwards at fewer registers; DIAG_SMALL=1:
-    # bench/diag_small_rows.py (SMALL_ARGS), the norm forwards of few rows at 4 and 2 chunks beside compile; after the tests
+    # bench/diag_small_rows.py (SMALL_ARGS), the norm forwards at other chunks a thread beside compile; after the tests
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
     # ROTARY_IP=1: bench/bench_rotary_inplace.py, rotary in place beside out of place, compile and Liger;
     # AB_BEFORE=DIR: bench/diag_kernels_ab.py first, this tree's row kernels against DIR's (AB_ARGS);
