@@ -88,7 +88,8 @@ case "$PART" in
     # bench/diag_norm_bwd_regs.py (REGS_ARGS), the register-row norm backwards at fewer registers; DIAG_SMALL=1:
     # bench/diag_small_rows.py (SMALL_ARGS), the norm forwards at other chunks a thread beside compile;
     # DIAG_GATED_LARGE=1: bench/diag_gated_large.py (GATED_ARGS), the 16-bit gated forwards' variants beside Liger;
-    # after the tests
+    # DIAG_GATED_STEP=1: bench/diag_gated_step.py (GATED_STEP_ARGS), the small gated fwd + bwd step by kernel; after the
+    # tests
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
     # ROTARY_IP=1: bench/bench_rotary_inplace.py, rotary in place beside out of place, compile and Liger;
     # AB_BEFORE=DIR: bench/diag_kernels_ab.py first, this tree's row kernels against DIR's (AB_ARGS);
@@ -122,6 +123,7 @@ case "$PART" in
       [ "${DIAG_NORM_WW:-0}" = 1 ] && run diag_norm_ww bash -c "cd bench && python3 diag_norm_whole_warps.py --out $L/diag_norm_ww.json"
       [ "${DIAG_SMALL:-0}" = 1 ] && run diag_small python3 bench/diag_small_rows.py --json "$L/diag_small.json" ${SMALL_ARGS:-}
       [ "${DIAG_GATED_LARGE:-0}" = 1 ] && run diag_gated_large python3 bench/diag_gated_large.py --json "$L/diag_gated_large.json" ${GATED_ARGS:-}
+      [ "${DIAG_GATED_STEP:-0}" = 1 ] && run diag_gated_step bash -c "cd bench && python3 diag_gated_step.py --json $L/diag_gated_step.json ${GATED_STEP_ARGS:-}"
       [ "${DIAG_NORM_REGS:-0}" = 1 ] && run diag_norm_regs bash -c "cd bench && python3 diag_norm_bwd_regs.py ${REGS_ARGS:-} --out $L/diag_norm_regs.json"
       [ -n "${AB_BEFORE:-}" ] && run diag_ab python3 bench/diag_kernels_ab.py --before "$AB_BEFORE" --out "$L/diag_ab.json" ${AB_ARGS:-}
       [ "${TESTS:-1}" = 1 ] && run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} ${TESTS_FILES:-$(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
