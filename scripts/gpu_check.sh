@@ -88,8 +88,9 @@ case "$PART" in
     # bench/diag_norm_bwd_regs.py (REGS_ARGS), the register-row norm backwards at fewer registers; DIAG_SMALL=1:
     # bench/diag_small_rows.py (SMALL_ARGS), the norm forwards at other chunks a thread beside compile;
     # DIAG_GATED_LARGE=1: bench/diag_gated_large.py (GATED_ARGS), the 16-bit gated forwards' variants beside Liger;
-    # DIAG_GATED_STEP=1: bench/diag_gated_step.py (GATED_STEP_ARGS), the small gated fwd + bwd step by kernel; after the
-    # tests
+    # DIAG_GATED_STEP=1: bench/diag_gated_step.py (GATED_STEP_ARGS), the small gated fwd + bwd step by kernel;
+    # DIAG_SOFTMAX_STAGED=1: bench/diag_softmax_staged.py, the float 32,768-row backward staged or in registers; after
+    # the tests
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
     # ROTARY_IP=1: bench/bench_rotary_inplace.py, rotary in place beside out of place, compile and Liger;
     # AB_BEFORE=DIR: bench/diag_kernels_ab.py first, this tree's row kernels against DIR's (AB_ARGS);
@@ -123,6 +124,7 @@ case "$PART" in
       [ "${DIAG_NORM_WW:-0}" = 1 ] && run diag_norm_ww bash -c "cd bench && python3 diag_norm_whole_warps.py --out $L/diag_norm_ww.json"
       [ "${DIAG_SMALL:-0}" = 1 ] && run diag_small python3 bench/diag_small_rows.py --json "$L/diag_small.json" ${SMALL_ARGS:-}
       [ "${DIAG_GATED_LARGE:-0}" = 1 ] && run diag_gated_large python3 bench/diag_gated_large.py --json "$L/diag_gated_large.json" ${GATED_ARGS:-}
+      [ "${DIAG_SOFTMAX_STAGED:-0}" = 1 ] && run diag_softmax_staged python3 bench/diag_softmax_staged.py --json "$L/diag_softmax_staged.json"
       [ "${DIAG_GATED_STEP:-0}" = 1 ] && run diag_gated_step bash -c "cd bench && python3 diag_gated_step.py --json $L/diag_gated_step.json ${GATED_STEP_ARGS:-}"
       [ "${DIAG_NORM_REGS:-0}" = 1 ] && run diag_norm_regs bash -c "cd bench && python3 diag_norm_bwd_regs.py ${REGS_ARGS:-} --out $L/diag_norm_regs.json"
       [ -n "${AB_BEFORE:-}" ] && run diag_ab python3 bench/diag_kernels_ab.py --before "$AB_BEFORE" --out "$L/diag_ab.json" ${AB_ARGS:-}

@@ -230,7 +230,8 @@ def softmax_bwd(grad_y, y):
             k.launch(_launch.launch_config(_resident(k, plan)), g, y, dx, rows, cols)
         else:
             chunks = plan.chunks or _launch.WIDE_CHUNKS  # WIDE8_CHUNKS: float rows past WIDE_CHUNKS
-            name = f"softmax_bwd_wide<{{T}}, {chunks}>" if plan.strategy == "wide" else "softmax_bwd<{T}>"
+            wide = "softmax_bwd_wide_sm" if plan.shared_mem else "softmax_bwd_wide"  # grad_y staged (_launch._staged)
+            name = f"{wide}<{{T}}, {chunks}>" if plan.strategy == "wide" else "softmax_bwd<{T}>"
             _kernel("softmax.cu", name, y).launch(_launch.launch_config(plan), g, y, dx, rows, cols)
     return dx
 

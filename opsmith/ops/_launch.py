@@ -287,8 +287,17 @@ def _softmax_rows(rows: int, cols: int, itemsize: int, arrays: int, props: Devic
     t8 = _pow2_at_least(_cdiv(cols, WIDE8_CHUNKS * vec))  # float: 4096x20000's backward ran 0.97x at 8, keeps long
     if not wide and itemsize == 4 and t8 <= min(LONG_THREADS, props.max_threads_per_block) and \
             (arrays == 1 or cols == t8 * WIDE8_CHUNKS * vec):
-        return Plan("wide", (max(1, rows),), (t8, 1), 0, 0, 1, WIDE8_CHUNKS)
+        return Plan("wide", (max(1, rows),), (t8, 1), _staged(arrays, t8, props), 0, 1, WIDE8_CHUNKS)
     return Plan("wide", (max(1, rows),), (tpr, 1), 0, 0) if wide else p
+
+
+def _staged(arrays: int, threads: int, props: DeviceProps) -> int:
+    """The dynamic shared memory of softmax's 8-chunk float backward (``arrays`` 2) where the device holds it:
+    ``softmax_bwd_wide_sm`` stages grad_y there (cp.async), and only y stays in registers; else 0 (the forward, or
+    a device without the room: ``softmax_bwd_wide``, 132 bytes of spills on sm_90). The plan's ``shared_mem`` picks
+    the kernel."""
+    smem = WIDE8_CHUNKS * threads * 16
+    return smem if arrays > 1 and smem + _STATIC_SMEM <= min(props.smem_per_block_optin, props.smem_per_sm) else 0
 
 
 def full_rows(plan: Plan, cols: int, itemsize: int, aligned: bool, chunks: int = ROW_CHUNKS) -> bool:

@@ -29,7 +29,8 @@ FILES: dict[str, tuple[str, ...]] = {
                             for d in ("fwd", "bwd")),
     "softmax.cu": tuple(f"softmax_{d}{s}<{{T}}>" for d in ("fwd", "bwd") for s in ("", "_long"))
     + ("softmax_fwd_full<{T}>", "softmax_fwd_wide_full<{T}>", "softmax_fwd_wide3<{T}>", "softmax_fwd_wide3_full<{T}>")
-    + tuple(f"softmax_{d}_wide<{{T}}, {c}>" for d in ("fwd", "bwd") for c in (4, 8)),  # 8: float rows past 4
+    + tuple(f"softmax_{d}_wide<{{T}}, {c}>" for d in ("fwd", "bwd") for c in (4, 8))  # 8: float rows past 4
+    + ("softmax_bwd_wide_sm<{T}, 8>",),  # grad_y staged in shared memory
     "norm.cu": tuple(f"{op}_{d}<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for d in ("fwd", "bwd"))
     + ("layer_norm_fwd_wide<{T}, {A}>", "layer_norm_fwd4<{T}, {A}>", "layer_norm_fwd_c4<{T}, {A}>",
        "rms_norm_fwd_c4<{T}, {A}>", "layer_norm_fwd_c4_full<{T}, {A}>", "rms_norm_fwd_c4_full<{T}, {A}>",

@@ -171,17 +171,19 @@ def test_softmax_rows_that_fill_wide3_aligned_or_not(dtype):
 @pytest.mark.parametrize("cols", [16385, 24000, 32768])
 def test_softmax_float_rows_of_8_chunks_aligned_or_not(cols):
     """Float rows of 16,385-32,768 take softmax_fwd_wide<float, 8> (and the backward's rows that fill its chunks,
-    32,768, softmax_bwd_wide<float, 8>): forward and backward against float64, x 16-byte aligned and a view one
-    element in (the element path)."""
+    32,768, softmax_bwd_wide_sm<float, 8>, grad_y staged in shared memory): forward and backward against float64,
+    x and grad 16-byte aligned and views one element in (the element paths)."""
     flat = _rand((3 * cols + 1,), torch.float32, 10) * 4
-    g = _rand((3, cols), torch.float32, 11)
+    gflat = _rand((3 * cols + 1,), torch.float32, 11)
     for x in (flat[:-1].view(3, cols), flat[1:].view(3, cols)):
-        xo = _leaf(x)
-        y = ops.softmax(xo, -1)
-        _close(y, torch.softmax(x.double(), -1), torch.float32, what=f"softmax {cols} {x.data_ptr() % 16}")
-        (dx,) = torch.autograd.grad(y, xo, g)
-        yr = y.detach().double()
-        _close(dx, yr * (g.double() - (g.double() * yr).sum(-1, keepdim=True)), torch.float32, what="backward")
+        for g in (gflat[:-1].view(3, cols), gflat[1:].view(3, cols)):
+            xo = _leaf(x)
+            y = ops.softmax(xo, -1)
+            _close(y, torch.softmax(x.double(), -1), torch.float32, what=f"softmax {cols} {x.data_ptr() % 16}")
+            (dx,) = torch.autograd.grad(y, xo, g)
+            yr = y.detach().double()
+            _close(dx, yr * (g.double() - (g.double() * yr).sum(-1, keepdim=True)), torch.float32,
+                   what=f"backward {cols}, grad {g.data_ptr() % 16}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)

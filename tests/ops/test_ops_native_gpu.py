@@ -23,7 +23,8 @@ ROWS = [(5, 7), (64, 64), (16, 1000), (3, 3001), (2, 20000), (2, 70001), (0, 64)
         (3, 12288), (2, 9001),  # softmax_fwd_wide3 (bf16, whole vectors and not; float 6000 too)
         (3, 3072), (2, 6144), (2, 24576),  # softmax's rows of whole warps (_launch._whole_warps)
         (1100, 1536), (1300, 3072), (2, 5120),  # the norms' rows of whole warps (norm_c4_plan, norm_bwd_plan)
-        (2001, 5120), (1000, 2560)]  # the norm backwards at two blocks an SM (norm_bwd_sm_plan)
+        (2001, 5120), (1000, 2560),  # the norm backwards at two blocks an SM (norm_bwd_sm_plan)
+        (2, 32768)]  # float softmax's backward staging grad_y in shared memory (softmax_bwd_wide_sm)
 
 
 @pytest.fixture(scope="module")

@@ -155,8 +155,12 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
             if itemsize == 4 and r.strategy == "long" and tw > min(_launch.LONG_THREADS, props.max_threads_per_block) \
                     and t8 <= min(_launch.LONG_THREADS, props.max_threads_per_block) \
                     and (arrays == 1 or cols == t8 * _launch.WIDE8_CHUNKS * vec):
-                # float rows past WIDE_CHUNKS: twice the chunks (the backward's rows that fill them)
-                assert p == _launch.Plan("wide", (rows,), (t8, 1), 0, 0, 1, _launch.WIDE8_CHUNKS), (rows, cols, arrays)
+                # float rows past WIDE_CHUNKS: twice the chunks (the backward's rows that fill them, grad_y staged in
+                # shared memory where the device holds it: softmax_bwd_wide_sm)
+                staged = _launch.WIDE8_CHUNKS * t8 * 16
+                fits = staged + _launch._STATIC_SMEM <= min(props.smem_per_block_optin, props.smem_per_sm)
+                smem = staged if arrays == 2 and fits else 0
+                assert p == _launch.Plan("wide", (rows,), (t8, 1), smem, 0, 1, _launch.WIDE8_CHUNKS), (rows, cols, arrays)
                 continue
             if p.strategy != "wide":
                 assert p == r
@@ -177,6 +181,10 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
         assert _launch.softmax_plan(2048, 32768, 4, 2, props).chunks == _launch.WIDE8_CHUNKS
         assert _launch.softmax_plan(2048, 20000, 4, 1, props).chunks == _launch.WIDE8_CHUNKS
         assert _launch.softmax_plan(2048, 20000, 4, 2, props).strategy == "long"
+        # the backward stages grad_y (128 KiB) in shared memory where the device holds it; the forward never
+        assert _launch.softmax_plan(2048, 32768, 4, 2, props).shared_mem == (131072 if props.smem_per_sm > 131072 + 1024
+                                                                             else 0)
+        assert _launch.softmax_plan(2048, 32768, 4, 1, props).shared_mem == 0
     assert _launch.softmax_plan(2048, 32769, 2, 1, props) == _launch.row_plan(2048, 32769, 2, 1, props)  # long
     k = 4 if props.clusters else 1  # 16,385-20,480 bf16 forwards: 3 blocks of 160 an SM in clusters of 4, not 1 of 320
     for cols, arrays, want in ((16385, 1, k), (20480, 1, k), (20500, 2, k // 2 or 1), (20481, 1, k // 2 or 1)):

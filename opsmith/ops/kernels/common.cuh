@@ -105,6 +105,23 @@ __device__ __forceinline__ bool aligned16(const void* p) {
     return (reinterpret_cast<u64>(p) & 15u) == 0;
 }
 
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+; before: a load and
+// a store); cp_async_wait_all waits for this thread's copies (a thread that reads back only what it copied
+// itself needs no barrier).
+__device__ __forceinline__ void cp_async16(Raw* dst, const Raw* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src) : "memory");
+#else
+    *dst = *src;
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 // -- math in the accumulation type ------------------------------------------------------------
 __device__ __forceinline__ float m_exp(float x) { return expf(x); }
 __device__ __forceinline__ double m_exp(double x) { return exp(x); }

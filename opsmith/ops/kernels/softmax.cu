@@ -327,6 +327,61 @@ softmax_bwd_wide(const T* __restrict__ grad_y, const T* __restrict__ y, T* __res
     softmax_bwd_any<C>(grad_y, y, grad_x, rows, cols);
 }
 
+// The backward of a row that fills C chunks a thread of one block, grad_y staged in dynamic shared memory
+// (C * blockDim.x * 16 bytes): cp.async copies it there without registers (sm_80+), so that only y is held in
+// registers, where softmax_bwd_wide<float, 8> holds both (64 values a thread at 1,024 threads: 132 bytes of
+// spills on sm_90). A thread reads back only the chunks it staged itself: no barrier needed for them.
+template <int C, class T>
+__device__ __forceinline__ void softmax_bwd_row_staged(const T* __restrict__ grad_y, const T* __restrict__ y,
+                                                       T* __restrict__ grad_x, long long rows, int cols) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const int tpr = blockDim.x, t = threadIdx.x;
+    const long long base = bwd_row(blockIdx.x, rows) * (long long)cols;
+    Raw* stage = reinterpret_cast<Raw*>(opsmith_dyn_smem);
+    const Raw* gs = reinterpret_cast<const Raw*>(grad_y + base);
+    const Raw* ys = reinterpret_cast<const Raw*>(y + base);
+#pragma unroll
+    for (int c = 0; c < C; ++c) cp_async16(stage + c * tpr + t, gs + c * tpr + t);
+    Raw yv[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) yv[c] = ys[c * tpr + t];
+    cp_async_wait_all();
+    A p[4] = {A(0), A(0), A(0), A(0)};
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const Raw g = stage[c * tpr + t];
+#pragma unroll
+        for (int k = 0; k < N; ++k) p[(c * N + k) & 3] += raw_get<T>(g, k) * raw_get<T>(yv[c], k);
+    }
+    const A dot = row_allreduce((p[0] + p[1]) + (p[2] + p[3]), SumOp(), A(0), tpr);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const Raw g = stage[c * tpr + t];
+        A out[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] = raw_get<T>(yv[c], k) * (raw_get<T>(g, k) - dot);
+        store_vals<ROW_FULL>(grad_x + base, (c * tpr + t) * N, cols, out);
+    }
+}
+
+// softmax_bwd_wide with grad_y staged in shared memory (_launch.softmax_plan's "wide" of WIDE8_CHUNKS with
+// shared_mem: float rows of 32,768 that fill the chunks, one row a block). Rows that do not fill them, or
+// unaligned, take the checked rows (without staging).
+template <class T, int C>
+__global__ void __launch_bounds__(OPSMITH_LONG_THREADS, 1)
+softmax_bwd_wide_sm(const T* __restrict__ grad_y, const T* __restrict__ y, T* __restrict__ grad_x, long long rows,
+                    int cols) {
+    const bool vec = cols % Vec<T>::N == 0 && aligned16(grad_y) && aligned16(y) && aligned16(grad_x);
+    if (vec && blockDim.y == 1 && cols == C * Vec<T>::N * (int)blockDim.x) {
+        if (blockIdx.x < rows) softmax_bwd_row_staged<C>(grad_y, y, grad_x, rows, cols);  // a block a row
+    } else if (vec) {
+        softmax_bwd_checked<ROW_VEC, C>(grad_y, y, grad_x, rows, cols);
+    } else {
+        softmax_bwd_checked<ROW_SCALAR, C>(grad_y, y, grad_x, rows, cols);
+    }
+}
+
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_LONG_THREADS)
 softmax_fwd_long(const T* __restrict__ x, T* __restrict__ y, long long rows, int cols, int cache) {

@@ -143,8 +143,9 @@ at::Tensor softmax_backward_last(const at::Tensor &grad, const at::Tensor &y_) {
         int cache = p.cache;
         void *params[] = {&gp, &yp, &dp, &rows, &cols, &cache};
         const int k = p.strategy == S_LONG      ? SOFTMAX_BWD_LONG
-                      : p.strategy == S_WIDE    ? (p.chunks == 2 * K[C_WIDE_CHUNKS] ? SOFTMAX_BWD_WIDE8
-                                                                                     : SOFTMAX_BWD_WIDE)
+                      : p.strategy == S_WIDE    ? (p.chunks == 2 * K[C_WIDE_CHUNKS]
+                                                          ? (p.smem ? SOFTMAX_BWD_WIDE8S : SOFTMAX_BWD_WIDE8)
+                                                          : SOFTMAX_BWD_WIDE)
                       : p.strategy == S_CLUSTER ? (p.chunks == K[C_ROW_CHUNKS] ? SOFTMAX_BWD_CL2 : SOFTMAX_BWD_CL2W)
                                                 : SOFTMAX_BWD;
         launch(k, dt, dev, resident(k, dt, dev, p), params);

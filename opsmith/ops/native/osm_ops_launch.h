@@ -37,6 +37,7 @@
     X(SOFTMAX_BWD_WIDE, "softmax.cu", "softmax_bwd_wide<{T}, 4>")             \
     X(SOFTMAX_FWD_WIDE8, "softmax.cu", "softmax_fwd_wide<{T}, 8>")            \
     X(SOFTMAX_BWD_WIDE8, "softmax.cu", "softmax_bwd_wide<{T}, 8>")            \
+    X(SOFTMAX_BWD_WIDE8S, "softmax.cu", "softmax_bwd_wide_sm<{T}, 8>")        \
     X(SOFTMAX_FWD_CL2, "softmax_cluster.cu", "softmax_fwd_cluster<2, 2, {T}>") \
     X(SOFTMAX_FWD_CL2W, "softmax_cluster.cu", "softmax_fwd_cluster<2, 4, {T}>") \
     X(SOFTMAX_FWD_CL4W, "softmax_cluster.cu", "softmax_fwd_cluster<4, 4, {T}>") \
