@@ -173,9 +173,9 @@ def _init(lib, cuda: bool) -> None:
 
 
 # the kernels whose dynamic shared memory may pass 48 KiB, which takes an opt-in (cuFuncSetAttribute) before the C++
-# launch: the long rows' row cache, the 4-chunk norm backwards' weight-gradient sums and weight (64-96 KiB), and the
-# two-block ones' (48 KiB for 16-bit rms_norm)
-_SHARED_ABOVE_48K = ("_long", "_bwd_c4", "_bwd_sm")
+# launch: the long rows' row cache, the 4-chunk norm backwards' weight-gradient sums and weight (64-96 KiB), the
+# two-block ones' (48 KiB for 16-bit rms_norm) and softmax's float backward staging grad_y (128 KiB)
+_SHARED_ABOVE_48K = ("_long", "_bwd_c4", "_bwd_sm", "_wide_sm")
 
 
 def _prepare(kernel: int, dtype: int, device: int) -> int:

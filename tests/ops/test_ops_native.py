@@ -42,6 +42,16 @@ def test_kernel_table_is_the_sources_kernels(lib):
     assert set(table) == {(f, t) for f in _sources.NATIVE_FILES for t in _sources.FILES[f]}
 
 
+def test_kernels_whose_plans_pass_48k_of_shared_memory_are_opted_in(lib):
+    """A C++ launch of more than 48 KiB of dynamic shared memory fails (CUresult 1) unless the kernel was opted in
+    when loaded (_native._prepare): every such kernel of the table is, and the others are not (softmax's float
+    backward of 32,768 stages 128 KiB: softmax_bwd_wide_sm)."""
+    opted = {t for _, t in _native.kernel_table(lib) if any(p in t for p in _native._SHARED_ABOVE_48K)}
+    assert "softmax_bwd_wide_sm<{T}, 8>" in opted and "softmax_bwd_wide<{T}, 8>" not in opted
+    assert _launch.softmax_plan(2048, 32768, 4, 2, H100).shared_mem > 48 * 1024
+    assert {"softmax_fwd_long<{T}>", "softmax_bwd_long<{T}>"} <= opted
+
+
 def _py(which, rows, cols, itemsize, arrays, props):
     if which == "elementwise":
         p = _launch.elementwise_plan(rows, itemsize, props, cols == 1)
