@@ -134,8 +134,8 @@ def main() -> None:
             case = {"act": act, "rows": rows, "d": d, "us": us, "rounds_ms": per,
                     "gbps": {v: moved / (t * 1e-6) / 1e9 for v, t in us.items()}}
             out["cases"].append(case)
-            print(f"{act:9s} {rows:6d}x{d:<6d} " + " | ".join(
-                f"{v} {t:8.2f} us {case['gbps'][v]:5.0f} GB/s ({us[base] / t:.3f}x)" for v, t in us.items()), flush=True)
+            cells = [f"{v} {t:8.2f} us {case['gbps'][v]:5.0f} GB/s ({us[base] / t:.3f}x)" for v, t in us.items()]
+            print(f"{act:9s} {rows:6d}x{d:<6d} " + " | ".join(cells), flush=True)
             del x, gate, up, src, dst
     if args.json:
         with open(args.json, "w") as fh:

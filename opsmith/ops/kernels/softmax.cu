@@ -329,7 +329,7 @@ softmax_bwd_wide(const T* __restrict__ grad_y, const T* __restrict__ y, T* __res
 
 // The backward of a row that fills C chunks a thread of one block, grad_y staged in dynamic shared memory
 // (C * blockDim.x * 16 bytes): cp.async copies it there without registers (sm_80+), so that only y is held in
-// registers, where softmax_bwd_wide<float, 8> holds both (64 values a thread at 1,024 threads: 132 bytes of
+// registers, where softmax_bwd_wide<float, 8> holds both (64 values a thread at 1,024 threads: 100 bytes of
 // spills on sm_90). A thread reads back only the chunks it staged itself: no barrier needed for them.
 template <int C, class T>
 __device__ __forceinline__ void softmax_bwd_row_staged(const T* __restrict__ grad_y, const T* __restrict__ y,

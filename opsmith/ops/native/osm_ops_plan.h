@@ -123,7 +123,8 @@ Plan softmax_rows(int64_t rows, int64_t cols, int64_t itemsize, int64_t arrays, 
         const bool fits = tpr8 <= std::min<int64_t>(K[C_LONG_THREADS], p.max_threads_per_block);
         // _launch._staged: the backward stages grad_y in shared memory where the device holds it
         const int64_t staged = chunks8 * tpr8 * 16;
-        const int64_t smem = arrays > 1 && staged + K[C_STATIC_SMEM] <= std::min(p.smem_optin, p.smem_per_sm) ? staged : 0;
+        const bool room = staged + K[C_STATIC_SMEM] <= std::min(p.smem_optin, p.smem_per_sm);
+        const int64_t smem = arrays > 1 && room ? staged : 0;
         if (fits && (arrays == 1 || cols == tpr8 * chunks8 * 4))
             return {S_WIDE, std::max<int64_t>(1, rows), 1, tpr8, 1, smem, 0, 0, 1, chunks8};
     }
