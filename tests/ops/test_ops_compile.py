@@ -455,8 +455,15 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     assert y.shape == s.shape == x.shape and mean.shape == rstd.shape == (x.shape[0],)
     y, rstd = nf.rms_norm_fwd(x, [256], w, None)
     assert [t.shape for t in nf.rms_norm_bwd(x, x, [256], rstd, True, w)] == [x.shape, w.shape]
+    if dtype == "float32":  # softmax's float backward of 32,768 that fill 8 chunks: grad_y staged in shared memory
+        ys = torch.randn(2, 32768, dtype=dt)
+        start = len(calls)
+        assert fn.softmax_bwd(ys, ys).shape == ys.shape
+        assert [(n.split("<")[0], c.shared_mem) for n, c in calls[start:]] == [("softmax_bwd_wide_sm", 131072)]
     names = {n.split("<")[0] for n, _ in calls}
     want = {n.split("<")[0] for f in _sources.FILES for n in _sources.FILES[f]}
+    if dtype != "float32":  # _launch._staged: float rows only
+        want -= {"softmax_bwd_wide_sm"}
     if dtype not in ("float16", "bfloat16"):  # softmax_plan gives clusters to 16-bit rows only
         want -= {"softmax_fwd_cluster", "softmax_bwd_cluster"}
         want -= {"layer_norm_fwd_full"}  # layer_norm_full2_plan: 16-bit rows of 2 to 4 KiB
