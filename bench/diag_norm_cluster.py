@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _kernel_timing import median_us  # noqa: E402
-from opsmith.ops import _functional, _launch, _norms  # noqa: E402
+from opsmith.ops import _functional, _launch, _launch_norm, _norms  # noqa: E402
 
 SHAPES = "2048x32768,4096x16384,1024x65536,8192x12288,16384x8200,8192x8192,16384x6144"
 
@@ -95,10 +95,10 @@ def main() -> int:
                 res, outs, plans = {}, {}, {}
                 for name, (p, threads) in variants.items():
                     _launch.device_props = lambda d, p=p: p  # noqa: E731  (the plans read it per call)
-                    _launch.CLUSTER_THREADS = int(threads)
-                    _launch.norm_cluster_plan.cache_clear()
+                    _launch.CLUSTER_THREADS = _launch_norm.CLUSTER_THREADS = int(threads)  # norm_cluster_plan's
+                    _launch_norm.norm_cluster_plan.cache_clear()
                     plan = _launch.softmax_plan(rows, cols, item, 1, p) if op == "softmax" else \
-                        _launch.norm_cluster_plan(rows, cols, item, p, False)
+                        _launch_norm.norm_cluster_plan(rows, cols, item, p, False)
                     plan = plan if plan is not None and plan.strategy == "cluster" else None
                     plans[name] = (plan.cluster, plan.chunks, plan.block[0], plan.grid[0]) if plan else None
                     fwd, both = cases(op, x, w, b, g)

@@ -12,7 +12,7 @@ Row strategies (see ``kernels/softmax.cu``):
   over rows, the row staged in shared memory when ``arrays`` rows of it fit, else read again;
 - ``"wide"`` (softmax only, ``softmax_plan``): rows beyond ``"block"`` that fit ``LONG_THREADS``
   threads of ``WIDE_CHUNKS`` chunks: one block a row, the row in registers;
-- ``"cluster"`` (the norms, ``norm_cluster_plan``, and softmax, sm_90+): rows beyond ``"block"`` that fit 2 blocks of
+- ``"cluster"`` (the norms, ``_launch_norm.norm_cluster_plan``, and softmax, sm_90+): rows beyond ``"block"`` that fit 2 blocks of
   ``ROW_THREADS`` (and, backward, ``CLUSTER_MAX`` of ``CLUSTER_THREADS``): a thread-block cluster a row, each block a
   slice of it in registers, the row's sums through distributed shared memory.
 """
@@ -24,7 +24,7 @@ from typing import NamedTuple
 __all__ = [
     "EW_THREADS", "LN_WIDE_TPR", "LONG_THREADS", "ROW_BWD_BLOCKS", "ROW_CHUNKS", "ROW_THREADS", "WIDE_CHUNKS",
     "CLUSTER_FWD_BLOCKS", "CLUSTER_MAX", "CLUSTER_THREADS", "DeviceProps", "Plan", "device_props",
-    "elementwise_plan", "ew_unrolled", "launch_config", "norm_cluster_plan", "row_plan",
+    "elementwise_plan", "ew_unrolled", "launch_config", "row_plan",
     "full_rows", "softmax_fwd_kernel", "softmax_fwd_wide3", "softmax_plan"
 ]
 
@@ -44,7 +44,7 @@ WIDE3_THREADS = 512   # OPSMITH_WIDE3_THREADS in softmax.cu: the wide forward's 
 EW_THREADS = 256      # OPSMITH_EW_THREADS: __launch_bounds__ of the elementwise kernels
 EW_UNROLL = 4         # OPSMITH_EW_UNROLL in elementwise.cu: vectors in flight per thread per trip
 CLUSTER_MAX = 8       # the larger cluster of norm_cluster.cu's kernels (K = 2 or 8; 8 is the portable limit)
-CLUSTER_THREADS = 512 # the most threads a block of norm_cluster_plan's clusters of CLUSTER_MAX
+CLUSTER_THREADS = 512 # the most threads a block of _launch_norm.norm_cluster_plan's clusters of CLUSTER_MAX
 CLUSTER_FWD_BLOCKS = 2  # ROW_THREADS-blocks an SM holds in the 2-chunk cluster kernels (their __launch_bounds__)
 NORM_SPLIT_BYTES = 12  # norm_bwd_plan: "split" below this many bytes a column a block and array of partial sums
 WEIGHT_LANE_ROWS = 8   # weight_grad_plan: the most rows a row lane of norm_bwd_weight takes (more: more chunks)
@@ -352,46 +352,6 @@ def softmax_fwd_wide3(plan: Plan, cols: int, itemsize: int, aligned: bool) -> st
         return None
     full = aligned and cols == plan.block[0] * WIDE_CHUNKS * (16 // itemsize)
     return "softmax_fwd_wide3_full" if full else "softmax_fwd_wide3"
-
-
-@functools.lru_cache(maxsize=4096)
-def norm_cluster_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, backward: bool) -> Plan | None:
-    """norm_cluster.cu's launch for rows too long for one block's registers (``row_plan``'s ``"long"``),
-    on a device with clusters; None where the long kernels measured faster. A cluster holds a row,
-    each block a slice of ``chunks`` 16-byte chunks a thread, the row spread evenly over whole
-    warps:
-
-    - ``K`` = 2 blocks of up to ``ROW_THREADS`` (bf16 rows up to 16,384, fp32 8,192), both directions;
-    - forward, 16-bit rows up to twice that (32,768): ``K`` = 2 blocks of ``WIDE_CHUNKS`` (4) chunks a
-      thread, one block of ``ROW_THREADS`` an SM (up to 128 registers a thread);
-    - backward, rows up to twice that: ``K`` = ``CLUSTER_MAX`` (8) blocks of up to ``CLUSTER_THREADS``.
-
-    H200, against the long kernels (bench/diag_norm_cluster.py; bench/results/ops-cluster-h200-2026-11-26/): K = 2
-    ran bf16 forwards 1.16-1.96x and forward + backward 1.56-2.0x as fast, fp32 0.95-1.26x and 1.60-1.94x; the 4-chunk
-    forwards 1.08x (bf16 rms_norm) and 1.69x (layer_norm), but 0.85-1.09x at fp32, which keeps long there; K = 8
-    forwards ran 0.74-0.95x. H100, the backwards of 8 blocks of 512 threads on as many clusters as the device holds
-    (_functional._resident), against long (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows3.json): fp32 2048x32768
-    rms_norm 648.7 -> 293.2 us, layer_norm 660.5 -> 297.1; bf16 2048x65536 703.7 -> 307.6, 722.6 -> 482.9.
-    Both directions are persistent: as many clusters as the SMs hold at once (``ROW_THREADS * CLUSTER_FWD_BLOCKS``
-    threads an SM forward, ``ROW_THREADS * ROW_BWD_BLOCKS`` backward; the launch lowers that to the driver's count),
-    at most one a row (two rows backward), striding over the rows; each backward cluster writes one row of partial
-    sums."""
-    if not props.clusters:
-        return None
-    units = _cdiv(max(cols, 1), ROW_CHUNKS * (16 // itemsize))  # threads a row needs
-    limit = min(ROW_THREADS, props.max_threads_per_block)
-    if units <= limit:
-        return None
-    vec = 16 // itemsize
-    if units <= 2 * limit:
-        k, chunks, blocks = 2, ROW_CHUNKS, ROW_BWD_BLOCKS if backward else CLUSTER_FWD_BLOCKS
-    elif not backward and itemsize == 2 and _cdiv(cols, WIDE_CHUNKS * vec) <= 2 * limit:
-        k, chunks, blocks = 2, WIDE_CHUNKS, 1
-    elif backward and units <= CLUSTER_MAX * min(CLUSTER_THREADS, limit):
-        k, chunks, blocks = CLUSTER_MAX, ROW_CHUNKS, ROW_BWD_BLOCKS
-    else:
-        return None
-    return _cluster(rows, cols, itemsize, props, k, chunks, blocks, _cdiv(rows, 2) if backward else rows)
 
 
 def _cluster(rows: int, cols: int, itemsize: int, props: DeviceProps, k: int, chunks: int, blocks: int,

@@ -1,20 +1,21 @@
 """The norm forwards' kernels beyond :func:`~opsmith.ops._launch.row_plan`'s strategy: layer_norm's wide
 register rows (``layer_norm_kernel``), its float rows of one block of 4 chunks a thread
 (``layer_norm_fwd4_plan``), the rows of 2 to 16 KiB that both take at 4 chunks a thread (``norm_c4_plan``;
-16 KiB itself where the device's bandwidth an SM is low) and the rows of 16 KiB or more that both read
-twice, the second time from L2 (``norm_l2_plan``). Their numbers live in :mod:`opsmith.ops._launch` with
+16 KiB itself where the device's bandwidth an SM is low), the rows of 16 KiB or more that both read
+twice, the second time from L2 (``norm_l2_plan``), and the rows too long for one block that a thread-block cluster
+holds, both directions (``norm_cluster_plan``). Their numbers live in :mod:`opsmith.ops._launch` with
 the others the C++ plans share; the norm backwards' plans are :mod:`opsmith.ops._launch_bwd`'s."""
 from __future__ import annotations
 
 import functools
 
 from opsmith.ops._launch import (C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES, C8_MAX_ROW_BYTES, C8K_THREADS,
-                                 L2_CHUNKS, L2_MIN_ROW_BYTES, L2_ONE_CHUNKS, L2_ONE_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW,
+                                 CLUSTER_FWD_BLOCKS, CLUSTER_MAX, CLUSTER_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_ONE_CHUNKS, L2_ONE_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW,
                                  L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS, L2_THREE_MAX_ROW_BYTES,
                                  L2_THREE_MAX_SM_GBPS, L2_THREE_THREADS, LN_FULL2_HIGH_BW_ROWS, LN_FULL2_MAX_ROW_BYTES,
-                                 LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, ROW_CHUNKS, ROW_THREADS, DeviceProps,
-                                 Plan, _cdiv, _pow2_at_least, _threads_of, _whole_warps, full_rows, norm_cluster_plan,
-                                 row_plan)
+                                 LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, ROW_BWD_BLOCKS, ROW_CHUNKS, ROW_THREADS,
+                                 WIDE_CHUNKS, DeviceProps, Plan, _cdiv, _cluster, _pow2_at_least, _threads_of,
+                                 _whole_warps, full_rows, row_plan)
 
 # add_layer_norm_l2_plan: one block an SM from rows of this many bytes where the bandwidth an SM is high (Python only:
 # the add norms have no C++ plans, so it is not among _launch's shared numbers)
@@ -22,7 +23,47 @@ ADD_LN_ONE_ROW_BYTES = 65536
 
 __all__ = ["add_layer_norm_l2_plan", "add_rms_c8_kernel", "add_rms_c8_plan", "high_bandwidth_per_sm", "l2_kernel",
            "layer_norm_full2_plan", "layer_norm_fwd4_plan", "layer_norm_kernel", "low_bandwidth_per_sm",
-           "norm_c4_plan", "norm_c8_plan", "norm_fwd_plan", "norm_l2_plan"]
+           "norm_c4_plan", "norm_c8_plan", "norm_cluster_plan", "norm_fwd_plan", "norm_l2_plan"]
+
+
+@functools.lru_cache(maxsize=4096)
+def norm_cluster_plan(rows: int, cols: int, itemsize: int, props: DeviceProps, backward: bool) -> Plan | None:
+    """norm_cluster.cu's launch for rows too long for one block's registers (``row_plan``'s ``"long"``),
+    on a device with clusters; None where the long kernels measured faster. A cluster holds a row,
+    each block a slice of ``chunks`` 16-byte chunks a thread, the row spread evenly over whole
+    warps:
+
+    - ``K`` = 2 blocks of up to ``ROW_THREADS`` (bf16 rows up to 16,384, fp32 8,192), both directions;
+    - forward, 16-bit rows up to twice that (32,768): ``K`` = 2 blocks of ``WIDE_CHUNKS`` (4) chunks a
+      thread, one block of ``ROW_THREADS`` an SM (up to 128 registers a thread);
+    - backward, rows up to twice that: ``K`` = ``CLUSTER_MAX`` (8) blocks of up to ``CLUSTER_THREADS``.
+
+    H200, against the long kernels (bench/diag_norm_cluster.py; bench/results/ops-cluster-h200-2026-11-26/): K = 2
+    ran bf16 forwards 1.16-1.96x and forward + backward 1.56-2.0x as fast, fp32 0.95-1.26x and 1.60-1.94x; the 4-chunk
+    forwards 1.08x (bf16 rms_norm) and 1.69x (layer_norm), but 0.85-1.09x at fp32, which keeps long there; K = 8
+    forwards ran 0.74-0.95x. H100, the backwards of 8 blocks of 512 threads on as many clusters as the device holds
+    (_functional._resident), against long (bench/results/ops-fp32-rows-h100-2026-11-27/fp32rows3.json): fp32 2048x32768
+    rms_norm 648.7 -> 293.2 us, layer_norm 660.5 -> 297.1; bf16 2048x65536 703.7 -> 307.6, 722.6 -> 482.9.
+    Both directions are persistent: as many clusters as the SMs hold at once (``ROW_THREADS * CLUSTER_FWD_BLOCKS``
+    threads an SM forward, ``ROW_THREADS * ROW_BWD_BLOCKS`` backward; the launch lowers that to the driver's count),
+    at most one a row (two rows backward), striding over the rows; each backward cluster writes one row of partial
+    sums."""
+    if not props.clusters:
+        return None
+    units = _cdiv(max(cols, 1), ROW_CHUNKS * (16 // itemsize))  # threads a row needs
+    limit = min(ROW_THREADS, props.max_threads_per_block)
+    if units <= limit:
+        return None
+    vec = 16 // itemsize
+    if units <= 2 * limit:
+        k, chunks, blocks = 2, ROW_CHUNKS, ROW_BWD_BLOCKS if backward else CLUSTER_FWD_BLOCKS
+    elif not backward and itemsize == 2 and _cdiv(cols, WIDE_CHUNKS * vec) <= 2 * limit:
+        k, chunks, blocks = 2, WIDE_CHUNKS, 1
+    elif backward and units <= CLUSTER_MAX * min(CLUSTER_THREADS, limit):
+        k, chunks, blocks = CLUSTER_MAX, ROW_CHUNKS, ROW_BWD_BLOCKS
+    else:
+        return None
+    return _cluster(rows, cols, itemsize, props, k, chunks, blocks, _cdiv(rows, 2) if backward else rows)
 
 
 def low_bandwidth_per_sm(props: DeviceProps) -> bool:

@@ -153,7 +153,7 @@ def _bwd_plan(rows: int, cols: int, x, arrays: int, *tensors):
     plan = _launch_bwd.norm_bwd_plan(rows, cols, x.element_size(), props, arrays)
     if plan.strategy != "long":
         return plan, "norm.cu"
-    cluster = _launch.norm_cluster_plan(rows, cols, x.element_size(), props, True)
+    cluster = _launch_norm.norm_cluster_plan(rows, cols, x.element_size(), props, True)
     return (cluster, _CL) if cluster is not None else (plan, "norm_long.cu")
 
 

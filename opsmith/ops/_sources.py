@@ -43,7 +43,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "norm_long.cu": tuple(f"{op}_{d}_long<{{T}}, {{A}}>" for op in ("layer_norm", "rms_norm")
                           for d in ("fwd", "bwd")) + ("layer_norm_bwd_long_res<{T}, {A}>",),
     "norm_cluster.cu": tuple(f"{op}_fwd_cluster<2, {c}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm")
-                             for c in (2, 4))  # _launch.norm_cluster_plan's: K, then chunks a thread
+                             for c in (2, 4))  # _launch_norm.norm_cluster_plan's: K, then chunks a thread
     + tuple(f"{op}_bwd_cluster<{k}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm") for k in (2, 8))
     + tuple(f"layer_norm_bwd_cluster_res<{k}, {{T}}, {{A}}>" for k in (2, 8)),
     "norm_l2.cu": tuple(f"{op}_fwd_l2<{b}, {{T}}, {{A}}>" for op in ("layer_norm", "rms_norm", "add_rms_norm",

@@ -616,7 +616,7 @@ def test_the_sweep_covers_every_strategy():
             if plan.strategy == "persistent" and rows > plan.grid[0] * plan.block[1]:
                 seen.add("several trips")
             for backward in (False, True):
-                cl = _launch.norm_cluster_plan(max(rows, 1), cols, itemsize, props, backward)
+                cl = _launch_norm.norm_cluster_plan(max(rows, 1), cols, itemsize, props, backward)
                 if cl is not None:
                     seen.add(("cluster", cl.cluster))
                     if backward and rows > cl.grid[0] // cl.cluster:
@@ -635,7 +635,7 @@ def test_cluster_grids_fit_the_clusters_the_device_holds():
     if not props.clusters:
         pytest.skip("thread-block clusters need sm_90+")
     from opsmith.ops import _functional, _sources
-    plan = _launch.norm_cluster_plan(4096, 32768, 4, props, True)
+    plan = _launch_norm.norm_cluster_plan(4096, 32768, 4, props, True)
     k = _sources.kernel("norm_cluster.cu", "rms_norm_bwd_cluster<8, {T}, {A}>", "float32", torch.cuda.current_device())
     held = k.active_clusters(_launch.launch_config(plan))
     assert 1 <= held <= props.sm_count // 8

@@ -69,7 +69,7 @@ def _py(which, rows, cols, itemsize, arrays, props):
             return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, 0, 0, 1, p.chunks
     if which.startswith("cluster"):
-        p = _launch.norm_cluster_plan(rows, cols, itemsize, props, which == "cluster_bwd")
+        p = _launch_norm.norm_cluster_plan(rows, cols, itemsize, props, which == "cluster_bwd")
         if p is None:
             return None, (0, 0), (0, 0), 0, 0, 0, 1, 0
         return p.strategy, (p.grid[0], 1), tuple(p.block), p.shared_mem, p.cache, 0, p.cluster, p.chunks

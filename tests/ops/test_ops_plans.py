@@ -231,7 +231,7 @@ def test_norm_cluster_plan_covers_rows_between_one_block_and_eight(props):
         vec = 16 // itemsize
         units = -(-cols // (_launch.ROW_CHUNKS * vec))
         for backward in (False, True):
-            plan = _launch.norm_cluster_plan(rows, cols, itemsize, props, backward)
+            plan = _launch_norm.norm_cluster_plan(rows, cols, itemsize, props, backward)
             longest = _launch.CLUSTER_MAX * _launch.CLUSTER_THREADS if backward else \
                 2 * limit * (_launch.WIDE_CHUNKS // _launch.ROW_CHUNKS if itemsize == 2 else 1)
             if not props.clusters or units <= limit or units > longest:
@@ -517,7 +517,7 @@ def test_norm_forward_plans_take_rows_of_whole_warps_at_their_threads(props):
         vec = 16 // itemsize
         p, q = _launch_norm.norm_fwd_plan(rows, cols, itemsize, props), row_plan(rows, cols, itemsize, 1, props)
         if q.strategy == "long":
-            assert p == (_launch.norm_cluster_plan(rows, cols, itemsize, props, False) or q), (rows, cols, itemsize)
+            assert p == (_launch_norm.norm_cluster_plan(rows, cols, itemsize, props, False) or q), (rows, cols, itemsize)
         else:
             t, rem = divmod(cols, _launch.ROW_CHUNKS * vec)
             whole = itemsize != 8 and q.strategy == "block" and not rem and t % 32 == 0 and t < q.block[0]
@@ -692,7 +692,7 @@ def test_cluster_grids_shrink_to_the_clusters_the_device_holds(held, groups):
     8 blocks of 512 threads, 16 clusters by the SM count) keeps no more clusters than the driver says the device
     holds at once; a count of 0 (the driver cannot say) or more keeps the plan."""
     from opsmith.ops import _functional
-    plan = _launch.norm_cluster_plan(4096, 32768, 4, H100, True)
+    plan = _launch_norm.norm_cluster_plan(4096, 32768, 4, H100, True)
     assert (plan.cluster, plan.block, plan.grid) == (8, (512, 1), (16 * 8,))
     k = _Held(held)
     fitted = _functional._resident(k, plan)

@@ -158,6 +158,18 @@ __device__ __forceinline__ void store_chunk(T* row, long long j, long long n, bo
     }
 }
 
+// The packed words "changed" (an empty asm that may change them): the elements are converted again where
+// next used instead of held converted from an earlier pass, so only the chunks as loaded stay live across a
+// reduction (held, the 32 floats of a bf16 thread spilled: 200 bytes in softmax_fwd_wide3, and the backward's
+// wide kernel of 4 chunks at 64 registers).
+template <int K, int C> __device__ __forceinline__ void reconvert(Raw (&in)[K][C]) {
+#pragma unroll
+    for (int a = 0; a < K; ++a)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+            asm volatile("" : "+r"(in[a][c].u[0]), "+r"(in[a][c].u[1]), "+r"(in[a][c].u[2]), "+r"(in[a][c].u[3]));
+}
+
 // -- thread-block clusters (sm_90+: norm_cluster.cu) --------------------------------------------
 // A cluster of K blocks shares one row; each block sums its slice, then the blocks read each other's
 // sums from distributed shared memory. Below sm_90 the helpers trap: the launch plans never pick the
