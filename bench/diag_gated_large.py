@@ -1,4 +1,4 @@
-r"""Issue 23: the 16-bit gated forwards on large shapes. The H100 sweep of 2026-12-06 had gelu_and_mul (tanh) bf16
+r"""Issue 23: the gated forwards on large shapes. The H100 sweep of 2026-12-06 had gelu_and_mul (tanh) bf16
 32768x8192 and 65536x8192 forward at 0.991x / 0.992x Liger-Kernel (±0.1 %), while silu_and_mul ran 1.000-1.003x on
 the same shapes (bench/results/ops-h100-2026-12-06/). Times ``_functional.gated_fwd`` on a packed ``[rows, 2 d]``
 input under each of ``--variants``:
@@ -8,6 +8,9 @@ input under each of ``--variants``:
 - "r2" / "r4": gated.cu compiled with ``OPSMITH_GATED_ROWS16`` 2 / 4 (rows a thread loads a trip; the general
   kernel on gated_plan's grid for those rows; at 6 blocks an SM the forward of 4 spills, sm_90), "r4b4" 4 rows at
   4 blocks;
+- "one" (``--dtype float32``): float's silu and tanh GELU on the kernel of one vector a thread, as the 16-bit types
+  (float takes gated.cu's general kernel at ``GATED_ROWS`` rows a trip; the float32 sweep of 2026-12-06 had their
+  forwards at 0.994-0.996x compile from 64 MiB);
 - "split": ``_functional.gated_mul_fwd`` on gate and up as two tensors (as Liger is called);
 - "liger": Liger-Kernel's ``liger_geglu`` / ``liger_swiglu`` on the two tensors;
 - "copy": a device copy of the same bytes.
@@ -18,6 +21,7 @@ GB/s and each variant's ratio to "liger" (or to "shipped" without it); writes th
 
     python3 bench/diag_gated_large.py --json gated-large.json
     python3 bench/diag_gated_large.py --acts gelu_tanh --shapes 32768x8192 --variants shipped,b8,r2,liger
+    python3 bench/diag_gated_large.py --dtype float32 --variants shipped,one,split,liger,copy
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import contextlib
 import json
 import statistics
 
-VARIANTS = "shipped,b8,b4,r2,r4,r4b4,split,liger,copy"
+VARIANTS = "shipped,b8,b4,r2,r4,r4b4,one,split,liger,copy"
 DEFINES = {"b8": {"OPSMITH_GATED_BLOCKS16": 8}, "b4": {"OPSMITH_GATED_BLOCKS16": 4},
            "r2": {"OPSMITH_GATED_ROWS16": 2}, "r4": {"OPSMITH_GATED_ROWS16": 4},
            "r4b4": {"OPSMITH_GATED_ROWS16": 4, "OPSMITH_GATED_BLOCKS16": 4}}
@@ -35,23 +39,26 @@ DEFINES = {"b8": {"OPSMITH_GATED_BLOCKS16": 8}, "b4": {"OPSMITH_GATED_BLOCKS16":
 @contextlib.contextmanager
 def _variant(name: str, modules: dict, dtype: str):
     """gated.cu's kernels and plans of variant ``name`` inside the block (a module compiled with DEFINES[name]; for
-    "r2"/"r4", gated_shape's rows a trip too, so that the plan and the ``_one`` test follow the kernel)."""
+    "r2"/"r4", gated_shape's rows a trip too, so that the plan and the ``_one`` test follow the kernel; for "one",
+    gated_shape's one row, one trip for float too)."""
     from opsmith.ops import _launch_gated, _sources
-    if name not in DEFINES:
+    if name not in DEFINES and name != "one":
         yield
         return
     saved = _sources.kernel, _launch_gated.gated_shape, _launch_gated.gated_plan
-    mod = modules[name]
-    rows16 = DEFINES[name].get("OPSMITH_GATED_ROWS16")
+    mod = modules.get(name)
+    rows16 = DEFINES.get(name, {}).get("OPSMITH_GATED_ROWS16")
 
     def kernel(file, expr, dt, device):
-        if file != "gated.cu":
+        if file != "gated.cu" or mod is None:
             return saved[0](file, expr, dt, device)
         t, a = _sources.DTYPES[dt]
         return mod.get_kernel(expr.format(T=t, A=a))
 
     def shape(act, itemsize):
         got = saved[1](act, itemsize)
+        if name == "one" and act != "gelu":
+            return 1, 1, _launch_gated.GATED_BLOCKS16
         return (rows16, 1, got[2]) if rows16 and itemsize == 2 and act != "gelu" else got
     _sources.kernel = kernel
     _launch_gated.gated_shape = shape
@@ -76,8 +83,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--acts", default="gelu_tanh,silu")
     ap.add_argument("--shapes", default="32768x8192,65536x8192,16384x4096,8192x8192",
-                    help="ROWSxD,...: the input is [ROWS, 2 D] bf16")
+                    help="ROWSxD,...: the input is [ROWS, 2 D] of --dtype")
     ap.add_argument("--variants", default=VARIANTS, help=f"of {VARIANTS}")
+    ap.add_argument("--dtype", default="bfloat16", help="bfloat16, float16 or float32")
     args = ap.parse_args()
     variants = args.variants.split(",")
     unknown = set(variants) - set(VARIANTS.split(","))
@@ -90,21 +98,23 @@ def main() -> None:
         except ImportError as exc:
             print(f"Liger-Kernel not importable ({exc}); its variant is left out", flush=True)
             variants.remove("liger")
-    arch, dtype = _driver.device_arch(0), "bfloat16"
+    arch, dtype = _driver.device_arch(0), args.dtype
+    dt = getattr(torch, dtype)
     names = _sources.kernel_names("gated.cu", dtype)
     modules = {v: CudaModule(_sources.KERNEL_DIR / "gated.cu", name_expressions=names, arch=arch, defines=DEFINES[v],
                              name=f"diag-gated-large-{v}") for v in variants if v in DEFINES}
     out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "copy_gbps": ops.copy_bandwidth(),
            "cases": []}
-    print(f"{out['device']}, bf16, copy {out['copy_gbps']:.0f} GB/s", flush=True)
+    out["dtype"] = dtype
+    print(f"{out['device']}, {dtype}, copy {out['copy_gbps']:.0f} GB/s", flush=True)
     for act in args.acts.split(","):
         liger_fn = None if liger is None else {"gelu_tanh": liger.liger_geglu, "silu": liger.liger_swiglu}[act]
         for shape in args.shapes.split(","):
             rows, d = (int(v) for v in shape.split("x"))
             torch.manual_seed(0)
-            x = torch.randn(rows, 2 * d, dtype=torch.bfloat16, device="cuda")
+            x = torch.randn(rows, 2 * d, dtype=dt, device="cuda")
             gate, up = x[:, :d].contiguous(), x[:, d:].contiguous()
-            moved = 3 * rows * d * 2
+            moved = 3 * rows * d * x.element_size()
             src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
             dst = torch.empty_like(src)
             calls = {}
@@ -116,7 +126,7 @@ def main() -> None:
                 elif v == "split":
                     calls[v] = lambda: _functional.gated_mul_fwd(act, gate, up)  # noqa: B023
                 else:
-                    calls[v] = (lambda v=v: _run(v, modules, act, x))  # noqa: B023
+                    calls[v] = (lambda v=v: _run(v, modules, act, x, dtype))  # noqa: B023
             with torch.no_grad():
                 ref = _functional.gated_fwd(act, x)
                 for v in variants:
@@ -142,9 +152,9 @@ def main() -> None:
             json.dump(out, fh, indent=1)
 
 
-def _run(v: str, modules: dict, act: str, x):
+def _run(v: str, modules: dict, act: str, x, dtype: str):
     from opsmith.ops import _functional
-    with _variant(v, modules, "bfloat16"):
+    with _variant(v, modules, dtype):
         return _functional.gated_fwd(act, x)
 
 
