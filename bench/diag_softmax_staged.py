@@ -2,9 +2,9 @@ r"""Issue 23: softmax's float backward of 32,768-long rows with grad_y staged in
 2026-12-06 had float32 softmax 2048x32768 forward + backward at 0.970x Liger-Kernel (±0.2 %) with its forward at
 0.996x: the backward, ``softmax_bwd_wide<float, 8>``, holds grad_y and y in registers (64 values a thread at 1,024
 threads) and spills (ptxas, sm_90: 100 bytes of stores). ``softmax_bwd_wide_sm<float, 8>`` copies grad_y to shared
-memory with cp.async and holds only y. Times ``_functional.softmax_bwd`` under "staged" (the plan as shipped) and "registers"
-(the same plan without its shared memory: the spilling kernel), with ``opsmith.ops.benchmark`` (L2 flushed) in
-``--rounds`` rounds in turn; the outputs are checked against each other and float64 first. Prints µs and GB/s of the
+memory with cp.async and holds only y. Times ``_functional.softmax_bwd`` under "staged" (the plan as shipped) and
+"registers" (the same plan without its shared memory: the spilling kernel), with ``opsmith.ops.benchmark`` (L2
+flushed) in ``--rounds`` rounds in turn; each output is checked against float64 first. Prints µs and GB/s of the
 backward's floor (read grad_y and y, write grad_x), writes them to ``--json``.
 
     python3 bench/diag_softmax_staged.py --json softmax-staged.json

@@ -12,9 +12,9 @@ Row strategies (see ``kernels/softmax.cu``):
   over rows, the row staged in shared memory when ``arrays`` rows of it fit, else read again;
 - ``"wide"`` (softmax only, ``softmax_plan``): rows beyond ``"block"`` that fit ``LONG_THREADS``
   threads of ``WIDE_CHUNKS`` chunks: one block a row, the row in registers;
-- ``"cluster"`` (the norms, ``_launch_norm.norm_cluster_plan``, and softmax, sm_90+): rows beyond ``"block"`` that fit 2 blocks of
-  ``ROW_THREADS`` (and, backward, ``CLUSTER_MAX`` of ``CLUSTER_THREADS``): a thread-block cluster a row, each block a
-  slice of it in registers, the row's sums through distributed shared memory.
+- ``"cluster"`` (the norms, ``_launch_norm.norm_cluster_plan``, and softmax, sm_90+): rows beyond ``"block"`` that
+  fit 2 blocks of ``ROW_THREADS`` (and, backward, ``CLUSTER_MAX`` of ``CLUSTER_THREADS``): a thread-block cluster a
+  row, each block a slice of it in registers, the row's sums through distributed shared memory.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 
 from opsmith.ops._launch import (C4_MIN_ROW_BYTES, C4_THREADS, C8_FUSED_MAX_ROW_BYTES, C8_MAX_ROW_BYTES, C8K_THREADS,
-                                 CLUSTER_FWD_BLOCKS, CLUSTER_MAX, CLUSTER_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES, L2_ONE_CHUNKS, L2_ONE_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW,
+                                 CLUSTER_FWD_BLOCKS, CLUSTER_MAX, CLUSTER_THREADS, L2_CHUNKS, L2_MIN_ROW_BYTES,
+                                 L2_ONE_CHUNKS, L2_ONE_ROW_BYTES, L2_ONE_ROW_BYTES_HIGH_BW,
                                  L2_RMS_THREADS, L2_THREADS, L2_THREE_CHUNKS, L2_THREE_MAX_ROW_BYTES,
                                  L2_THREE_MAX_SM_GBPS, L2_THREE_THREADS, LN_FULL2_HIGH_BW_ROWS, LN_FULL2_MAX_ROW_BYTES,
                                  LN_FWD4_CHUNKS, LN_WIDE_TPR, LOW_BW_SM_GBPS, ROW_BWD_BLOCKS, ROW_CHUNKS, ROW_THREADS,

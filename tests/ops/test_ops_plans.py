@@ -160,7 +160,8 @@ def test_softmax_plan_takes_clusters_or_the_wide_strategy_between_register_and_l
                 staged = _launch.WIDE8_CHUNKS * t8 * 16
                 fits = staged + _launch._STATIC_SMEM <= min(props.smem_per_block_optin, props.smem_per_sm)
                 smem = staged if arrays == 2 and fits else 0
-                assert p == _launch.Plan("wide", (rows,), (t8, 1), smem, 0, 1, _launch.WIDE8_CHUNKS), (rows, cols, arrays)
+                want = _launch.Plan("wide", (rows,), (t8, 1), smem, 0, 1, _launch.WIDE8_CHUNKS)
+                assert p == want, (rows, cols, arrays)
                 continue
             if p.strategy != "wide":
                 assert p == r
@@ -517,7 +518,8 @@ def test_norm_forward_plans_take_rows_of_whole_warps_at_their_threads(props):
         vec = 16 // itemsize
         p, q = _launch_norm.norm_fwd_plan(rows, cols, itemsize, props), row_plan(rows, cols, itemsize, 1, props)
         if q.strategy == "long":
-            assert p == (_launch_norm.norm_cluster_plan(rows, cols, itemsize, props, False) or q), (rows, cols, itemsize)
+            cluster = _launch_norm.norm_cluster_plan(rows, cols, itemsize, props, False)
+            assert p == (cluster or q), (rows, cols, itemsize)
         else:
             t, rem = divmod(cols, _launch.ROW_CHUNKS * vec)
             whole = itemsize != 8 and q.strategy == "block" and not rem and t % 32 == 0 and t < q.block[0]
