@@ -19,31 +19,20 @@ import torch
 
 sys.path.insert(0, ".")
 from _kernel_timing import per_kernel, write_records  # noqa: E402  (bench/, this script's folder)
+from bench_ops_peers import _liger, prepare  # noqa: E402  (its step, built as the peers benchmark builds it)
 from opsmith import ops  # noqa: E402
 
 
 def impls(act: str, liger) -> dict:
-    """name -> (make(rows, d) -> leaves, fn(*leaves) -> output)."""
-    packed = (lambda r, d: (torch.randn(r, 2 * d, dtype=torch.bfloat16, device="cuda", requires_grad=True),))
-    split = (lambda r, d: tuple(torch.randn(r, d, dtype=torch.bfloat16, device="cuda", requires_grad=True)
-                                for _ in range(2)))
+    """name -> (make(rows, d, dtype, device, grad) -> leaves, fn(*leaves) -> output), as bench_ops_peers.impls."""
+    packed = (lambda r, d, dt, dev, g: (torch.randn(r, 2 * d, dtype=dt, device=dev, requires_grad=g),))
+    split = (lambda r, d, dt, dev, g: tuple(torch.randn(r, d, dtype=dt, device=dev, requires_grad=g)
+                                            for _ in range(2)))
     out = {"ours": (packed, ops.silu_and_mul if act == "silu" else (lambda x: ops.gelu_and_mul(x, "tanh"))),
            "ours_split": (split, ops.silu_mul if act == "silu" else (lambda a, b: ops.gelu_mul(a, b, "tanh")))}
     if liger is not None:
         out["liger"] = (split, liger.liger_swiglu if act == "silu" else liger.liger_geglu)
     return out
-
-
-def step_of(make, fn, rows: int, d: int):
-    torch.manual_seed(0)
-    leaves = make(rows, d)
-    y = fn(*leaves)
-    g = torch.randn_like(y)
-
-    def step():
-        torch.autograd.grad(fn(*leaves), leaves, g)
-    step()
-    return step
 
 
 def main() -> int:
@@ -54,17 +43,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=100)
     args = ap.parse_args()
-    try:
-        import liger_kernel.transformers.functional as liger
-    except ImportError as exc:
-        print(f"Liger-Kernel not importable ({exc}); its column is left out", flush=True)
-        liger = None
+    liger = _liger()
+    if liger is None:
+        print("Liger-Kernel not importable; its column is left out", flush=True)
     records = []
     print(torch.cuda.get_device_name(), flush=True)
     for act in args.acts.split(","):
         for shape in args.shapes.split(","):
             rows, d = (int(v) for v in shape.split("x"))
-            steps = {name: step_of(make, fn, rows, d) for name, (make, fn) in impls(act, liger).items()}
+            steps = {name: prepare(name, make, fn, rows, d, torch.bfloat16, "cuda", "fwd+bwd")
+                     for name, (make, fn) in impls(act, liger).items()}
             names = list(steps)
             per = {n: [] for n in names}
             for r in range(args.rounds):
