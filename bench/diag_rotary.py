@@ -1,84 +1,204 @@
 #!/usr/bin/env python3
-"""rotary.cu compiled with 1, 2 or 4 rows a thread per trip (``OPSMITH_ROTARY_ROWS``; ``--blocks``: also 2
-rows with ``OPSMITH_ROTARY_BLOCKS`` minimum blocks an SM, a register cap), the kernel
-alone on q-like tensors [1, heads, seq, 128] bf16 with cos/sin [seq, 64] (CUDA events, median, L2
-flushed), GB/s of x read and y written; ``--ncu`` runs one launch of the shipped build for
-Nsight Compute (``ncu --section ... python3 bench/diag_rotary.py --ncu``).
+r"""Issue 23: rotary_qk's launch variants beside torch.compile, Liger-Kernel and a copy. The H100 float32 sweep of
+2026-12-06 had rotary at 0.93-0.99x compile(dynamic=False) on its middle shapes (2048x2048 forward 0.931x,
+8192x3072 forward + backward 0.969x), while the shapes whose tables pass 8 MiB ran 1.07-1.20x. Times q and k
+``[1, cols / 128 heads, rows, 128]`` with cos/sin ``[rows, 64]`` (bench_ops_peers.py's rotary case) rotated by
+``_rotary.rotary_qk_cuda`` (the op's kernel launch; ``--direction fwd+bwd``: the forward, then the backward's rotation
+of a random gradient) under each of ``--variants``, a variant being ``shipped`` or tokens joined by ``-``:
 
-    python3 bench/diag_rotary.py --json OUT.json
+- ``rN``: rotary.cu compiled with ``OPSMITH_ROTARY_ROWS`` (and ``_HALF``) N, the plan at N rows a trip;
+- ``yN``: N rows a block (blockDim.y; the threads a row as shipped, at most 256 a block);
+- ``gN``: the grid capped at N blocks an SM for each of q and k (the kernel strides over the rest);
+- ``bN``: rotary.cu compiled with ``OPSMITH_ROTARY_BLOCKS`` N (at least N blocks an SM: a register cap);
+- ``hN``: the heads path (kernels/rotary_heads.cuh) at ``OPSMITH_ROTARY_HEADS`` N heads a thread, its plan too
+  (``_rotary.ROTARY_HEADS``); ``fN``: of those, N loaded before any is rotated (``OPSMITH_ROTARY_INFLIGHT``);
+
+and the peers: ``compile`` (bench_ops_peers' eager rotation under ``torch.compile(dynamic=False)``), ``liger``
+(``liger_rope``), ``copy`` (a device copy of the same bytes). Each with ``opsmith.ops.benchmark`` (L2 flushed) in
+``--rounds`` rounds, the variants in turn (the order rotating), the figure the median of the rounds; every variant's
+output is checked against the shipped one first. Prints µs, GB/s and each variant's ratio to "compile" (or to
+"shipped" without it); writes them to ``--json``.
+
+    python3 bench/diag_rotary.py --dtype float32 --json rotary.json
+    python3 bench/diag_rotary.py --shapes 2048x2048 --variants shipped,r2,y8,g8,r2-g8,compile,copy
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
+import statistics
 import sys
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench_ops_peers import _liger, impls  # noqa: E402  (the peers' rotary case, as the sweep builds it)
 from opsmith import ops  # noqa: E402
-from opsmith._runtime import _driver  # noqa: E402
-from opsmith._torch._cuda_module import CudaModule  # noqa: E402
-from _kernel_timing import median_us  # noqa: E402  (bench/ is the script's folder)
 from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 
-SHAPES = [(16384, 32), (4096, 32), (65536, 8)]  # (seq, heads)
+VARIANTS = "shipped,h2,h4,h4-f2,h4-f1,h8-f1,h2-y8,compile,copy"
+PEERS = ("compile", "liger", "copy")
+_TOKEN = re.compile(r"^([rygbhf])(\d+)$")
 
 
+def parse(variant: str) -> dict:
+    """``variant``'s settings: {"r": rows a trip, "y": rows a block, "g": blocks an SM, "b": launch-bound blocks}
+    (the ones it names); SystemExit on a token that is none of them."""
+    if variant in ("shipped",) + PEERS:
+        return {}
+    out = {}
+    for tok in variant.split("-"):
+        m = _TOKEN.match(tok)
+        if not m or int(m.group(2)) < 1:
+            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN, hN or fN (N >= 1), "
+                             f"nor one of shipped, {', '.join(PEERS)}")
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def _defines(s: dict) -> dict:
+    d = {}
+    if "r" in s:
+        d.update(OPSMITH_ROTARY_ROWS=s["r"], OPSMITH_ROTARY_ROWS_HALF=s["r"])
+    if "b" in s:
+        d["OPSMITH_ROTARY_BLOCKS"] = s["b"]
+    if "h" in s:
+        d["OPSMITH_ROTARY_HEADS"] = s["h"]
+    if "f" in s:
+        d["OPSMITH_ROTARY_INFLIGHT"] = s["f"]
+    return d
+
+
+@contextlib.contextmanager
+def variant(settings: dict, module, sms: int):
+    """rotary.cu's kernel (``module``, compiled with the variant's defines) and plan of ``settings`` inside the
+    block."""
+    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_HEADS
+    if not settings:
+        yield
+        return
+
+    def kernel(file, expr, dt, device):
+        if file != "rotary.cu" or module is None:
+            return saved[0](file, expr, dt, device)
+        t, a = _sources.DTYPES[dt]
+        return module.get_kernel(expr.format(T=t, A=a))
+
+    def plan(rows, d, half, itemsize, props, trip=_rotary.ROTARY_ROWS, items=0):
+        p = saved[1].__wrapped__(rows, d, half, itemsize, props, settings.get("r", trip), items)
+        tpr, by = p.block
+        if "y" in settings:
+            by = max(1, min(settings["y"], _launch.EW_THREADS // tpr))
+            per = p.grid[0] * p.block[1]  # rows a trip times the blocks: the rows the grid covers
+            p = p._replace(block=(tpr, by), grid=(max(1, -(-per // by)),))
+        if "g" in settings:
+            p = p._replace(grid=(max(1, min(p.grid[0], settings["g"] * sms)),))
+        return p
+    _sources.kernel = kernel
+    _rotary._plan = plan
+    if "r" in settings:
+        _rotary.rows_a_trip = lambda dt, full: settings["r"]
+    _rotary.ROTARY_HEADS = settings.get("h", saved[3])
+    try:
+        yield
+    finally:
+        _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_HEADS = saved
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", type=Path)
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--ncu", action="store_true")
-    ap.add_argument("--blocks", default="", help="also OPSMITH_ROTARY_BLOCKS values (comma-separated) at 2 rows a trip")
-    args = ap.parse_args()
-    if args.ncu:
-        q = torch.randn(1, 32, 16384, 128, dtype=torch.bfloat16, device="cuda")
-        ang = torch.randn(16384, 64, device="cuda")
-        c, s = ang.cos().to(q.dtype), ang.sin().to(q.dtype)
-        for _ in range(2):
-            ops.rotary_embedding(q, c, s)
-        torch.cuda.synchronize()
-        return 0
-    arch, props = _driver.device_arch(0), _launch.device_props(0)
-    names = _sources.kernel_names("rotary.cu", "bfloat16")
-    out = []
-    configs = [(1, None), (2, None), (4, None)] + [(2, int(b)) for b in args.blocks.split(",") if b]
-    for rows_per, blocks in configs:
-        defines = {"OPSMITH_ROTARY_ROWS": rows_per, **({"OPSMITH_ROTARY_BLOCKS": blocks} if blocks else {})}
-        mod = CudaModule(_sources.KERNEL_DIR / "rotary.cu", name_expressions=names, arch=arch,
-                         defines=defines, name=f"diag-rotary-{rows_per}-{blocks}")
-        k = mod.get_kernel(names[0])
-        for seq, heads in SHAPES:
-            q = torch.randn(1, heads, seq, 128, dtype=torch.bfloat16, device="cuda")
-            y = torch.empty_like(q)
-            ang = torch.randn(seq, 64, device="cuda")
-            c, s = ang.cos().to(q.dtype), ang.sin().to(q.dtype)
-            half, lead = _rotary._checked(q, c, s, None)
-            pos = torch.zeros(1, dtype=torch.long, device="cuda")
-            rows = q.numel() // 128
-            base = _rotary._plan(rows, 128, half, 2, props)
-            for grid_div in (1, rows_per):
-                grid = max(1, -(-base.grid[0] // grid_div))
-                cfg = _launch.launch_config(_launch.Plan("rows", (grid,), base.block, 0, 0))
+    from opsmith._runtime import _driver
+    from opsmith._torch._cuda_module import CudaModule
 
-                def fn():
-                    k.launch(cfg, q, c, s, pos, y, rows, 128, half, 0, 1, 0, *lead)  # noqa: B023
-                us = median_us(fn, args.runs)
-                gbps = 2 * q.numel() * 2 / us / 1e3
-                out.append({"rows_per_trip": rows_per, "blocks": blocks, "grid": grid, "shape": [1, heads, seq, 128], "us": us,
-                            "gbps": gbps})
-                print(f"R={rows_per} blocks {blocks} grid {grid:7d} [1,{heads},{seq},128]: {gbps:6.0f} GB/s", flush=True)
-                if rows_per == 1:
-                    break
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", default="")
+    ap.add_argument("--dtype", default="float32", help="bfloat16, float16 or float32")
+    ap.add_argument("--shapes", default="2048x2048,4096x4096,8192x3072,8192x8192,4096x16384,16384x4096",
+                    help="ROWSxCOLS,... as bench_ops_peers.py: q and k [1, COLS / 128, ROWS, 128]")
+    ap.add_argument("--direction", default="fwd", choices=("fwd", "fwd+bwd"))
+    ap.add_argument("--layout", default="bhsd", choices=("bhsd", "bshd"),
+                    help="q and k in memory: [1, heads, rows, 128] (the sweep's), or [1, rows, heads, 128] seen as "
+                         "[1, heads, rows, 128] (transformers' q.view(b, s, h, d).transpose(1, 2))")
+    ap.add_argument("--variants", default=VARIANTS)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=50)
+    args = ap.parse_args()
+    variants = args.variants.split(",")
+    settings = {v: parse(v) for v in variants}
+    liger = _liger()
+    if "liger" in variants and liger is None:
+        print("Liger-Kernel not importable; its variant is left out", flush=True)
+        variants.remove("liger")
+    dt = getattr(torch, args.dtype)
+    arch, props = _driver.device_arch(0), _launch.device_props(0)
+    names = _sources.kernel_names("rotary.cu", args.dtype)
+    modules = {v: CudaModule(_sources.KERNEL_DIR / "rotary.cu", name_expressions=names, arch=arch,
+                             defines=_defines(s), name=f"diag-rotary-{v}") for v, s in settings.items() if _defines(s)}
+    peers = impls("rotary", liger)
+    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "dtype": args.dtype,
+           "direction": args.direction, "layout": args.layout, "copy_gbps": ops.copy_bandwidth(), "cases": []}
+    print(f"{out['device']}, {args.dtype} {args.direction} {args.layout}, copy {out['copy_gbps']:.0f} GB/s", flush=True)
+    bwd = args.direction == "fwd+bwd"
+    for shape in args.shapes.split(","):
+        rows, cols = (int(v) for v in shape.split("x"))
+        torch.manual_seed(0)
+        q, k, cos, sin = peers["opsmith"][0](rows, cols, dt, "cuda", False)
+        if args.layout == "bshd":
+            q, k = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k))
+        gq, gk = torch.randn_like(q), torch.randn_like(k)
+        moved = 2 * 2 * q.numel() * q.element_size() * (2 if bwd else 1)
+        src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        calls = {}
+        for v in variants:
+            if v == "copy":
+                calls[v] = lambda: dst.copy_(src)  # noqa: B023
+            elif v in ("compile", "liger"):
+                fn = peers[v][1]
+                if v == "compile":
+                    torch._dynamo.reset()
+                    fn = torch.compile(fn, dynamic=False)
+                if bwd:
+                    qg, kg = q.detach().requires_grad_(), k.detach().requires_grad_()
+                    calls[v] = (lambda fn=fn, qg=qg, kg=kg: torch.autograd.grad(fn(qg, kg, cos, sin), (qg, kg),
+                                                                                (gq, gk)))  # noqa: B023
+                else:
+                    calls[v] = lambda fn=fn: fn(q, k, cos, sin)  # noqa: B023
+            else:
+                def ours(v=v):
+                    with variant(settings[v], modules.get(v), props.sm_count):
+                        yq, yk = _rotary.rotary_qk_cuda(q, k, cos, sin)  # noqa: B023
+                        return _rotary.rotary_qk_cuda(gq, gk, cos, sin, sign=-1) if bwd else (yq, yk)  # noqa: B023
+                calls[v] = ours
+        with torch.no_grad():
+            ref = calls["shipped"]() if "shipped" in calls else None
+            for v in variants:
+                if v not in PEERS and ref is not None:
+                    got = calls[v]()
+                    err = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref))
+                    if err > 0:
+                        raise SystemExit(f"diag_rotary: {v} {shape} differs from shipped by {err}")
+        per = {v: [] for v in variants}
+        for r in range(args.rounds):
+            for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+                grad = torch.enable_grad() if v in ("compile", "liger") and bwd else torch.no_grad()
+                with grad:
+                    per[v].append(ops.benchmark(calls[v], bytes_moved=moved, runs=args.runs, warmup=3).median_ms)
+        us = {v: statistics.median(ms) * 1e3 for v, ms in per.items()}
+        base = "compile" if "compile" in us else "shipped"
+        case = {"rows": rows, "cols": cols, "us": us, "rounds_ms": per,
+                "gbps": {v: moved / (t * 1e-6) / 1e9 for v, t in us.items()}}
+        out["cases"].append(case)
+        cells = [f"{v} {t:7.2f} us {case['gbps'][v]:5.0f} ({us[base] / t:.3f}x)" for v, t in us.items()]
+        print(f"{rows:6d}x{cols:<6d} " + " | ".join(cells), flush=True)
+        del q, k, gq, gk, src, dst
     if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": out}, separators=(",", ":")))
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

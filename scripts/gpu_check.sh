@@ -89,6 +89,8 @@ case "$PART" in
     # bench/diag_small_rows.py (SMALL_ARGS), the norm forwards at other chunks a thread beside compile;
     # DIAG_GATED_LARGE=1: bench/diag_gated_large.py (GATED_ARGS), the 16-bit gated forwards' variants beside Liger;
     # DIAG_GATED_STEP=1: bench/diag_gated_step.py (GATED_STEP_ARGS), the small gated fwd + bwd step by kernel;
+    # DIAG_ROTARY=1: bench/diag_rotary.py (ROTARY_DIAG_ARGS; ROTARY_DIAG_ARGS2: a second run), rotary_qk's launch
+    # variants beside compile;
     # DIAG_SOFTMAX_STAGED=1: bench/diag_softmax_staged.py, the float 32,768-row backward staged or in registers; after
     # the tests
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
@@ -126,6 +128,10 @@ case "$PART" in
       [ "${DIAG_GATED_LARGE:-0}" = 1 ] && run diag_gated_large python3 bench/diag_gated_large.py --json "$L/diag_gated_large.json" ${GATED_ARGS:-}
       [ "${DIAG_SOFTMAX_STAGED:-0}" = 1 ] && run diag_softmax_staged python3 bench/diag_softmax_staged.py --json "$L/diag_softmax_staged.json"
       [ "${DIAG_GATED_STEP:-0}" = 1 ] && run diag_gated_step bash -c "cd bench && python3 diag_gated_step.py --json $L/diag_gated_step.json ${GATED_STEP_ARGS:-}"
+      if [ "${DIAG_ROTARY:-0}" = 1 ]; then
+        run diag_rotary python3 bench/diag_rotary.py --json "$L/diag_rotary.json" ${ROTARY_DIAG_ARGS:-}
+        [ -n "${ROTARY_DIAG_ARGS2:-}" ] && run diag_rotary2 python3 bench/diag_rotary.py --json "$L/diag_rotary2.json" $ROTARY_DIAG_ARGS2
+      fi
       [ "${DIAG_NORM_REGS:-0}" = 1 ] && run diag_norm_regs bash -c "cd bench && python3 diag_norm_bwd_regs.py ${REGS_ARGS:-} --out $L/diag_norm_regs.json"
       [ -n "${AB_BEFORE:-}" ] && run diag_ab python3 bench/diag_kernels_ab.py --before "$AB_BEFORE" --out "$L/diag_ab.json" ${AB_ARGS:-}
       [ "${TESTS:-1}" = 1 ] && run ops_tests timeout "${TESTS_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider -rs ${TESTS_K:+-k "$TESTS_K"} ${TESTS_FILES:-$(ls tests/ops/test_ops_*_gpu.py | grep -v '^tests/ops/test_ops_gpu.py$') \
