@@ -10,8 +10,7 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
 - ``yN``: N rows a block (blockDim.y; the threads a row as shipped, at most 256 a block);
 - ``gN``: the grid capped at N blocks an SM for each of q and k (the kernel strides over the rest);
 - ``bN``: rotary.cu compiled with ``OPSMITH_ROTARY_BLOCKS`` N (at least N blocks an SM: a register cap);
-- ``hN``: the heads path (kernels/rotary_heads.cuh) at ``OPSMITH_ROTARY_HEADS`` N heads a thread, its plan too
-  (``_rotary.ROTARY_HEADS``); ``fN``: of those, N loaded before any is rotated (``OPSMITH_ROTARY_INFLIGHT``);
+- ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
 
 and the peers: ``compile`` (bench_ops_peers' eager rotation under ``torch.compile(dynamic=False)``), ``liger``
 (``liger_rope``), ``copy`` (a device copy of the same bytes). Each with ``opsmith.ops.benchmark`` (L2 flushed) in
@@ -40,21 +39,21 @@ from bench_ops_peers import _liger, impls  # noqa: E402  (the peers' rotary case
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 
-VARIANTS = "shipped,h2,h4,h4-f2,h4-f1,h8-f1,h2-y8,compile,copy"
+VARIANTS = "shipped,two,r2,b6,y8,g8,compile,copy"
 PEERS = ("compile", "liger", "copy")
-_TOKEN = re.compile(r"^([rygbhf])(\d+)$")
+_TOKEN = re.compile(r"^([rygb])(\d+)$")
 
 
 def parse(variant: str) -> dict:
     """``variant``'s settings: {"r": rows a trip, "y": rows a block, "g": blocks an SM, "b": launch-bound blocks}
     (the ones it names); SystemExit on a token that is none of them."""
-    if variant in ("shipped",) + PEERS:
+    if variant in ("shipped", "two") + PEERS:
         return {}
     out = {}
     for tok in variant.split("-"):
         m = _TOKEN.match(tok)
         if not m or int(m.group(2)) < 1:
-            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN, hN or fN (N >= 1), "
+            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN or bN (N >= 1), "
                              f"nor one of shipped, {', '.join(PEERS)}")
         out[m.group(1)] = int(m.group(2))
     return out
@@ -66,10 +65,6 @@ def _defines(s: dict) -> dict:
         d.update(OPSMITH_ROTARY_ROWS=s["r"], OPSMITH_ROTARY_ROWS_HALF=s["r"])
     if "b" in s:
         d["OPSMITH_ROTARY_BLOCKS"] = s["b"]
-    if "h" in s:
-        d["OPSMITH_ROTARY_HEADS"] = s["h"]
-    if "f" in s:
-        d["OPSMITH_ROTARY_INFLIGHT"] = s["f"]
     return d
 
 
@@ -77,7 +72,7 @@ def _defines(s: dict) -> dict:
 def variant(settings: dict, module, sms: int):
     """rotary.cu's kernel (``module``, compiled with the variant's defines) and plan of ``settings`` inside the
     block."""
-    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_HEADS
+    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip
     if not settings:
         yield
         return
@@ -88,8 +83,8 @@ def variant(settings: dict, module, sms: int):
         t, a = _sources.DTYPES[dt]
         return module.get_kernel(expr.format(T=t, A=a))
 
-    def plan(rows, d, half, itemsize, props, trip=_rotary.ROTARY_ROWS, items=0):
-        p = saved[1].__wrapped__(rows, d, half, itemsize, props, settings.get("r", trip), items)
+    def plan(rows, d, half, itemsize, props, trip=_rotary.ROTARY_ROWS):
+        p = saved[1].__wrapped__(rows, d, half, itemsize, props, settings.get("r", trip))
         tpr, by = p.block
         if "y" in settings:
             by = max(1, min(settings["y"], _launch.EW_THREADS // tpr))
@@ -102,11 +97,10 @@ def variant(settings: dict, module, sms: int):
     _rotary._plan = plan
     if "r" in settings:
         _rotary.rows_a_trip = lambda dt, full: settings["r"]
-    _rotary.ROTARY_HEADS = settings.get("h", saved[3])
     try:
         yield
     finally:
-        _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_HEADS = saved
+        _sources.kernel, _rotary._plan, _rotary.rows_a_trip = saved
 
 
 def main() -> int:
@@ -167,6 +161,12 @@ def main() -> int:
                                                                                 (gq, gk)))  # noqa: B023
                 else:
                     calls[v] = lambda fn=fn: fn(q, k, cos, sin)  # noqa: B023
+            elif v == "two":
+                def two():
+                    one = _rotary.rotary_cuda
+                    yq, yk = one(q, cos, sin), one(k, cos, sin)  # noqa: B023
+                    return (one(gq, cos, sin, sign=-1), one(gk, cos, sin, sign=-1)) if bwd else (yq, yk)  # noqa: B023
+                calls[v] = two
             else:
                 def ours(v=v):
                     with variant(settings[v], modules.get(v), props.sm_count):

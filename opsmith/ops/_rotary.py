@@ -113,7 +113,6 @@ _no_positions: dict = {}
 
 ROTARY_ROWS = 1  # OPSMITH_ROTARY_ROWS in kernels/rotary.cuh
 ROTARY_ROWS_HALF = 2  # OPSMITH_ROTARY_ROWS_HALF: float16's
-ROTARY_HEADS = 1  # OPSMITH_ROTARY_HEADS in kernels/rotary_heads.cuh
 
 
 def rows_a_trip(dtype: str, full: bool) -> int:
@@ -122,35 +121,14 @@ def rows_a_trip(dtype: str, full: bool) -> int:
     return ROTARY_ROWS_HALF if dtype == "float16" and not full else ROTARY_ROWS
 
 
-def heads_items(lead: tuple, has_pos: bool, rows: int) -> int:
-    """The work items of rotary.cu's heads path (kernels/rotary_heads.cuh: ``ROTARY_HEADS`` rows that share a cos/sin
-    row a thread) over the rows of x's ``lead`` (:func:`_lead`'s tuple), the dim found as its ``heads_dim`` finds it:
-    the innermost where its table stride is 0, else the one above it where that is; 0 where the kernel takes the
-    row path."""
-    sizes, strides = lead[:MAX_LEAD], lead[2 * MAX_LEAD:] if has_pos else lead[MAX_LEAD:2 * MAX_LEAD]
-    if ROTARY_HEADS <= 1 or rows > 0xFFFFFFFF:
-        return 0
-    if sizes[3] > 1 and strides[3] == 0:
-        n, inner = sizes[3], 1
-    elif sizes[2] > 1 and strides[2] == 0:
-        n, inner = sizes[2], sizes[3]
-    else:
-        return 0
-    return rows // (n * inner) * -(-n // ROTARY_HEADS) * inner
-
-
 @functools.lru_cache(maxsize=4096)
-def _plan(rows: int, d: int, half: int, itemsize: int, props, trip: int = ROTARY_ROWS, items: int = 0
-          ) -> "_launch.Plan":
+def _plan(rows: int, d: int, half: int, itemsize: int, props, trip: int = ROTARY_ROWS) -> "_launch.Plan":
     """Threads a row from the 16-byte vectors (pairs) it holds; rows fill a block of EW_THREADS; ``trip``: the
-    kernel's rows a trip for the dtype (:func:`rows_a_trip`); ``items``: the heads path's (:func:`heads_items`),
-    which the kernel takes where a row is one vector a thread."""
+    kernel's rows a trip for the dtype (:func:`rows_a_trip`)."""
     vec = 16 // itemsize if half % (16 // itemsize) == 0 and d % (16 // itemsize) == 0 else 1
     per_row = max(half // vec, (d - 2 * half) // vec, 1)
     tpr = min(_launch.EW_THREADS, 1 << (per_row - 1).bit_length())
     by = max(1, _launch.EW_THREADS // tpr)
-    if items and vec > 1 and d == 2 * half and half // vec <= tpr:
-        return _launch.Plan("rows", (min(max(1, -(-items // by)), 2**31 - 1),), (tpr, by), 0, 0)
     # the kernel's vector path with a row one chunk a thread takes `trip` rows a trip
     per_trip = trip if vec > 1 and d == 2 * half and half // vec <= tpr else 1
     return _launch.Plan("rows", (min(max(1, -(-rows // (by * per_trip))), 2**31 - 1),), (tpr, by), 0, 0)
@@ -228,18 +206,16 @@ def _tables(x, cos, sin, positions):
     return cos, sin, pos
 
 
-def plan_one(x, rows: int, half: int, full: bool, lead: tuple, has_pos: bool, dt: str) -> "_launch.Plan":
+def plan_one(x, rows: int, half: int, full: bool, dt: str) -> "_launch.Plan":
     """The launch of rotary.cu's (rotary_ip.cu's) kernel over the ``rows`` of ``x``."""
     return _plan(rows, x.shape[-1], half, x.element_size(), _launch.device_props(x.get_device()),
-                 rows_a_trip(dt, full), heads_items(lead, has_pos, rows))
+                 rows_a_trip(dt, full))
 
 
-def plan_qk(q, rows_q: int, rows_k: int, half: int, full: bool, lead_q: tuple, lead_k: tuple, has_pos: bool,
-            dt: str) -> "_launch.Plan":
-    """The launch of the q-and-k kernels: each tensor's grid (the larger), twice, even blocks q and odd blocks k."""
-    grid = max(plan_one(q, rows, half, full, lead, has_pos, dt).grid[0]
-               for rows, lead in ((rows_q, lead_q), (rows_k, lead_k)))
-    return plan_one(q, rows_q, half, full, lead_q, has_pos, dt)._replace(grid=(2 * min(grid, 2**30 - 1),))
+def plan_qk(q, rows_q: int, rows_k: int, half: int, full: bool, dt: str) -> "_launch.Plan":
+    """The launch of the q-and-k kernels: the grid of the longer tensor twice, even blocks q and odd blocks k."""
+    plan = plan_one(q, max(rows_q, rows_k), half, full, dt)
+    return plan._replace(grid=(2 * min(plan.grid[0], 2**30 - 1),))
 
 
 def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
@@ -250,7 +226,7 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
     d = x.shape[-1]
     cos, sin, pos = _tables(x, cos, sin, positions)
     dt = fn._dtype_name(x, "rotary_embedding")
-    plan = plan_one(x, rows, half, full, lead, positions is not None, dt)
+    plan = plan_one(x, rows, half, full, dt)
     k = _sources.kernel("rotary.cu", "rotary_full<{T}>" if full else "rotary<{T}>", dt, x.get_device())
     k.launch(_launch.launch_config(plan), xk, cos, sin, pos, yk, rows, d, half, int(interleaved), sign,
              int(positions is not None), *lead)
@@ -277,7 +253,7 @@ def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, si
     d = q.shape[-1]
     cos, sin, pos = _tables(q, cos, sin, positions)
     dt = fn._dtype_name(q, "rotary_embedding_qk")
-    plan = plan_qk(q, rows_q, rows_k, half, full, lead_q, lead_k, positions is not None, dt)
+    plan = plan_qk(q, rows_q, rows_k, half, full, dt)
     kern = _sources.kernel("rotary.cu", "rotary_qk_full<{T}>" if full else "rotary_qk<{T}>", dt, q.get_device())
     kern.launch(_launch.launch_config(plan), qk_, kk, cos, sin, pos, yqk, ykk, rows_q, rows_k, d, half,
                 int(interleaved), sign, int(positions is not None), *lead_q, *lead_k)

@@ -114,14 +114,13 @@ def test_kernel_sources_need_no_cuda_headers_and_ship_as_package_data():
     names = sorted(p.name for p in _sources.KERNEL_DIR.iterdir())
     assert names == ["activations.cuh", "common.cuh", "cross_entropy.cu", "elementwise.cu", "fused_norm.cu", "gated.cu",
                      "norm.cu", "norm_bwd.cuh", "norm_cluster.cu", "norm_dx.cuh", "norm_fwd.cuh", "norm_l2.cu",
-                     "norm_long.cu", "norm_small.cu", "norm_split.cu", "rotary.cu", "rotary.cuh", "rotary_heads.cuh",
-                     "rotary_ip.cu", "rows.cuh", "softmax.cu", "softmax_bwd.cuh", "softmax_cluster.cu"]
+                     "norm_long.cu", "norm_small.cu", "norm_split.cu", "rotary.cu", "rotary.cuh", "rotary_ip.cu",
+                     "rows.cuh", "softmax.cu", "softmax_bwd.cuh", "softmax_cluster.cu"]
     # the only includes are our own headers (common.cuh first, or rows.cuh, norm_fwd.cuh or norm_dx.cuh, which
     # include it; rotary.cuh likewise) and CUDA's fp16/bf16 headers, behind __has_include
     first = ('#include "common.cuh"', '#include "rows.cuh"', '#include "norm_fwd.cuh"', '#include "norm_dx.cuh"',
              '#include "rotary.cuh"')
-    ours = {*first, '#include "activations.cuh"', '#include "norm_bwd.cuh"', '#include "softmax_bwd.cuh"',
-            '#include "rotary_heads.cuh"'}
+    ours = {*first, '#include "activations.cuh"', '#include "norm_bwd.cuh"', '#include "softmax_bwd.cuh"'}
     for path in [*_sources.KERNEL_DIR.glob("*.cu"), *_sources.KERNEL_DIR.glob("*.cuh")]:
         includes = [line for line in path.read_text().splitlines() if line.startswith("#include")]
         if path.name == "common.cuh":

@@ -157,17 +157,14 @@ struct Unit {
     Pack<T, P> c, s, a, b, c2, s2;
 };
 
-// TABLE false: x's chunks only (cos and sin left unset: rotate_heads' heads after their first)
-template <class T, int P, bool FULL, bool NC = false, bool TABLE = true>
+template <class T, int P, bool FULL, bool NC = false>
 __device__ __forceinline__ Unit<T, P> load_unit(const T* xr, const T* __restrict__ cs,
                                                  const T* __restrict__ sn, int j, int half, int interleaved) {
     auto ldx = [](const T* p) { return NC ? ld_nc<T, P>(p) : ld<T, P>(p); };  // x: NC in place (ld_nc)
     Unit<T, P> u;
-    if constexpr (TABLE) {
-        u.c = ld<T, P>(cs + j);
-        u.s = ld<T, P>(sn + j);
-    }
-    if constexpr (FULL && TABLE) {
+    u.c = ld<T, P>(cs + j);
+    u.s = ld<T, P>(sn + j);
+    if constexpr (FULL) {
         u.c2 = ld<T, P>(cs + half + j);
         u.s2 = ld<T, P>(sn + half + j);
     }
@@ -306,8 +303,6 @@ __device__ __forceinline__ void rotate_rows(const T* x, const T* __restrict__ co
 
 }  // namespace
 
-#include "rotary_heads.cuh"
-
 // The vector path's rows a trip for T with half tables (full tables: OPSMITH_ROTARY_ROWS; float16's at 2 rows took
 // 88-116 registers)
 template <class T> struct RotaryRows { static constexpr int R = OPSMITH_ROTARY_ROWS; };
@@ -324,15 +319,6 @@ __device__ __forceinline__ void rotary_any(const T* x, const T* __restrict__ cos
     constexpr int N = Vec<T>::N;
     const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
                      aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
-    if constexpr (OPSMITH_ROTARY_HEADS > 1) {  // rows of one table row: rotary_heads.cuh
-        const HeadsDim hd = heads_dim(rows, has_pos, s2, s3, c2, c3, p2, p3);
-        if (vec && hd.n && d == 2 * half && half / N <= (int)blockDim.x) {
-            rotate_heads<T, N, OPSMITH_ROTARY_HEADS, OPSMITH_ROTARY_INFLIGHT, FULL, IP>(
-                x, cos_t, sin_t, positions, y, rows, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1, c2, c3, p0,
-                p1, p2, p3, hd, blk, nblk);
-            return;
-        }
-    }
     if (vec)
         rotate_rows<T, N, FULL ? OPSMITH_ROTARY_ROWS : RotaryRows<T>::R, FULL, IP>(
             x, cos_t, sin_t, positions, y, rows, d, half, interleaved, sign, has_pos, s1, s2, s3, c0, c1, c2, c3, p0,
