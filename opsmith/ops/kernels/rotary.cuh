@@ -36,7 +36,7 @@
 #define OPSMITH_EW_THREADS 256
 #endif
 // the kernel's launch bounds: OPSMITH_ROTARY_BLOCKS, where defined, the minimum blocks an SM must
-// hold (bench/diag_rotary.py --blocks); without it ptxas picks (80 registers for bf16)
+// hold (bench/diag_rotary.py's bN variants); without it ptxas picks (80 registers for bf16)
 #ifdef OPSMITH_ROTARY_BLOCKS
 #define OPSMITH_ROTARY_BOUNDS __launch_bounds__(OPSMITH_EW_THREADS, OPSMITH_ROTARY_BLOCKS)
 #else
