@@ -117,6 +117,9 @@ def main() -> int:
                     help="q and k in memory: [1, heads, rows, 128] (the sweep's), or [1, rows, heads, 128] seen as "
                          "[1, heads, rows, 128] (transformers' q.view(b, s, h, d).transpose(1, 2))")
     ap.add_argument("--variants", default=VARIANTS)
+    ap.add_argument("--ncu", action="store_true",
+                    help="no timing: the first shape's forward, ours (rotary_qk) then compile's, twice each, for Nsight "
+                         "Compute to read (gpu_check.sh ops NCU_ROTARY=1)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=50)
     args = ap.parse_args()
@@ -136,6 +139,18 @@ def main() -> int:
            "direction": args.direction, "layout": args.layout, "copy_gbps": ops.copy_bandwidth(), "cases": []}
     print(f"{out['device']}, {args.dtype} {args.direction} {args.layout}, copy {out['copy_gbps']:.0f} GB/s", flush=True)
     bwd = args.direction == "fwd+bwd"
+    if args.ncu:
+        rows, cols = (int(v) for v in args.shapes.split(",")[0].split("x"))
+        q, k, cos, sin = peers["opsmith"][0](rows, cols, dt, "cuda", False)
+        if args.layout == "bshd":
+            q, k = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k))
+        compiled = torch.compile(peers["compile"][1], dynamic=False)
+        with torch.no_grad():
+            for f in (lambda: _rotary.rotary_qk_cuda(q, k, cos, sin), lambda: compiled(q, k, cos, sin)):
+                for _ in range(2):
+                    f()
+        torch.cuda.synchronize()
+        return 0
     for shape in args.shapes.split(","):
         rows, cols = (int(v) for v in shape.split("x"))
         torch.manual_seed(0)
