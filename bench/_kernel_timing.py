@@ -2,8 +2,8 @@
 flushed before each run (a 256 MiB buffer zeroed), the median of ``runs`` after two warm-ups, in
 microseconds. Unlike :func:`opsmith.ops.benchmark` there is no spin kernel ahead of the launch:
 the host's launch latency is inside the events, which these scripts' comparisons share. Also what
-several of them share around it: a same-size copy's GB/s, their ``--json`` file and the folder their extra kernels
-compile in."""
+several of them share around it: a same-size copy's GB/s, their ``--json`` file, the folder their extra kernels
+compile in and the stand-in for ``_sources.kernel`` that takes a file's kernels from a variant's module."""
 from __future__ import annotations
 
 import json
@@ -87,3 +87,17 @@ def beside_kernels(name: str, source: str) -> Path:
         shutil.copy(f, tmp / f.name)
     (tmp / name).write_text(source)
     return tmp / name
+
+
+def kernel_from(module, file: str, original):
+    """A stand-in for ``opsmith.ops._sources.kernel`` (``original``) that takes ``file``'s kernels from ``module`` (a
+    CudaModule of that file compiled with a variant's defines; None: the shipped ones) and every other file's from
+    ``original``."""
+    from opsmith.ops import _sources
+
+    def kernel(f, expr, dt, device):
+        if f != file or module is None:
+            return original(f, expr, dt, device)
+        t, a = _sources.DTYPES[dt]
+        return module.get_kernel(expr.format(T=t, A=a))
+    return kernel

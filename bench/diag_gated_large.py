@@ -30,6 +30,8 @@ import contextlib
 import json
 import statistics
 
+from _kernel_timing import kernel_from  # bench/, this script's folder
+
 VARIANTS = "shipped,b8,b4,r2,r4,r4b4,one,split,liger,copy"
 DEFINES = {"b8": {"OPSMITH_GATED_BLOCKS16": 8}, "b4": {"OPSMITH_GATED_BLOCKS16": 4},
            "r2": {"OPSMITH_GATED_ROWS16": 2}, "r4": {"OPSMITH_GATED_ROWS16": 4},
@@ -49,18 +51,12 @@ def _variant(name: str, modules: dict, dtype: str):
     mod = modules.get(name)
     rows16 = DEFINES.get(name, {}).get("OPSMITH_GATED_ROWS16")
 
-    def kernel(file, expr, dt, device):
-        if file != "gated.cu" or mod is None:
-            return saved[0](file, expr, dt, device)
-        t, a = _sources.DTYPES[dt]
-        return mod.get_kernel(expr.format(T=t, A=a))
-
     def shape(act, itemsize):
         got = saved[1](act, itemsize)
         if name == "one" and act != "gelu":
             return 1, 1, _launch_gated.GATED_BLOCKS16
         return (rows16, 1, got[2]) if rows16 and itemsize == 2 and act != "gelu" else got
-    _sources.kernel = kernel
+    _sources.kernel = kernel_from(mod, "gated.cu", saved[0])
     _launch_gated.gated_shape = shape
     _launch_gated.gated_plan = saved[2].__wrapped__  # uncached: the plan follows the patched shape
     try:

@@ -36,6 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_ops_peers import _liger, impls  # noqa: E402  (the peers' rotary case, as the sweep builds it)
+from _kernel_timing import kernel_from  # noqa: E402
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 
@@ -77,12 +78,6 @@ def variant(settings: dict, module, sms: int):
         yield
         return
 
-    def kernel(file, expr, dt, device):
-        if file != "rotary.cu" or module is None:
-            return saved[0](file, expr, dt, device)
-        t, a = _sources.DTYPES[dt]
-        return module.get_kernel(expr.format(T=t, A=a))
-
     def plan(rows, d, half, itemsize, props, trip=_rotary.ROTARY_ROWS):
         p = saved[1].__wrapped__(rows, d, half, itemsize, props, settings.get("r", trip))
         tpr, by = p.block
@@ -93,7 +88,7 @@ def variant(settings: dict, module, sms: int):
         if "g" in settings:
             p = p._replace(grid=(max(1, min(p.grid[0], settings["g"] * sms)),))
         return p
-    _sources.kernel = kernel
+    _sources.kernel = kernel_from(module, "rotary.cu", saved[0])
     _rotary._plan = plan
     if "r" in settings:
         _rotary.rows_a_trip = lambda dt, full: settings["r"]
