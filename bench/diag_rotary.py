@@ -10,6 +10,8 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
 - ``yN``: N rows a block (blockDim.y; the threads a row as shipped, at most 256 a block);
 - ``gN``: the grid capped at N blocks an SM for each of q and k (the kernel strides over the rest);
 - ``bN``: rotary.cu compiled with ``OPSMITH_ROTARY_BLOCKS`` N (at least N blocks an SM: a register cap);
+- ``vN``: rotary.cu compiled with ``OPSMITH_ROTARY_VECS`` N, N 16-byte vectors of each half a thread, the plan
+  too (``_rotary.ROTARY_VECS``; float at 2 takes the bytes a thread that bf16 takes at 1);
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
 
 and the peers: ``compile`` (bench_ops_peers' eager rotation under ``torch.compile(dynamic=False)``), ``liger``
@@ -40,9 +42,9 @@ from _kernel_timing import kernel_from  # noqa: E402
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 
-VARIANTS = "shipped,two,r2,b6,y8,g8,compile,copy"
+VARIANTS = "shipped,v2,v2-b4,r2,b6,y8,compile,copy"
 PEERS = ("compile", "liger", "copy")
-_TOKEN = re.compile(r"^([rygb])(\d+)$")
+_TOKEN = re.compile(r"^([rygbv])(\d+)$")
 
 
 def parse(variant: str) -> dict:
@@ -54,7 +56,7 @@ def parse(variant: str) -> dict:
     for tok in variant.split("-"):
         m = _TOKEN.match(tok)
         if not m or int(m.group(2)) < 1:
-            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN or bN (N >= 1), "
+            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN or vN (N >= 1), "
                              f"nor one of shipped, {', '.join(PEERS)}")
         out[m.group(1)] = int(m.group(2))
     return out
@@ -66,6 +68,8 @@ def _defines(s: dict) -> dict:
         d.update(OPSMITH_ROTARY_ROWS=s["r"], OPSMITH_ROTARY_ROWS_HALF=s["r"])
     if "b" in s:
         d["OPSMITH_ROTARY_BLOCKS"] = s["b"]
+    if "v" in s:
+        d["OPSMITH_ROTARY_VECS"] = s["v"]
     return d
 
 
@@ -73,7 +77,7 @@ def _defines(s: dict) -> dict:
 def variant(settings: dict, module, sms: int):
     """rotary.cu's kernel (``module``, compiled with the variant's defines) and plan of ``settings`` inside the
     block."""
-    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip
+    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS
     if not settings:
         yield
         return
@@ -92,10 +96,11 @@ def variant(settings: dict, module, sms: int):
     _rotary._plan = plan
     if "r" in settings:
         _rotary.rows_a_trip = lambda dt, full: settings["r"]
+    _rotary.ROTARY_VECS = settings.get("v", saved[3])  # the uncached plan reads it
     try:
         yield
     finally:
-        _sources.kernel, _rotary._plan, _rotary.rows_a_trip = saved
+        _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS = saved
 
 
 def main() -> int:

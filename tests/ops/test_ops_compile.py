@@ -86,6 +86,22 @@ def test_the_l2_norm_forwards_fit_their_registers_without_spilling():
                 assert (int(stores), int(loads)) == (0, 0), (job["arch"], job["name_expressions"])
 
 
+def test_rotary_at_two_vectors_a_half_compiles_without_spilling():
+    """bench/diag_rotary.py's v2 variant: rotary.cu and rotary_ip.cu built with OPSMITH_ROTARY_VECS 2 (two 16-byte
+    vectors of each half a thread) compile for every type on sm_90 (ptxas through NVRTC), with no spills in the 2-
+    and 4-byte kernels."""
+    import re
+    jobs = [{"source": _sources.KERNEL_DIR / f, "arch": "sm_90", "options": ["--ptxas-options=-v",
+                                                                             "-DOPSMITH_ROTARY_VECS=2"],
+             "name_expressions": [n.format(T=t) for n in _sources.FILES[f]]}
+            for f in ("rotary.cu", "rotary_ip.cu") for t, _ in _sources.DTYPES.values()]
+    for job, binary in zip(jobs, opsmith.compile_many(jobs, progress=False)):
+        spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", binary.log)
+        assert len(spills) >= len(job["name_expressions"]), binary.log
+        if "double" not in job["name_expressions"][0]:
+            assert all(s == ("0", "0") for s in spills), (job["source"].name, job["name_expressions"][0], spills)
+
+
 def test_the_norm_forwards_of_four_chunks_do_not_spill():
     """norm.cu's layer_norm_fwd_c4 and rms_norm_fwd_c4 hold a thread's 4 chunks (and layer_norm's weight and
     bias after the reductions) in up to 85 registers, 3 blocks of 256 threads an SM: ptxas's report through

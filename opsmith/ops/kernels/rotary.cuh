@@ -61,6 +61,12 @@
 #define OPSMITH_ROTARY_ROWS_HALF 2
 #endif
 
+#ifndef OPSMITH_ROTARY_VECS
+// 16-byte vectors of a half (a, b) a thread takes on the vector path (opsmith/ops/_rotary.py reads it: ROTARY_VECS).
+// 2 gives float the bytes a thread that bf16 takes at 1 (8 threads a row of 128), for bench/diag_rotary.py's v2.
+#define OPSMITH_ROTARY_VECS 1
+#endif
+
 #ifndef OPSMITH_ROTARY_ACROSS_BYTES
 // the tables' bytes (cos and sin of a head's positions) from which rotate_rows takes the positions of every head
 // in turn (see there)
@@ -78,11 +84,15 @@ struct Pack {  // P consecutive elements: one 16-byte vector, or one element
 
 template <class T, int P>
 __device__ __forceinline__ Pack<T, P> ld(const T* p) {
-    if constexpr (P == Vec<T>::N) {
-        const Vec<T> w = *reinterpret_cast<const Vec<T>*>(p);
+    constexpr int N = Vec<T>::N;
+    if constexpr (P % N == 0) {  // P / N 16-byte vectors (OPSMITH_ROTARY_VECS)
         Pack<T, P> r;
 #pragma unroll
-        for (int k = 0; k < P; ++k) r.v[k] = w.v[k];
+        for (int i = 0; i < P / N; ++i) {
+            const Vec<T> w = *reinterpret_cast<const Vec<T>*>(p + i * N);
+#pragma unroll
+            for (int k = 0; k < N; ++k) r.v[i * N + k] = w.v[k];
+        }
         return r;
     } else {
         Pack<T, P> r;
@@ -97,13 +107,18 @@ __device__ __forceinline__ Pack<T, P> ld(const T* p) {
 // each element of x once, before it writes it, and no thread reads an element another one writes.
 template <class T, int P>
 __device__ __forceinline__ Pack<T, P> ld_nc(const T* p) {
-    if constexpr (P == Vec<T>::N) {
-        Vec<T> w;
-        unsigned* u = reinterpret_cast<unsigned*>(&w);
-        asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3]) : "l"(p));
+    constexpr int N = Vec<T>::N;
+    if constexpr (P % N == 0) {
         Pack<T, P> r;
 #pragma unroll
-        for (int k = 0; k < P; ++k) r.v[k] = w.v[k];
+        for (int i = 0; i < P / N; ++i) {
+            Vec<T> w;
+            unsigned* u = reinterpret_cast<unsigned*>(&w);
+            asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3]) : "l"(p + i * N));
+#pragma unroll
+            for (int k = 0; k < N; ++k) r.v[i * N + k] = w.v[k];
+        }
         return r;
     } else {
         return ld<T, P>(p);
@@ -112,11 +127,15 @@ __device__ __forceinline__ Pack<T, P> ld_nc(const T* p) {
 
 template <class T, int P>
 __device__ __forceinline__ void st(T* p, const Pack<T, P>& r) {
-    if constexpr (P == Vec<T>::N) {
-        Vec<T> w;
+    constexpr int N = Vec<T>::N;
+    if constexpr (P % N == 0) {
 #pragma unroll
-        for (int k = 0; k < P; ++k) w.v[k] = r.v[k];
-        *reinterpret_cast<Vec<T>*>(p) = w;
+        for (int i = 0; i < P / N; ++i) {
+            Vec<T> w;
+#pragma unroll
+            for (int k = 0; k < N; ++k) w.v[k] = r.v[i * N + k];
+            *reinterpret_cast<Vec<T>*>(p + i * N) = w;
+        }
     } else {
 #pragma unroll
         for (int k = 0; k < P; ++k) p[k] = r.v[k];
@@ -182,12 +201,14 @@ __device__ __forceinline__ Unit<T, P> load_unit(const T* xr, const T* __restrict
     return u;
 }
 
-// P values of the accumulation type to p, rounded to T: one 16-byte store packed by raw_pack (two
-// 16-bit elements an instruction) when P is a vector, else one element
+// P values of the accumulation type to p, rounded to T: 16-byte stores packed by raw_pack (two
+// 16-bit elements an instruction) when P is whole vectors, else one element at a time
 template <class T, int P, class A>
 __device__ __forceinline__ void st_vals(T* p, const A* v) {
-    if constexpr (P == Vec<T>::N) {
-        *reinterpret_cast<Raw*>(p) = raw_pack<T>(v);
+    constexpr int N = Vec<T>::N;
+    if constexpr (P % N == 0) {
+#pragma unroll
+        for (int i = 0; i < P / N; ++i) *reinterpret_cast<Raw*>(p + i * N) = raw_pack<T>(v + i * N);
     } else {
 #pragma unroll
         for (int k = 0; k < P; ++k) p[k] = Elem<T>::store(v[k]);
@@ -316,7 +337,7 @@ __device__ __forceinline__ void rotary_any(const T* x, const T* __restrict__ cos
                                            int sign, int has_pos, int s1, int s2, int s3, long long c0, long long c1,
                                            long long c2, long long c3, long long p0, long long p1, long long p2,
                                            long long p3, unsigned blk, unsigned nblk) {
-    constexpr int N = Vec<T>::N;
+    constexpr int N = Vec<T>::N * OPSMITH_ROTARY_VECS;
     const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
                      aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
     if (vec)
