@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_ops_peers import _liger, impls  # noqa: E402  (the peers' rotary case, as the sweep builds it)
+from bench_ops_peers import _copy, _liger, impls  # noqa: E402  (the peers' rotary case, as the sweep builds it)
 from _kernel_timing import kernel_from  # noqa: E402
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
@@ -159,12 +159,10 @@ def main() -> int:
             q, k = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k))
         gq, gk = torch.randn_like(q), torch.randn_like(k)
         moved = 2 * 2 * q.numel() * q.element_size() * (2 if bwd else 1)
-        src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
         calls = {}
         for v in variants:
             if v == "copy":
-                calls[v] = lambda: dst.copy_(src)  # noqa: B023
+                calls[v] = _copy(moved, "cuda")[0]
             elif v in ("compile", "liger"):
                 fn = peers[v][1]
                 if v == "compile":
@@ -209,7 +207,7 @@ def main() -> int:
         out["cases"].append(case)
         cells = [f"{v} {t:7.2f} us {case['gbps'][v]:5.0f} ({us[base] / t:.3f}x)" for v, t in us.items()]
         print(f"{rows:6d}x{cols:<6d} " + " | ".join(cells), flush=True)
-        del q, k, gq, gk, src, dst
+        del q, k, gq, gk, calls
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
