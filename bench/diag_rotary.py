@@ -12,6 +12,9 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
 - ``bN``: rotary.cu compiled with ``OPSMITH_ROTARY_BLOCKS`` N (at least N blocks an SM: a register cap);
 - ``vN``: rotary.cu compiled with ``OPSMITH_ROTARY_VECS`` N, N 16-byte vectors of each half a thread, the plan
   too (``_rotary.ROTARY_VECS``; float at 2 takes the bytes a thread that bf16 takes at 1);
+- ``mN`` (N 0 or 1), ``kN`` (0, 1 or 2): rotary.cuh's ``OPSMITH_ROTARY_FASTPOS`` (1, shipped: a table that follows
+  the positions alone found with one modulo; 0 the divisions) and ``_QK_HALVES`` (0: q and k on alternating blocks; 1:
+  q on the grid's first half, k on its second; 2, shipped: halves below the tables' across threshold);
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
 
 and the peers: ``compile`` (bench_ops_peers' eager rotation under ``torch.compile(dynamic=False)``), ``liger``
@@ -44,7 +47,7 @@ from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 
 VARIANTS = "shipped,v2,v2-b4,r2,b6,y8,compile,copy"
 PEERS = ("compile", "liger", "copy")
-_TOKEN = re.compile(r"^([rygbv])(\d+)$")
+_TOKEN = re.compile(r"^([rygbvmk])(\d+)$")
 
 
 def parse(variant: str) -> dict:
@@ -55,8 +58,8 @@ def parse(variant: str) -> dict:
     out = {}
     for tok in variant.split("-"):
         m = _TOKEN.match(tok)
-        if not m or int(m.group(2)) < 1:
-            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN or vN (N >= 1), "
+        if not m or int(m.group(2)) < (0 if m.group(1) in "mk" else 1):
+            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN, vN (N >= 1), mN or kN, "
                              f"nor one of shipped, {', '.join(PEERS)}")
         out[m.group(1)] = int(m.group(2))
     return out
@@ -70,6 +73,9 @@ def _defines(s: dict) -> dict:
         d["OPSMITH_ROTARY_BLOCKS"] = s["b"]
     if "v" in s:
         d["OPSMITH_ROTARY_VECS"] = s["v"]
+    for key, name in (("m", "FASTPOS"), ("k", "QK_HALVES")):
+        if key in s:
+            d[f"OPSMITH_ROTARY_{name}"] = s[key]
     return d
 
 

@@ -89,7 +89,7 @@ case "$PART" in
     # bench/diag_small_rows.py (SMALL_ARGS), the norm forwards at other chunks a thread beside compile;
     # DIAG_GATED_LARGE=1: bench/diag_gated_large.py (GATED_ARGS), the 16-bit gated forwards' variants beside Liger;
     # DIAG_GATED_STEP=1: bench/diag_gated_step.py (GATED_STEP_ARGS), the small gated fwd + bwd step by kernel;
-    # DIAG_ROTARY=1: bench/diag_rotary.py (ROTARY_DIAG_ARGS; ROTARY_DIAG_ARGS2: a second run), rotary_qk's launch
+    # DIAG_ROTARY=1: bench/diag_rotary.py (ROTARY_DIAG_ARGS; ROTARY_DIAG_ARGS2, _ARGS3: more runs), rotary_qk's launch
     # variants beside compile; NCU_ROTARY=1: Nsight Compute's sections on rotary_qk and compile's kernel (its --ncu);
     # DIAG_SOFTMAX_STAGED=1: bench/diag_softmax_staged.py, the float 32,768-row backward staged or in registers; after
     # the tests
@@ -136,6 +136,7 @@ case "$PART" in
       if [ "${DIAG_ROTARY:-0}" = 1 ]; then
         run diag_rotary python3 bench/diag_rotary.py --json "$L/diag_rotary.json" ${ROTARY_DIAG_ARGS:-}
         [ -n "${ROTARY_DIAG_ARGS2:-}" ] && run diag_rotary2 python3 bench/diag_rotary.py --json "$L/diag_rotary2.json" $ROTARY_DIAG_ARGS2
+        [ -n "${ROTARY_DIAG_ARGS3:-}" ] && run diag_rotary3 python3 bench/diag_rotary.py --json "$L/diag_rotary3.json" $ROTARY_DIAG_ARGS3
       fi
       [ "${DIAG_NORM_REGS:-0}" = 1 ] && run diag_norm_regs bash -c "cd bench && python3 diag_norm_bwd_regs.py ${REGS_ARGS:-} --out $L/diag_norm_regs.json"
       [ -n "${AB_BEFORE:-}" ] && run diag_ab python3 bench/diag_kernels_ab.py --before "$AB_BEFORE" --out "$L/diag_ab.json" ${AB_ARGS:-}

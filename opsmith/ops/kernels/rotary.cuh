@@ -67,6 +67,20 @@
 #define OPSMITH_ROTARY_VECS 1
 #endif
 
+#ifndef OPSMITH_ROTARY_FASTPOS
+// 1: a table that follows the positions alone (no positions tensor, the other leading dims broadcast: [seq, half] beside
+// [batch, heads, seq, d]) finds a row's cos/sin with one modulo, not table_offset's divisions (0: the divisions;
+// bench/diag_rotary.py's m0). H100, rotary_qk forward (bench/results/ops-rotary-h100-2026-12-06-s5/): float32 2048x2048
+// 1.01x, bf16 1.014x, the larger shapes within 0.2 %
+#define OPSMITH_ROTARY_FASTPOS 1
+#endif
+#ifndef OPSMITH_ROTARY_QK_HALVES
+// rotary_qk's blocks: 0 q and k alternating (even, odd), 1 q on the grid's first half and k on its second, 2 (shipped)
+// halves where the tables of the positions hold less than OPSMITH_ROTARY_ACROSS_BYTES, else alternating (see
+// OPSMITH_ROTARY_QK_BODY; bench/diag_rotary.py's kN)
+#define OPSMITH_ROTARY_QK_HALVES 2
+#endif
+
 #ifndef OPSMITH_ROTARY_ACROSS_BYTES
 // the tables' bytes (cos and sin of a head's positions) from which rotate_rows takes the positions of every head
 // in turn (see there)
@@ -149,6 +163,10 @@ __device__ __forceinline__ long long table_offset(long long r, long long rows, i
                                                   long long c0, long long c1, long long c2, long long c3,
                                                   long long p0, long long p1, long long p2, long long p3) {
     long long i0, i1, i2, i3;
+#if OPSMITH_ROTARY_FASTPOS
+    if (!has_pos && c0 == 0 && c1 == 0 && c2 == 0 && rows <= 0xffffffffLL)  // the table follows s3 alone: one modulo
+        return (long long)((unsigned)r % (unsigned)s3) * c3;
+#endif
     if (rows <= 0xffffffffLL) {
         unsigned int rest = (unsigned int)r;
         i3 = s3 == 1 ? 0 : rest % (unsigned)s3;
@@ -349,15 +367,26 @@ __device__ __forceinline__ void rotary_any(const T* x, const T* __restrict__ cos
                                    s3, c0, c1, c2, c3, p0, p1, p2, p3, blk, nblk);
 }
 
-// q and k in one launch, as compiled attention code rotates them: one launch instead of two, one
-// tail, and the blocks of q and k alternate (even blocks q, odd blocks k, each tensor's rows
-// grid-strided over its half of the grid), so that both read a row's cos/sin close together in
-// time: where the table is large ([1, heads, seq, d] with seq rows of angles, read once a head),
-// k finds the rows q just read in L2. The tensor's arguments are picked before the body, which
-// is rotary's (one copy of it, the same registers).
+// q and k in one launch, as compiled attention code rotates them: one launch instead of two, one tail. Where the tables
+// of the positions hold OPSMITH_ROTARY_ACROSS_BYTES or more ([1, heads, seq, d] with seq rows of angles, read once a
+// head), the blocks of q and k alternate (even blocks q, odd blocks k, each tensor's rows grid-strided over its half of
+// the grid), so that k finds in L2 the cos/sin rows q just read; below it, q takes the grid's first half and k its
+// second, one stream of rows at a time. H100, rotary_qk (bench/results/ops-rotary-h100-2026-12-06-s5/, the k1 variant
+// against shipped k0): float32 2048x2048 forward + backward 1.024x, bf16 forward 2048x2048 to 8192x3072 1.008-1.020x;
+// on the 8 MiB tables of 16384x4096 alternating stays ahead by 1 %. The tensor's arguments are picked before the body,
+// which is rotary's (one copy of it, the same registers).
+template <bool FULL, class T>
+__device__ __forceinline__ bool qk_halves(int s3, int half) {
+    if (OPSMITH_ROTARY_QK_HALVES != 2) return OPSMITH_ROTARY_QK_HALVES == 1;
+    return (long long)s3 * (FULL ? 2 * half : half) * (long long)(2 * sizeof(T)) < OPSMITH_ROTARY_ACROSS_BYTES;
+}
+
 #define OPSMITH_ROTARY_QK_BODY(FULL, IP, Y, Y2)                                                           \
-    const bool second = blockIdx.x & 1u;                                                                  \
+    const unsigned nb_ = gridDim.x >> 1;                                                                  \
+    const bool halves_ = qk_halves<FULL, T>(s3, half);                                                    \
+    const bool second = halves_ ? blockIdx.x >= nb_ : (blockIdx.x & 1u);                                  \
+    const unsigned blk_ = halves_ ? blockIdx.x - (second ? nb_ : 0u) : blockIdx.x >> 1;                   \
     rotary_any<FULL, IP>(second ? x2 : x, cos_t, sin_t, positions, second ? Y2 : Y, second ? rows2 : rows, d, \
                      half, interleaved, sign, has_pos, second ? t1 : s1, second ? t2 : s2, second ? t3 : s3, \
                      second ? e0 : c0, second ? e1 : c1, second ? e2 : c2, second ? e3 : c3, second ? f0 : p0, \
-                     second ? f1 : p1, second ? f2 : p2, second ? f3 : p3, blockIdx.x >> 1, gridDim.x >> 1)
+                     second ? f1 : p1, second ? f2 : p2, second ? f3 : p3, blk_, nb_)
