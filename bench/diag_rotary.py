@@ -12,9 +12,10 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
 - ``bN``: rotary.cu compiled with ``OPSMITH_ROTARY_BLOCKS`` N (at least N blocks an SM: a register cap);
 - ``vN``: rotary.cu compiled with ``OPSMITH_ROTARY_VECS`` N, N 16-byte vectors of each half a thread, the plan
   too (``_rotary.ROTARY_VECS``; float at 2 takes the bytes a thread that bf16 takes at 1);
-- ``mN`` (N 0 or 1), ``kN`` (0, 1 or 2): rotary.cuh's ``OPSMITH_ROTARY_FASTPOS`` (1, shipped: a table that follows
-  the positions alone found with one modulo; 0 the divisions) and ``_QK_HALVES`` (0: q and k on alternating blocks; 1:
-  q on the grid's first half, k on its second; 2, shipped: halves below the tables' across threshold);
+- ``mN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_FASTPOS`` (1, shipped: a table that follows the positions alone
+  found with one modulo; 0: the divisions);
+- ``kN`` (N 0 or 1): ``_rotary.plan_qk``'s grid, q and k on alternating blocks (0) or on two rows of blocks (1),
+  whatever the tables (shipped: two rows below ``_rotary.QK_HALVES_BELOW`` bytes of tables);
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
 
 and the peers: ``compile`` (bench_ops_peers' eager rotation under ``torch.compile(dynamic=False)``), ``liger``
@@ -45,7 +46,7 @@ from _kernel_timing import kernel_from  # noqa: E402
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 
-VARIANTS = "shipped,v2,v2-b4,r2,b6,y8,compile,copy"
+VARIANTS = "shipped,k0,k1,m0,compile,copy"
 PEERS = ("compile", "liger", "copy")
 _TOKEN = re.compile(r"^([rygbvmk])(\d+)$")
 
@@ -58,9 +59,9 @@ def parse(variant: str) -> dict:
     out = {}
     for tok in variant.split("-"):
         m = _TOKEN.match(tok)
-        if not m or int(m.group(2)) < (0 if m.group(1) in "mk" else 1):
-            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN, vN (N >= 1), mN or kN, "
-                             f"nor one of shipped, {', '.join(PEERS)}")
+        if not m or not (0 <= int(m.group(2)) <= 1 if m.group(1) in "mk" else int(m.group(2)) >= 1):
+            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN, vN (N >= 1), m0, m1, "
+                             f"k0 or k1, nor one of shipped, {', '.join(PEERS)}")
         out[m.group(1)] = int(m.group(2))
     return out
 
@@ -73,9 +74,8 @@ def _defines(s: dict) -> dict:
         d["OPSMITH_ROTARY_BLOCKS"] = s["b"]
     if "v" in s:
         d["OPSMITH_ROTARY_VECS"] = s["v"]
-    for key, name in (("m", "FASTPOS"), ("k", "QK_HALVES")):
-        if key in s:
-            d[f"OPSMITH_ROTARY_{name}"] = s[key]
+    if "m" in s:
+        d["OPSMITH_ROTARY_FASTPOS"] = s["m"]
     return d
 
 
@@ -83,7 +83,7 @@ def _defines(s: dict) -> dict:
 def variant(settings: dict, module, sms: int):
     """rotary.cu's kernel (``module``, compiled with the variant's defines) and plan of ``settings`` inside the
     block."""
-    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS
+    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS, _rotary.QK_HALVES_BELOW
     if not settings:
         yield
         return
@@ -103,10 +103,13 @@ def variant(settings: dict, module, sms: int):
     if "r" in settings:
         _rotary.rows_a_trip = lambda dt, full: settings["r"]
     _rotary.ROTARY_VECS = settings.get("v", saved[3])  # the uncached plan reads it
+    if "k" in settings:
+        _rotary.QK_HALVES_BELOW = 1 << 62 if settings["k"] else 0
     try:
         yield
     finally:
-        _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS = saved
+        (_sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS,
+         _rotary.QK_HALVES_BELOW) = saved
 
 
 def main() -> int:

@@ -114,6 +114,7 @@ _no_positions: dict = {}
 ROTARY_ROWS = 1  # OPSMITH_ROTARY_ROWS in kernels/rotary.cuh
 ROTARY_ROWS_HALF = 2  # OPSMITH_ROTARY_ROWS_HALF: float16's
 ROTARY_VECS = 1  # OPSMITH_ROTARY_VECS: 16-byte vectors of a half a thread takes on the vector path
+QK_HALVES_BELOW = 8 << 20  # OPSMITH_ROTARY_ACROSS_BYTES: the tables' bytes below which q and k take a grid row each
 
 
 def rows_a_trip(dtype: str, full: bool) -> int:
@@ -214,9 +215,14 @@ def plan_one(x, rows: int, half: int, full: bool, dt: str) -> "_launch.Plan":
                  rows_a_trip(dt, full))
 
 
-def plan_qk(q, rows_q: int, rows_k: int, half: int, full: bool, dt: str) -> "_launch.Plan":
-    """The launch of the q-and-k kernels: the grid of the longer tensor twice, even blocks q and odd blocks k."""
+def plan_qk(q, rows_q: int, rows_k: int, half: int, full: bool, dt: str, lead: tuple) -> "_launch.Plan":
+    """The launch of the q-and-k kernels over the grid of the longer tensor, once for each: where the tables of q's
+    positions (``lead``'s innermost size, :func:`_lead`) hold less than :data:`QK_HALVES_BELOW` bytes, two rows of
+    blocks (q's, then k's), else one row, q's and k's alternating (see OPSMITH_ROTARY_QK_BODY in rotary.cuh)."""
     plan = plan_one(q, max(rows_q, rows_k), half, full, dt)
+    tables = lead[MAX_LEAD - 1] * (2 * half if full else half) * 2 * q.element_size()
+    if tables < QK_HALVES_BELOW:
+        return plan._replace(grid=(plan.grid[0], 2))
     return plan._replace(grid=(2 * min(plan.grid[0], 2**30 - 1),))
 
 
@@ -244,7 +250,7 @@ def check_qk(q, k) -> None:
 
 
 def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
-    """Both rotations in one launch (``rotary_qk``: even blocks q, odd blocks k); a tensor
+    """Both rotations in one launch (``rotary_qk``, :func:`plan_qk`'s grid); a tensor
     without rows leaves the other to :func:`rotary_cuda`."""
     check_qk(q, k)
     yq, qk_, yqk, rows_q, half, full, lead_q = _prepared(q, cos, sin, positions, interleaved)
@@ -255,7 +261,7 @@ def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, si
     d = q.shape[-1]
     cos, sin, pos = _tables(q, cos, sin, positions)
     dt = fn._dtype_name(q, "rotary_embedding_qk")
-    plan = plan_qk(q, rows_q, rows_k, half, full, dt)
+    plan = plan_qk(q, rows_q, rows_k, half, full, dt, lead_q)
     kern = _sources.kernel("rotary.cu", "rotary_qk_full<{T}>" if full else "rotary_qk<{T}>", dt, q.get_device())
     kern.launch(_launch.launch_config(plan), qk_, kk, cos, sin, pos, yqk, ykk, rows_q, rows_k, d, half,
                 int(interleaved), sign, int(positions is not None), *lead_q, *lead_k)

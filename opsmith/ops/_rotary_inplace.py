@@ -96,7 +96,7 @@ def rotary_qk_inplace_cuda(q, k, cos, sin, positions=None, interleaved: bool = F
     kk = k if order_k is None else k.permute(*order_k, k.dim() - 1)
     cos, sin, pos = R._tables(q, cos, sin, positions)
     dt = fn._dtype_name(q, "rotary_embedding_qk")
-    plan = R.plan_qk(q, rows_q, rows_k, half, full, dt)
+    plan = R.plan_qk(q, rows_q, rows_k, half, full, dt, lead_q)
     kern = _sources.kernel("rotary_ip.cu", "rotary_qk_ip_full<{T}>" if full else "rotary_qk_ip<{T}>", dt, q.get_device())
     kern.launch(_launch.launch_config(plan), qk_, kk, cos, sin, pos, rows_q, rows_k, d, half, int(interleaved), sign,
                 int(positions is not None), *lead_q, *lead_k)

@@ -256,6 +256,35 @@ def test_launch_plan_covers_every_row_and_pair(monkeypatch):
     assert _rotary._plan(524288, 128, 64, 2, props).grid == (524288 // (32 * _rotary.ROTARY_ROWS),)
 
 
+def test_qk_plan_gives_q_and_k_a_grid_row_each_below_the_across_tables(monkeypatch):
+    """rotary_qk's grid: two rows of blocks (q's, then k's) where the tables of the positions hold less than
+    OPSMITH_ROTARY_ACROSS_BYTES, one row of q's and k's blocks alternating from there (the kernel reads which from
+    gridDim.y); each tensor gets the blocks of the longer one."""
+    import re
+
+    from opsmith.ops import _launch, _rotary, _sources
+    source = (_sources.KERNEL_DIR / "rotary.cuh").read_text()
+    shift = re.search(r"#define OPSMITH_ROTARY_ACROSS_BYTES \((\d+)ll << (\d+)\)", source).groups()
+    assert int(shift[0]) << int(shift[1]) == _rotary.QK_HALVES_BELOW
+    assert "const bool halves_ = gridDim.y > 1;" in source
+    props = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
+    monkeypatch.setattr(_launch, "device_props", lambda device: props)
+    for dtype, seq, heads_k, full, positions, halves in [
+            (torch.float32, 2048, 16, False, False, True), (torch.float32, 16384, 16, False, False, False),
+            (torch.float32, 16383, 4, False, False, True), (torch.bfloat16, 32768, 8, False, False, False),
+            (torch.bfloat16, 16384, 32, False, False, True), (torch.float32, 8192, 8, True, False, False),
+            (torch.float32, 4096, 8, True, True, True), (torch.float16, 65536, 1, False, True, False)]:
+        q, k = torch.empty(1, 16, seq, 128, dtype=dtype), torch.empty(1, heads_k, seq, 128, dtype=dtype)
+        cos = torch.empty(seq, 128 if full else 64, dtype=dtype)
+        pos = torch.arange(seq)[None] if positions else None
+        half, is_full, _, lead = _rotary._checked(q, cos, cos, pos, False)
+        assert (half, is_full) == (64, full)
+        rows_q, rows_k = q.numel() // 128, k.numel() // 128
+        plan = _rotary.plan_qk(q, rows_q, rows_k, half, full, str(dtype).removeprefix("torch."), lead)
+        n = _rotary.plan_one(q, max(rows_q, rows_k), half, full, str(dtype).removeprefix("torch.")).grid[0]
+        assert plan.grid == ((n, 2) if halves else (2 * n,)), (dtype, seq, full, positions)
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "gaps"])
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_inplace_writes_the_out_of_place_result_into_x(layout, interleaved):

@@ -83,7 +83,7 @@ def test_full_width_tables_match_float64_reference(dtype, layout, d):
 @pytest.mark.parametrize("tables", ["half", "full", "positions", "interleaved"])
 @pytest.mark.parametrize("kv_heads", [4, 1])
 def test_qk_in_one_launch_equals_each_alone(dtype, tables, kv_heads):
-    """rotary_embedding_qk's one launch (even blocks q, odd blocks k) gives rotary_embedding's bits for
+    """rotary_embedding_qk's one launch (two rows of blocks below 8 MiB of tables) gives rotary_embedding's bits for
     each, forward and backward: a transposed q, k with as many or fewer heads, vector and
     pair-at-a-time head dims (128, 6)."""
     for d in (128, 6):

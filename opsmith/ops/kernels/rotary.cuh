@@ -24,7 +24,7 @@
 // Kernels: rotary<T> (half tables) and rotary_full<T> (full ones), both (x, cos, sin, positions,
 //          y, rows, d, half, interleaved, sign, has_pos, s0, s1, s2, s3, c0, c1, c2, c3, p0, p1, p2, p3);
 //          rotary_qk<T> and rotary_qk_full<T>: two tensors (q and k) with one table in one launch,
-//          even blocks the first, odd the second (grid.x even): (x, x2, cos, sin, positions, y, y2,
+//          the grid's two rows or its even and odd blocks (OPSMITH_ROTARY_QK_BODY): (x, x2, cos, sin, positions, y, y2,
 //          rows, rows2, d, half, interleaved, sign, has_pos, then x's s0..s3, c0..c3, p0..p3 and
 //          x2's t0..t3, e0..e3, f0..f3); in rotary_ip.cu, rotary_ip<T>, rotary_ip_full<T>, rotary_qk_ip<T> and
 //          rotary_qk_ip_full<T>: the same without y (y2), x written in place,
@@ -68,17 +68,11 @@
 #endif
 
 #ifndef OPSMITH_ROTARY_FASTPOS
-// 1: a table that follows the positions alone (no positions tensor, the other leading dims broadcast: [seq, half] beside
-// [batch, heads, seq, d]) finds a row's cos/sin with one modulo, not table_offset's divisions (0: the divisions;
-// bench/diag_rotary.py's m0). H100, rotary_qk forward (bench/results/ops-rotary-h100-2026-12-06-s5/): float32 2048x2048
-// 1.01x, bf16 1.014x, the larger shapes within 0.2 %
+// 1: a table that follows the positions alone (no positions tensor, the other leading dims broadcast: [seq, half]
+// beside [batch, heads, seq, d]) finds a row's cos/sin with one modulo, not table_offset's divisions (0: the
+// divisions; bench/diag_rotary.py's m0). H100, rotary_qk forward against the divisions
+// (bench/results/ops-rotary-h100-2026-12-06-s5/): float32 2048x2048 1.01x, bf16 1.014x, larger shapes within 0.2 %
 #define OPSMITH_ROTARY_FASTPOS 1
-#endif
-#ifndef OPSMITH_ROTARY_QK_HALVES
-// rotary_qk's blocks: 0 q and k alternating (even, odd), 1 q on the grid's first half and k on its second, 2 (shipped)
-// halves where the tables of the positions hold less than OPSMITH_ROTARY_ACROSS_BYTES, else alternating (see
-// OPSMITH_ROTARY_QK_BODY; bench/diag_rotary.py's kN)
-#define OPSMITH_ROTARY_QK_HALVES 2
 #endif
 
 #ifndef OPSMITH_ROTARY_ACROSS_BYTES
@@ -367,26 +361,21 @@ __device__ __forceinline__ void rotary_any(const T* x, const T* __restrict__ cos
                                    s3, c0, c1, c2, c3, p0, p1, p2, p3, blk, nblk);
 }
 
-// q and k in one launch, as compiled attention code rotates them: one launch instead of two, one tail. Where the tables
-// of the positions hold OPSMITH_ROTARY_ACROSS_BYTES or more ([1, heads, seq, d] with seq rows of angles, read once a
-// head), the blocks of q and k alternate (even blocks q, odd blocks k, each tensor's rows grid-strided over its half of
-// the grid), so that k finds in L2 the cos/sin rows q just read; below it, q takes the grid's first half and k its
-// second, one stream of rows at a time. H100, rotary_qk (bench/results/ops-rotary-h100-2026-12-06-s5/, the k1 variant
-// against shipped k0): float32 2048x2048 forward + backward 1.024x, bf16 forward 2048x2048 to 8192x3072 1.008-1.020x;
-// on the 8 MiB tables of 16384x4096 alternating stays ahead by 1 %. The tensor's arguments are picked before the body,
-// which is rotary's (one copy of it, the same registers).
-template <bool FULL, class T>
-__device__ __forceinline__ bool qk_halves(int s3, int half) {
-    if (OPSMITH_ROTARY_QK_HALVES != 2) return OPSMITH_ROTARY_QK_HALVES == 1;
-    return (long long)s3 * (FULL ? 2 * half : half) * (long long)(2 * sizeof(T)) < OPSMITH_ROTARY_ACROSS_BYTES;
-}
-
+// q and k in one launch, as compiled attention code rotates them: one launch instead of two, one tail. The grid says
+// how the blocks split (opsmith/ops/_rotary.py's plan_qk): where the tables of the positions hold
+// OPSMITH_ROTARY_ACROSS_BYTES or more ([1, heads, seq, d] with seq rows of angles, read once a head), one row of 2n
+// blocks, q's and k's alternating (even blocks q, odd blocks k, each tensor's rows grid-strided over its n), so that k
+// finds in L2 the cos/sin rows q just read; below it, two rows of n (gridDim.y 2: q's blocks, then k's), one stream
+// of rows at a time. H100, rotary_qk against alternating blocks (bench/results/ops-rotary-h100-2026-12-06-s5/):
+// float32 forward + backward 2048x2048 1.024x, 4096x4096 1.011x; bf16 forwards 2048x2048 to 8192x3072 1.008-1.020x;
+// on the 8 MiB tables of 16384x4096 alternating stays ahead by 1 %. Deciding it in the kernel instead took float32's
+// registers from 40 to 36 (7 blocks an SM, not 6), which ran 2048x32768 at 0.94x. The tensor's arguments are picked
+// before the body, which is rotary's (one copy of it, the same registers).
 #define OPSMITH_ROTARY_QK_BODY(FULL, IP, Y, Y2)                                                           \
-    const unsigned nb_ = gridDim.x >> 1;                                                                  \
-    const bool halves_ = qk_halves<FULL, T>(s3, half);                                                    \
-    const bool second = halves_ ? blockIdx.x >= nb_ : (blockIdx.x & 1u);                                  \
-    const unsigned blk_ = halves_ ? blockIdx.x - (second ? nb_ : 0u) : blockIdx.x >> 1;                   \
+    const bool halves_ = gridDim.y > 1;                                                                   \
+    const bool second = halves_ ? blockIdx.y : (blockIdx.x & 1u);                                         \
     rotary_any<FULL, IP>(second ? x2 : x, cos_t, sin_t, positions, second ? Y2 : Y, second ? rows2 : rows, d, \
                      half, interleaved, sign, has_pos, second ? t1 : s1, second ? t2 : s2, second ? t3 : s3, \
                      second ? e0 : c0, second ? e1 : c1, second ? e2 : c2, second ? e3 : c3, second ? f0 : p0, \
-                     second ? f1 : p1, second ? f2 : p2, second ? f3 : p3, blk_, nb_)
+                     second ? f1 : p1, second ? f2 : p2, second ? f3 : p3, halves_ ? blockIdx.x : blockIdx.x >> 1, \
+                     halves_ ? gridDim.x : gridDim.x >> 1)
