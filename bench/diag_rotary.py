@@ -14,7 +14,6 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
   too (``_rotary.ROTARY_VECS``; float at 2 takes the bytes a thread that bf16 takes at 1);
 - ``mN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_FASTPOS`` (1, shipped: a table that follows the positions alone
   found with one modulo; 0: the divisions);
-- ``sN`` (N >= 0): ``_rotary.FLOAT_BLOCKS`` N, float's blocks an SM held at N by dynamic shared memory (0: no cap);
 - ``kN`` (N 0 or 1): ``_rotary.plan_qk``'s grid, q and k on alternating blocks (0) or on two rows of blocks (1),
   whatever the tables (shipped: two rows below ``_rotary.QK_HALVES_BELOW`` bytes of tables);
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
@@ -49,7 +48,7 @@ from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 
 VARIANTS = "shipped,k0,k1,m0,compile,copy"
 PEERS = ("compile", "liger", "copy")
-_TOKEN = re.compile(r"^([rygbvmks])(\d+)$")
+_TOKEN = re.compile(r"^([rygbvmk])(\d+)$")
 
 
 def parse(variant: str) -> dict:
@@ -60,12 +59,10 @@ def parse(variant: str) -> dict:
     out = {}
     for tok in variant.split("-"):
         m = _TOKEN.match(tok)
-        n = int(m.group(2)) if m else -1
-        least = 0 if m and m.group(1) in "mks" else 1
-        if not m or n < least or (m.group(1) in "mk" and n > 1):
-            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN, vN (N >= 1), sN, m0, "
-                             f"m1, k0 or k1, nor one of shipped, {', '.join(PEERS)}")
-        out[m.group(1)] = n
+        if not m or not (0 <= int(m.group(2)) <= 1 if m.group(1) in "mk" else int(m.group(2)) >= 1):
+            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN, vN (N >= 1), m0, m1, "
+                             f"k0 or k1, nor one of shipped, {', '.join(PEERS)}")
+        out[m.group(1)] = int(m.group(2))
     return out
 
 
@@ -86,8 +83,7 @@ def _defines(s: dict) -> dict:
 def variant(settings: dict, module, sms: int):
     """rotary.cu's kernel (``module``, compiled with the variant's defines) and plan of ``settings`` inside the
     block."""
-    saved = (_sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS, _rotary.QK_HALVES_BELOW,
-             _rotary.FLOAT_BLOCKS)
+    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS, _rotary.QK_HALVES_BELOW
     if not settings:
         yield
         return
@@ -109,12 +105,11 @@ def variant(settings: dict, module, sms: int):
     _rotary.ROTARY_VECS = settings.get("v", saved[3])  # the uncached plan reads it
     if "k" in settings:
         _rotary.QK_HALVES_BELOW = 1 << 62 if settings["k"] else 0
-    _rotary.FLOAT_BLOCKS = settings.get("s", saved[5])  # the uncached plan reads it
     try:
         yield
     finally:
-        (_sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS, _rotary.QK_HALVES_BELOW,
-         _rotary.FLOAT_BLOCKS) = saved
+        (_sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS,
+         _rotary.QK_HALVES_BELOW) = saved
 
 
 def main() -> int:

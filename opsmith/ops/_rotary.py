@@ -114,8 +114,6 @@ _no_positions: dict = {}
 ROTARY_ROWS = 1  # OPSMITH_ROTARY_ROWS in kernels/rotary.cuh
 ROTARY_ROWS_HALF = 2  # OPSMITH_ROTARY_ROWS_HALF: float16's
 ROTARY_VECS = 1  # OPSMITH_ROTARY_VECS: 16-byte vectors of a half a thread takes on the vector path
-# float's blocks an SM, held there by dynamic shared memory (blocks_cap_smem; 0: as registers allow, 6 at 40)
-FLOAT_BLOCKS = 0
 QK_HALVES_BELOW = 8 << 20  # OPSMITH_ROTARY_ACROSS_BYTES: the tables' bytes below which q and k take a grid row each
 
 
@@ -136,18 +134,7 @@ def _plan(rows: int, d: int, half: int, itemsize: int, props, trip: int = ROTARY
     by = max(1, _launch.EW_THREADS // tpr)
     # the kernel's vector path with a row one chunk a thread takes `trip` rows a trip
     per_trip = trip if vec > 1 and d == 2 * half and half // vec <= tpr else 1
-    grid = (min(max(1, -(-rows // (by * per_trip))), 2**31 - 1),)
-    return _launch.Plan("rows", grid, (tpr, by), blocks_cap_smem(FLOAT_BLOCKS if itemsize == 4 else 0, props), 0)
-
-
-def blocks_cap_smem(blocks: int, props) -> int:
-    """Dynamic shared memory (which the kernels leave unused) that lets at most ``blocks`` blocks share an SM: the
-    SM's shared memory over ``blocks``, less the 1 KiB the driver keeps a block, in the 128-byte units it allocates.
-    0 (no cap) for ``blocks`` 0, or where that would pass the 48 KiB a launch takes without opting in."""
-    if blocks <= 0:
-        return 0
-    smem = (props.smem_per_sm // blocks - 1024) // 128 * 128
-    return smem if 0 < smem <= 48 * 1024 else 0
+    return _launch.Plan("rows", (min(max(1, -(-rows // (by * per_trip))), 2**31 - 1),), (tpr, by), 0, 0)
 
 
 # (shapes, strides, dtypes of the arguments) -> (half, full, memory order, _lead's tuple): the

@@ -256,31 +256,6 @@ def test_launch_plan_covers_every_row_and_pair(monkeypatch):
     assert _rotary._plan(524288, 128, 64, 2, props).grid == (524288 // (32 * _rotary.ROTARY_ROWS),)
 
 
-def test_blocks_cap_smem_lets_exactly_that_many_blocks_share_an_sm(monkeypatch):
-    """blocks_cap_smem: N blocks' dynamic shared memory and the driver's 1 KiB each fit an SM's, N + 1 do not, in
-    128-byte units; 0 for no cap and where it would pass 48 KiB; the float plans take FLOAT_BLOCKS' cap, the others
-    none."""
-    from opsmith.ops import _launch, _rotary
-    for per_sm in (233472, 167936, 102400):  # H100/H200, A100, sm_86
-        props = _launch.DeviceProps(132, 1024, 2048, per_sm - 1024, per_sm)
-        assert _rotary.blocks_cap_smem(0, props) == 0
-        for n in range(1, 12):
-            cap = _rotary.blocks_cap_smem(n, props)
-            if cap:
-                assert cap % 128 == 0 and cap <= 48 * 1024
-                assert n * (cap + 1024) <= per_sm < (n + 1) * (cap + 1024), (per_sm, n, cap)
-            else:
-                assert per_sm // n - 1024 > 48 * 1024
-    h100 = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
-    assert [_rotary.blocks_cap_smem(n, h100) for n in (4, 5, 6)] == [0, 45568, 37888]
-    monkeypatch.setattr(_rotary, "FLOAT_BLOCKS", 5)
-    try:
-        plans = [_rotary._plan.__wrapped__(4096, 128, 64, size, h100) for size in (4, 2, 8)]
-        assert [p.shared_mem for p in plans] == [45568, 0, 0]
-    finally:
-        _rotary._plan.cache_clear()
-
-
 def test_qk_plan_gives_q_and_k_a_grid_row_each_below_the_across_tables(monkeypatch):
     """rotary_qk's grid: two rows of blocks (q's, then k's) where the tables of the positions hold less than
     OPSMITH_ROTARY_ACROSS_BYTES, one row of q's and k's blocks alternating from there (the kernel reads which from

@@ -274,36 +274,3 @@ def test_inplace_of_large_tensors_matches_out_of_place_and_compiles(dtype):
     for op, args in ((T.rotary_embedding_.default, (x64.clone(), a64.cos(), a64.sin(), None, True)),
                      (T.rotary_embedding_qk_.default, (x64.clone(), k64.clone(), a64.cos(), a64.sin(), None, False))):
         assert set(torch.library.opcheck(op, args).values()) == {"SUCCESS"}
-
-
-@pytest.mark.parametrize("blocks", [5, 4])
-def test_float_blocks_cap_holds_the_blocks_an_sm_and_keeps_the_bits(monkeypatch, blocks):
-    """_rotary.FLOAT_BLOCKS: the float plans' dynamic shared memory (unused by the kernels) lets at most that many
-    blocks share an SM (the driver's occupancy, where registers allow more), and every float rotation, out of place
-    and in place, q and k in one launch and alone, keeps the uncapped launch's bits; other dtypes are not capped."""
-    from opsmith.ops import _launch, _rotary, _sources
-
-    def run():
-        _rotary._plan.cache_clear()
-        q = torch.randn(1, 6, 4096, 128, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
-        k = torch.randn(1, 2, 4096, 128, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-        cos, sin = torch.randn(2, 4096, 64, device="cuda").unbind(0)
-        out = [*_rotary.rotary_qk_cuda(q, k, cos, sin), _rotary.rotary_cuda(q, cos, sin, sign=-1)]
-        qi, ki = q.clone(), k.clone()
-        O.rotary_embedding_qk(qi, ki, cos, sin, inplace=True)
-        return out + [qi, ki]
-
-    want = run()
-    props = _launch.device_props(torch.cuda.current_device())
-    monkeypatch.setattr(_rotary, "FLOAT_BLOCKS", blocks)
-    got = run()
-    smem = _rotary._plan(4096, 128, 64, 4, props).shared_mem
-    cap = _rotary.blocks_cap_smem(blocks, props)
-    assert smem == cap, (blocks, smem, cap)  # 0 where the cap would pass 48 KiB (4 blocks on an H100)
-    kern = _sources.kernel("rotary.cu", "rotary_qk<{T}>", "float32", torch.cuda.current_device())
-    if cap:
-        assert kern.occupancy(256, cap) == min(blocks, kern.occupancy(256, 0)), (kern.attributes, cap)
-    assert _rotary._plan(4096, 128, 64, 2, props).shared_mem == 0
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-    _rotary._plan.cache_clear()
