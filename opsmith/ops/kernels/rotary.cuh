@@ -71,7 +71,7 @@
 // 1: a table that follows the positions alone (no positions tensor, the other leading dims broadcast: [seq, half]
 // beside [batch, heads, seq, d]) finds a row's cos/sin with one modulo, not table_offset's divisions (0: the
 // divisions; bench/diag_rotary.py's m0). H100, rotary_qk forward against the divisions
-// (bench/results/ops-rotary-h100-2026-12-06-s5/): float32 2048x2048 1.01x, bf16 1.014x, larger shapes within 0.2 %
+// (bench/results/ops-rotary-h100-2026-12-06-s5/): float32 2048x2048 1.01x, bf16 1.014x, larger shapes 0.998-1.007x
 #define OPSMITH_ROTARY_FASTPOS 1
 #endif
 
@@ -367,10 +367,10 @@ __device__ __forceinline__ void rotary_any(const T* x, const T* __restrict__ cos
 // blocks, q's and k's alternating (even blocks q, odd blocks k, each tensor's rows grid-strided over its n), so that k
 // finds in L2 the cos/sin rows q just read; below it, two rows of n (gridDim.y 2: q's blocks, then k's), one stream
 // of rows at a time. H100, rotary_qk against alternating blocks (bench/results/ops-rotary-h100-2026-12-06-s5/):
-// float32 forward + backward 2048x2048 1.024x, 4096x4096 1.011x; bf16 forwards 2048x2048 to 8192x3072 1.008-1.020x;
+// float32 forward + backward 2048x2048 1.024x, 4096x4096 1.011x; bf16 forwards 2048x2048 to 8192x3072 1.010-1.020x;
 // on the 8 MiB tables of 16384x4096 alternating stays ahead by 1 %. Deciding it in the kernel instead took float32's
-// registers from 40 to 36 (7 blocks an SM, not 6), which ran 2048x32768 at 0.94x. The tensor's arguments are picked
-// before the body, which is rotary's (one copy of it, the same registers).
+// registers from 40 to 36 (7 blocks an SM, not 6), which ran 2048x32768 at 0.94x compile against 0.99x. The
+// tensor's arguments are picked before the body, which is rotary's (one copy of it, the same registers).
 #define OPSMITH_ROTARY_QK_BODY(FULL, IP, Y, Y2)                                                           \
     const bool halves_ = gridDim.y > 1;                                                                   \
     const bool second = halves_ ? blockIdx.y : (blockIdx.x & 1u);                                         \
