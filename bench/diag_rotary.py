@@ -19,7 +19,10 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
 
 and the peers: ``compile`` (bench_ops_peers' eager rotation under ``torch.compile(dynamic=False)``), ``liger``
-(``liger_rope``), ``copy`` (a device copy of the same bytes). Each with ``opsmith.ops.benchmark`` (L2 flushed) in
+(``liger_rope``), ``copy`` (a device copy of the same bytes); ``op``: ours through ``ops.rotary_embedding_qk`` and
+autograd (the variants above launch the kernels directly), on the same inputs; ``sweep`` and ``sweep-compile``: the
+call bench_ops_peers.py times for ours and for compile (its ``prepare``: each its own inputs, through autograd), to
+tell the sweep's figures from this script's. Each with ``opsmith.ops.benchmark`` (L2 flushed) in
 ``--rounds`` rounds, the variants in turn (the order rotating), the figure the median of the rounds; every variant's
 output is checked against the shipped one first. Prints µs, GB/s and each variant's ratio to "compile" (or to
 "shipped" without it); writes them to ``--json``.
@@ -41,13 +44,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_ops_peers import _copy, _liger, impls  # noqa: E402  (the peers' rotary case, as the sweep builds it)
+from bench_ops_peers import _copy, _liger, impls, prepare  # noqa: E402  (the sweep's rotary case and its call)
 from _kernel_timing import kernel_from  # noqa: E402
 from opsmith import ops  # noqa: E402
 from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 
 VARIANTS = "shipped,k0,k1,m0,compile,copy"
-PEERS = ("compile", "liger", "copy")
+PEERS = ("compile", "liger", "copy", "op", "sweep", "sweep-compile")
+AUTOGRAD = ("compile", "liger", "op", "sweep", "sweep-compile")  # timed under enable_grad for fwd+bwd
 _TOKEN = re.compile(r"^([rygbvmk])(\d+)$")
 
 
@@ -133,6 +137,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=50)
     args = ap.parse_args()
     variants = args.variants.split(",")
+    if args.layout != "bhsd" and {"sweep", "sweep-compile"} & set(variants):
+        raise SystemExit("diag_rotary: the sweep variants take the sweep's own inputs, [1, heads, rows, 128]: "
+                         "leave --layout at bhsd for them")
     settings = {v: parse(v) for v in variants}
     liger = _liger()
     if "liger" in variants and liger is None:
@@ -172,8 +179,11 @@ def main() -> int:
         for v in variants:
             if v == "copy":
                 calls[v] = _copy(moved, "cuda")[0]
-            elif v in ("compile", "liger"):
-                fn = peers[v][1]
+            elif v in ("sweep", "sweep-compile"):  # the sweep's own call: its own inputs, through autograd
+                name = "opsmith" if v == "sweep" else "compile"
+                calls[v] = prepare(name, peers[name][0], peers[name][1], rows, cols, dt, "cuda", args.direction)
+            elif v in ("compile", "liger", "op"):
+                fn = peers["opsmith" if v == "op" else v][1]
                 if v == "compile":
                     torch._dynamo.reset()
                     fn = torch.compile(fn, dynamic=False)
@@ -206,7 +216,7 @@ def main() -> int:
         per = {v: [] for v in variants}
         for r in range(args.rounds):
             for v in variants[r % len(variants):] + variants[:r % len(variants)]:
-                grad = torch.enable_grad() if v in ("compile", "liger") and bwd else torch.no_grad()
+                grad = torch.enable_grad() if v in AUTOGRAD and bwd else torch.no_grad()
                 with grad:
                     per[v].append(ops.benchmark(calls[v], bytes_moved=moved, runs=args.runs, warmup=3).median_ms)
         us = {v: statistics.median(ms) * 1e3 for v, ms in per.items()}
