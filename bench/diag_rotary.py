@@ -22,13 +22,17 @@ and the peers: ``compile`` (bench_ops_peers' eager rotation under ``torch.compil
 (``liger_rope``), ``copy`` (a device copy of the same bytes); ``op``: ours through ``ops.rotary_embedding_qk`` and
 autograd (the variants above launch the kernels directly), on the same inputs; ``sweep`` and ``sweep-compile``: the
 call bench_ops_peers.py times for ours and for compile (its ``prepare``: each its own inputs, through autograd), to
-tell the sweep's figures from this script's. Each with ``opsmith.ops.benchmark`` (L2 flushed) in
-``--rounds`` rounds, the variants in turn (the order rotating), the figure the median of the rounds; every variant's
-output is checked against the shipped one first. Prints µs, GB/s and each variant's ratio to "compile" (or to
-"shipped" without it); writes them to ``--json``.
+tell the sweep's figures from this script's; ``lean``: ``diag_rotary_lean.cu``'s kernel, the rotation of this
+case alone with the least work before the loads (31 registers for float against rotary_qk's 40), one launch for q
+and k as rotary_qk, the backward the same kernel at sign -1 (bhsd only; checked against shipped to 4 ulp).
+
+Each with ``opsmith.ops.benchmark`` (L2 flushed) in ``--rounds`` rounds, the variants in turn (the order rotating),
+the figure the median of the rounds; every variant's output is checked against the shipped one first. Prints µs,
+GB/s and each variant's ratio to "compile" (or to "shipped" without it); writes them to ``--json``.
 
     python3 bench/diag_rotary.py --dtype float32 --json rotary.json
     python3 bench/diag_rotary.py --shapes 2048x2048 --variants shipped,r2,y8,g8,r2-g8,compile,copy
+    python3 bench/diag_rotary.py --direction fwd+bwd --variants shipped,lean,op,sweep,compile,sweep-compile
 """
 from __future__ import annotations
 
@@ -58,14 +62,14 @@ _TOKEN = re.compile(r"^([rygbvmk])(\d+)$")
 def parse(variant: str) -> dict:
     """``variant``'s settings: {"r": rows a trip, "y": rows a block, "g": blocks an SM, "b": launch-bound blocks}
     (the ones it names); SystemExit on a token that is none of them."""
-    if variant in ("shipped", "two") + PEERS:
+    if variant in ("shipped", "two", "lean") + PEERS:
         return {}
     out = {}
     for tok in variant.split("-"):
         m = _TOKEN.match(tok)
         if not m or not (0 <= int(m.group(2)) <= 1 if m.group(1) in "mk" else int(m.group(2)) >= 1):
             raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN, vN (N >= 1), m0, m1, "
-                             f"k0 or k1, nor one of shipped, {', '.join(PEERS)}")
+                             f"k0 or k1, nor one of shipped, two, lean, {', '.join(PEERS)}")
         out[m.group(1)] = int(m.group(2))
     return out
 
@@ -116,6 +120,31 @@ def variant(settings: dict, module, sms: int):
          _rotary.QK_HALVES_BELOW) = saved
 
 
+def _lean_call(kern, q, k, cos, sin, gq, gk, bwd: bool):
+    """diag_rotary_lean.cu's rotary_lean over q and k (and the backward's gq, gk at sign -1): the launch rotary_qk's
+    plan gives, its grid as two rows (q's blocks, then k's)."""
+    d, half = q.shape[-1], cos.shape[-1]
+    n = 16 // q.element_size()
+    if not (q.is_contiguous() and k.is_contiguous() and cos.is_contiguous() and sin.is_contiguous() and d == 2 * half
+            and half % n == 0 and half // n <= _launch.EW_THREADS and cos.shape[0] == q.shape[-2] == k.shape[-2]
+            and max(q.numel(), k.numel()) // d < 2**32):
+        raise SystemExit(f"diag_rotary: lean takes contiguous q, k [.., seq, 2 * half] and tables [seq, half] of "
+                         f"whole vectors, got q {tuple(q.shape)}, cos {tuple(cos.shape)}")
+    rows_q, rows_k = q.numel() // d, k.numel() // d
+    plan = _rotary.plan_one(q, max(rows_q, rows_k), half, False, str(q.dtype).removeprefix("torch."))
+    cfg = _launch.launch_config(plan._replace(grid=(plan.grid[0], 2)))
+
+    def rotate(a, b, sign):
+        ya, yb = torch.empty_like(a), torch.empty_like(b)
+        kern.launch(cfg, a, b, cos, sin, ya, yb, rows_q, rows_k, half, cos.shape[0], sign)
+        return ya, yb
+
+    def call():
+        out = rotate(q, k, 1)
+        return rotate(gq, gk, -1) if bwd else out
+    return call
+
+
 def main() -> int:
     from opsmith._runtime import _driver
     from opsmith._torch._cuda_module import CudaModule
@@ -137,8 +166,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=50)
     args = ap.parse_args()
     variants = args.variants.split(",")
-    if args.layout != "bhsd" and {"sweep", "sweep-compile"} & set(variants):
-        raise SystemExit("diag_rotary: the sweep variants take the sweep's own inputs, [1, heads, rows, 128]: "
+    if args.layout != "bhsd" and {"sweep", "sweep-compile", "lean"} & set(variants):
+        raise SystemExit("diag_rotary: lean and the sweep variants take contiguous [1, heads, rows, 128] q and k: "
                          "leave --layout at bhsd for them")
     settings = {v: parse(v) for v in variants}
     liger = _liger()
@@ -150,6 +179,11 @@ def main() -> int:
     names = _sources.kernel_names("rotary.cu", args.dtype)
     modules = {v: CudaModule(_sources.KERNEL_DIR / "rotary.cu", name_expressions=names, arch=arch,
                              defines=_defines(s), name=f"diag-rotary-{v}") for v, s in settings.items() if _defines(s)}
+    if "lean" in variants:
+        lean_t = _sources.DTYPES[args.dtype][0]
+        lean = CudaModule(Path(__file__).with_name("diag_rotary_lean.cu"), name_expressions=[f"rotary_lean<{lean_t}>"],
+                          arch=arch, include_paths=[_sources.KERNEL_DIR], name="diag-rotary-lean")
+        lean = lean.get_kernel(f"rotary_lean<{lean_t}>")
     peers = impls("rotary", liger)
     out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "dtype": args.dtype,
            "direction": args.direction, "layout": args.layout, "copy_gbps": ops.copy_bandwidth(), "cases": []}
@@ -193,6 +227,8 @@ def main() -> int:
                                                                                 (gq, gk)))  # noqa: B023
                 else:
                     calls[v] = lambda fn=fn: fn(q, k, cos, sin)  # noqa: B023
+            elif v == "lean":
+                calls[v] = _lean_call(lean, q, k, cos, sin, gq, gk, bwd)
             elif v == "two":
                 def two():
                     one = _rotary.rotary_cuda
@@ -211,7 +247,8 @@ def main() -> int:
                 if v not in PEERS and ref is not None:
                     got = calls[v]()
                     err = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref))
-                    if err > 0:
+                    tol = 4 * torch.finfo(dt).eps * max(b.float().abs().max().item() for b in ref) if v == "lean" else 0
+                    if err > tol:
                         raise SystemExit(f"diag_rotary: {v} {shape} differs from shipped by {err}")
         per = {v: [] for v in variants}
         for r in range(args.rounds):
