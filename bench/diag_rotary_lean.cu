@@ -23,8 +23,8 @@ rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
     constexpr int N = Vec<T>::N;
     const bool second = blockIdx.y;
     const unsigned r = blockIdx.x * blockDim.y + threadIdx.y;
-    if (r >= (second ? rows2 : rows)) return;
     const int j = threadIdx.x * N;
+    if (r >= (second ? rows2 : rows) || j >= half) return;  // the plan's threads a row: a power of two
     const T* xr = (second ? x2 : x) + (long long)r * (2 * half) + j;
     T* yr = (second ? y2 : y) + (long long)r * (2 * half) + j;
     const long long t = (long long)(r % (unsigned)s3) * half + j;
