@@ -23,7 +23,7 @@ and the peers: ``compile`` (bench_ops_peers' eager rotation under ``torch.compil
 autograd (the variants above launch the kernels directly), on the same inputs; ``sweep`` and ``sweep-compile``: the
 call bench_ops_peers.py times for ours and for compile (its ``prepare``: each its own inputs, through autograd), to
 tell the sweep's figures from this script's; ``lean``: ``diag_rotary_lean.cu``'s kernel, the rotation of this
-case alone with the least work before the loads (31 registers for float against rotary_qk's 40), one launch for q
+case alone with the least work before the loads (30 registers for float against rotary_qk's 40), one launch for q
 and k as rotary_qk, the backward the same kernel at sign -1 (bhsd only; checked against shipped to 4 ulp).
 
 Each with ``opsmith.ops.benchmark`` (L2 flushed) in ``--rounds`` rounds, the variants in turn (the order rotating),
