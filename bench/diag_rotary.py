@@ -131,7 +131,8 @@ def _lean_call(kern, q, k, cos, sin, gq, gk, bwd: bool):
         raise SystemExit(f"diag_rotary: lean takes contiguous q, k [.., seq, 2 * half] and tables [seq, half] of "
                          f"whole vectors, got q {tuple(q.shape)}, cos {tuple(cos.shape)}")
     rows_q, rows_k = q.numel() // d, k.numel() // d
-    plan = _rotary.plan_one(q, max(rows_q, rows_k), half, False, str(q.dtype).removeprefix("torch."))
+    plan = _rotary._plan(max(rows_q, rows_k), d, half, q.element_size(), _launch.device_props(q.get_device()),
+                         1)  # a row a thread (the plan's float16 takes 2 rows a trip)
     cfg = _launch.launch_config(plan._replace(grid=(plan.grid[0], 2)))
 
     def rotate(a, b, sign):
