@@ -10,8 +10,6 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
 - ``yN``: N rows a block (blockDim.y; the threads a row as shipped, at most 256 a block);
 - ``gN``: the grid capped at N blocks an SM for each of q and k (the kernel strides over the rest);
 - ``bN``: rotary.cu compiled with ``OPSMITH_ROTARY_BLOCKS`` N (at least N blocks an SM: a register cap);
-- ``vN``: rotary.cu compiled with ``OPSMITH_ROTARY_VECS`` N, N 16-byte vectors of each half a thread, the plan
-  too (``_rotary.ROTARY_VECS``; float at 2 takes the bytes a thread that bf16 takes at 1);
 - ``mN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_FASTPOS`` (1, shipped: a table that follows the positions alone
   found with one modulo; 0: the divisions);
 - ``kN`` (N 0 or 1): ``_rotary.plan_qk``'s grid, q and k on alternating blocks (0) or on two rows of blocks (1),
@@ -56,7 +54,7 @@ from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 VARIANTS = "shipped,k0,k1,m0,compile,copy"
 PEERS = ("compile", "liger", "copy", "op", "sweep", "sweep-compile")
 AUTOGRAD = ("compile", "liger", "op", "sweep", "sweep-compile")  # timed under enable_grad for fwd+bwd
-_TOKEN = re.compile(r"^([rygbvmk])(\d+)$")
+_TOKEN = re.compile(r"^([rygbmk])(\d+)$")
 
 
 def parse(variant: str) -> dict:
@@ -68,7 +66,7 @@ def parse(variant: str) -> dict:
     for tok in variant.split("-"):
         m = _TOKEN.match(tok)
         if not m or not (0 <= int(m.group(2)) <= 1 if m.group(1) in "mk" else int(m.group(2)) >= 1):
-            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN, vN (N >= 1), m0, m1, "
+            raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN (N >= 1), m0, m1, "
                              f"k0 or k1, nor one of shipped, two, lean, {', '.join(PEERS)}")
         out[m.group(1)] = int(m.group(2))
     return out
@@ -80,8 +78,6 @@ def _defines(s: dict) -> dict:
         d.update(OPSMITH_ROTARY_ROWS=s["r"], OPSMITH_ROTARY_ROWS_HALF=s["r"])
     if "b" in s:
         d["OPSMITH_ROTARY_BLOCKS"] = s["b"]
-    if "v" in s:
-        d["OPSMITH_ROTARY_VECS"] = s["v"]
     if "m" in s:
         d["OPSMITH_ROTARY_FASTPOS"] = s["m"]
     return d
@@ -91,7 +87,7 @@ def _defines(s: dict) -> dict:
 def variant(settings: dict, module, sms: int):
     """rotary.cu's kernel (``module``, compiled with the variant's defines) and plan of ``settings`` inside the
     block."""
-    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS, _rotary.QK_HALVES_BELOW
+    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.QK_HALVES_BELOW
     if not settings:
         yield
         return
@@ -110,14 +106,12 @@ def variant(settings: dict, module, sms: int):
     _rotary._plan = plan
     if "r" in settings:
         _rotary.rows_a_trip = lambda dt, full: settings["r"]
-    _rotary.ROTARY_VECS = settings.get("v", saved[3])  # the uncached plan reads it
     if "k" in settings:
         _rotary.QK_HALVES_BELOW = 1 << 62 if settings["k"] else 0
     try:
         yield
     finally:
-        (_sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.ROTARY_VECS,
-         _rotary.QK_HALVES_BELOW) = saved
+        _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.QK_HALVES_BELOW = saved
 
 
 def _lean_call(kern, q, k, cos, sin, gq, gk, bwd: bool):

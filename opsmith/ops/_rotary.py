@@ -113,7 +113,6 @@ _no_positions: dict = {}
 
 ROTARY_ROWS = 1  # OPSMITH_ROTARY_ROWS in kernels/rotary.cuh
 ROTARY_ROWS_HALF = 2  # OPSMITH_ROTARY_ROWS_HALF: float16's
-ROTARY_VECS = 1  # OPSMITH_ROTARY_VECS: 16-byte vectors of a half a thread takes on the vector path
 QK_HALVES_BELOW = 8 << 20  # OPSMITH_ROTARY_ACROSS_BYTES: the tables' bytes below which q and k take a grid row each
 
 
@@ -127,8 +126,7 @@ def rows_a_trip(dtype: str, full: bool) -> int:
 def _plan(rows: int, d: int, half: int, itemsize: int, props, trip: int = ROTARY_ROWS) -> "_launch.Plan":
     """Threads a row from the 16-byte vectors (pairs) it holds; rows fill a block of EW_THREADS; ``trip``: the
     kernel's rows a trip for the dtype (:func:`rows_a_trip`)."""
-    n = 16 // itemsize * ROTARY_VECS
-    vec = n if half % n == 0 and d % n == 0 else 1
+    vec = 16 // itemsize if half % (16 // itemsize) == 0 and d % (16 // itemsize) == 0 else 1
     per_row = max(half // vec, (d - 2 * half) // vec, 1)
     tpr = min(_launch.EW_THREADS, 1 << (per_row - 1).bit_length())
     by = max(1, _launch.EW_THREADS // tpr)

@@ -86,13 +86,11 @@ def test_the_l2_norm_forwards_fit_their_registers_without_spilling():
                 assert (int(stores), int(loads)) == (0, 0), (job["arch"], job["name_expressions"])
 
 
-@pytest.mark.parametrize("defines", [[], ["-DOPSMITH_ROTARY_VECS=2"]], ids=["shipped", "two-vectors"])
-def test_rotary_compiles_without_spilling(defines):
-    """rotary.cu and rotary_ip.cu as shipped (the one-modulo table rows, q and k on the grid's halves), and built with
-    OPSMITH_ROTARY_VECS 2 (bench/diag_rotary.py's v2: two 16-byte vectors of each half a thread), compile for every
-    type on sm_90 (ptxas through NVRTC), with no spills in the 2- and 4-byte kernels."""
+def test_rotary_compiles_without_spilling():
+    """rotary.cu and rotary_ip.cu (the one-modulo table rows, q and k on two grid rows or alternating) compile for
+    every type on sm_90 (ptxas through NVRTC), with no spills in the 2- and 4-byte kernels."""
     import re
-    jobs = [{"source": _sources.KERNEL_DIR / f, "arch": "sm_90", "options": ["--ptxas-options=-v", *defines],
+    jobs = [{"source": _sources.KERNEL_DIR / f, "arch": "sm_90", "options": ["--ptxas-options=-v"],
              "name_expressions": [n.format(T=t) for n in _sources.FILES[f]]}
             for f in ("rotary.cu", "rotary_ip.cu") for t, _ in _sources.DTYPES.values()]
     for job, binary in zip(jobs, opsmith.compile_many(jobs, progress=False)):

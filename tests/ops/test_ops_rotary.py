@@ -219,38 +219,30 @@ def test_shape_checks_are_remembered_per_shape_and_failures_never():
             _rotary._checked(x, torch.zeros(9, 4), torch.zeros(9, 4), pos.float(), False)
 
 
-def test_launch_plan_covers_every_row_and_pair(monkeypatch):
+def test_launch_plan_covers_every_row_and_pair():
     """rotary's plan and kernel agree on the rows a thread takes a trip (OPSMITH_ROTARY_ROWS, float16's with half
-    tables OPSMITH_ROTARY_ROWS_HALF, where a row is one 16-byte chunk a thread and nothing is copied) and on its
-    vectors (OPSMITH_ROTARY_VECS); one trip of the grid covers every row and every pair of it, within a block of
-    EW_THREADS, at the shipped vectors and at 2 (bench/diag_rotary.py's v2)."""
+    tables OPSMITH_ROTARY_ROWS_HALF, where a row is one 16-byte chunk a thread and nothing is copied); one trip of
+    the grid covers every row and every pair of it, within a block of EW_THREADS."""
     import re
 
     from opsmith.ops import _launch, _rotary, _sources
     source = (_sources.KERNEL_DIR / "rotary.cuh").read_text()
     assert re.search(r"#define OPSMITH_ROTARY_ROWS (\d+)", source).group(1) == str(_rotary.ROTARY_ROWS)
     assert re.search(r"#define OPSMITH_ROTARY_ROWS_HALF (\d+)", source).group(1) == str(_rotary.ROTARY_ROWS_HALF)
-    assert re.search(r"#define OPSMITH_ROTARY_VECS (\d+)", source).group(1) == str(_rotary.ROTARY_VECS)
     assert "template <> struct RotaryRows<__half> { static constexpr int R = OPSMITH_ROTARY_ROWS_HALF; };" in source
     assert "rotate_rows<T, N, FULL ? OPSMITH_ROTARY_ROWS : RotaryRows<T>::R, FULL, IP>(" in source
     assert [_rotary.rows_a_trip(dt, full) for dt in ("float16", "bfloat16", "float32", "float64")
             for full in (False, True)] == [_rotary.ROTARY_ROWS_HALF] + [_rotary.ROTARY_ROWS] * 7
     props = _launch.DeviceProps(132, 1024, 2048, 232448, 233472)
-    for (rows, d, half, itemsize), trip, vecs in itertools.product(
+    for (rows, d, half, itemsize), trip in itertools.product(
             [(524288, 128, 64, 2), (7, 128, 64, 4), (1, 64, 32, 2), (1000, 96, 32, 2), (33, 128, 60, 2),
-             (5, 4096, 2048, 2), (10, 6, 3, 8), (1001, 128, 64, 2), (64, 128, 64, 4)], (1, 2),
-            (_rotary.ROTARY_VECS, 2)):
-        monkeypatch.setattr(_rotary, "ROTARY_VECS", vecs)
-        plan = _rotary._plan.__wrapped__(rows, d, half, itemsize, props, trip)  # uncached: it reads ROTARY_VECS
+             (5, 4096, 2048, 2), (10, 6, 3, 8), (1001, 128, 64, 2), (64, 128, 64, 4)], (1, 2)):
+        plan = _rotary._plan(rows, d, half, itemsize, props, trip)
         (grid,), (tpr, by) = plan.grid, plan.block
-        n = 16 // itemsize * vecs
-        vec = n if half % n == 0 and d % n == 0 else 1
+        vec = 16 // itemsize if half % (16 // itemsize) == 0 and d % (16 // itemsize) == 0 else 1
         assert tpr * by <= _launch.EW_THREADS and tpr * vec >= min(half, _launch.EW_THREADS * vec)
         per_trip = trip if vec > 1 and d == 2 * half and half // vec <= tpr else 1
         assert grid * by * per_trip >= rows and (grid - 1) * by * per_trip < rows
-    # float at two vectors a half: 8 threads a row of 128 (bf16's at one), 32 rows a block
-    assert _rotary._plan.__wrapped__(524288, 128, 64, 4, props).block == (8, 32)
-    monkeypatch.undo()
     # q of [1, 32, 16384, 128] bf16: 8 threads a row, 32 rows a block, ROTARY_ROWS rows a thread; float16 2
     assert _rotary._plan(524288, 128, 64, 2, props, 2).grid == (524288 // (32 * 2),)
     assert _rotary._plan(524288, 128, 64, 2, props).grid == (524288 // (32 * _rotary.ROTARY_ROWS),)

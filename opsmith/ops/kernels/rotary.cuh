@@ -61,12 +61,6 @@
 #define OPSMITH_ROTARY_ROWS_HALF 2
 #endif
 
-#ifndef OPSMITH_ROTARY_VECS
-// 16-byte vectors of a half (a, b) a thread takes on the vector path (opsmith/ops/_rotary.py reads it: ROTARY_VECS).
-// 2 gives float the bytes a thread that bf16 takes at 1 (8 threads a row of 128), for bench/diag_rotary.py's v2.
-#define OPSMITH_ROTARY_VECS 1
-#endif
-
 #ifndef OPSMITH_ROTARY_FASTPOS
 // 1: a table that follows the positions alone (no positions tensor, the other leading dims broadcast: [seq, half]
 // beside [batch, heads, seq, d]) finds a row's cos/sin with one modulo, not table_offset's divisions (0: the
@@ -93,7 +87,7 @@ struct Pack {  // P consecutive elements: one 16-byte vector, or one element
 template <class T, int P>
 __device__ __forceinline__ Pack<T, P> ld(const T* p) {
     constexpr int N = Vec<T>::N;
-    if constexpr (P % N == 0) {  // P / N 16-byte vectors (OPSMITH_ROTARY_VECS)
+    if constexpr (P % N == 0) {  // P / N 16-byte vectors
         Pack<T, P> r;
 #pragma unroll
         for (int i = 0; i < P / N; ++i) {
@@ -349,7 +343,7 @@ __device__ __forceinline__ void rotary_any(const T* x, const T* __restrict__ cos
                                            int sign, int has_pos, int s1, int s2, int s3, long long c0, long long c1,
                                            long long c2, long long c3, long long p0, long long p1, long long p2,
                                            long long p3, unsigned blk, unsigned nblk) {
-    constexpr int N = Vec<T>::N * OPSMITH_ROTARY_VECS;
+    constexpr int N = Vec<T>::N;
     const bool vec = half % N == 0 && d % N == 0 && aligned16(x) && aligned16(y) && aligned16(cos_t) &&
                      aligned16(sin_t) && (has_pos || (c0 % N == 0 && c1 % N == 0 && c2 % N == 0 && c3 % N == 0));
     if (vec)
