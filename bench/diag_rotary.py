@@ -12,6 +12,8 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
 - ``bN``: rotary.cu compiled with ``OPSMITH_ROTARY_BLOCKS`` N (at least N blocks an SM: a register cap);
 - ``mN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_FASTPOS`` (1, shipped: a table that follows the positions alone
   found with one modulo; 0: the divisions);
+- ``hN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_TABLE_HINT`` (1, shipped: float's tables read under L2
+  evict_last; 0: plain loads);
 - ``kN`` (N 0 or 1): ``_rotary.plan_qk``'s grid, q and k on alternating blocks (0) or on two rows of blocks (1),
   whatever the tables (shipped: two rows below ``_rotary.QK_HALVES_BELOW`` bytes of tables);
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
@@ -22,7 +24,9 @@ autograd (the variants above launch the kernels directly), on the same inputs; `
 call bench_ops_peers.py times for ours and for compile (its ``prepare``: each its own inputs, through autograd), to
 tell the sweep's figures from this script's; ``lean``: ``diag_rotary_lean.cu``'s kernel, the rotation of this
 case alone with the least work before the loads (30 registers for float against rotary_qk's 40), one launch for q
-and k as rotary_qk, the backward the same kernel at sign -1 (bhsd only; checked against shipped to 4 ulp).
+and k as rotary_qk, the backward the same kernel at sign -1 (bhsd only; checked against shipped to 4 ulp); ``pair``:
+its ``rotary_pair``, a thread rotating row r of q and of k with one load of the table's vectors (compile's way);
+``lean1``/``pair1``: the tables loaded L2 evict_last (compile's hint), ``lean2``/``pair2``: and x evict_first.
 
 Each with ``opsmith.ops.benchmark`` (L2 flushed) in ``--rounds`` rounds, the variants in turn (the order rotating),
 the figure the median of the rounds; every variant's output is checked against the shipped one first. Prints µs,
@@ -54,20 +58,21 @@ from opsmith.ops import _launch, _rotary, _sources  # noqa: E402
 VARIANTS = "shipped,k0,k1,m0,compile,copy"
 PEERS = ("compile", "liger", "copy", "op", "sweep", "sweep-compile")
 AUTOGRAD = ("compile", "liger", "op", "sweep", "sweep-compile")  # timed under enable_grad for fwd+bwd
-_TOKEN = re.compile(r"^([rygbmk])(\d+)$")
+LEAN = ("lean", "lean1", "lean2", "pair", "pair1", "pair2")  # diag_rotary_lean.cu's kernel and L2 hints
+_TOKEN = re.compile(r"^([rygbmkh])(\d+)$")
 
 
 def parse(variant: str) -> dict:
     """``variant``'s settings: {"r": rows a trip, "y": rows a block, "g": blocks an SM, "b": launch-bound blocks}
     (the ones it names); SystemExit on a token that is none of them."""
-    if variant in ("shipped", "two", "lean") + PEERS:
+    if variant in ("shipped", "two") + LEAN + PEERS:
         return {}
     out = {}
     for tok in variant.split("-"):
         m = _TOKEN.match(tok)
-        if not m or not (0 <= int(m.group(2)) <= 1 if m.group(1) in "mk" else int(m.group(2)) >= 1):
+        if not m or not (0 <= int(m.group(2)) <= 1 if m.group(1) in "mkh" else int(m.group(2)) >= 1):
             raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN (N >= 1), m0, m1, "
-                             f"k0 or k1, nor one of shipped, two, lean, {', '.join(PEERS)}")
+                             f"k0, k1, h0 or h1, nor one of shipped, two, lean, {', '.join(PEERS)}")
         out[m.group(1)] = int(m.group(2))
     return out
 
@@ -80,6 +85,8 @@ def _defines(s: dict) -> dict:
         d["OPSMITH_ROTARY_BLOCKS"] = s["b"]
     if "m" in s:
         d["OPSMITH_ROTARY_FASTPOS"] = s["m"]
+    if "h" in s:
+        d["OPSMITH_ROTARY_TABLE_HINT"] = s["h"]
     return d
 
 
@@ -114,9 +121,10 @@ def variant(settings: dict, module, sms: int):
         _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.QK_HALVES_BELOW = saved
 
 
-def _lean_call(kern, q, k, cos, sin, gq, gk, bwd: bool):
+def _lean_call(kern, q, k, cos, sin, gq, gk, bwd: bool, pair: bool = False):
     """diag_rotary_lean.cu's rotary_lean over q and k (and the backward's gq, gk at sign -1): the launch rotary_qk's
-    plan gives, its grid as two rows (q's blocks, then k's)."""
+    plan gives, its grid as two rows (q's blocks, then k's); ``pair``: its rotary_pair, one grid row, a thread
+    rotating row r of both (q and k of one shape)."""
     d, half = q.shape[-1], cos.shape[-1]
     n = 16 // q.element_size()
     if not (q.is_contiguous() and k.is_contiguous() and cos.is_contiguous() and sin.is_contiguous() and d == 2 * half
@@ -127,17 +135,50 @@ def _lean_call(kern, q, k, cos, sin, gq, gk, bwd: bool):
     rows_q, rows_k = q.numel() // d, k.numel() // d
     plan = _rotary._plan(max(rows_q, rows_k), d, half, q.element_size(), _launch.device_props(q.get_device()),
                          1)  # a row a thread (the plan's float16 takes 2 rows a trip)
-    cfg = _launch.launch_config(plan._replace(grid=(plan.grid[0], 2)))
+    if pair and q.shape != k.shape:
+        raise SystemExit(f"diag_rotary: pair takes q and k of one shape, got {tuple(q.shape)} and {tuple(k.shape)}")
+    cfg = _launch.launch_config(plan._replace(grid=(plan.grid[0], 1 if pair else 2)))
 
     def rotate(a, b, sign):
         ya, yb = torch.empty_like(a), torch.empty_like(b)
-        kern.launch(cfg, a, b, cos, sin, ya, yb, rows_q, rows_k, half, cos.shape[0], sign)
+        if pair:
+            kern.launch(cfg, a, b, cos, sin, ya, yb, rows_q, half, cos.shape[0], sign)
+        else:
+            kern.launch(cfg, a, b, cos, sin, ya, yb, rows_q, rows_k, half, cos.shape[0], sign)
         return ya, yb
 
     def call():
         out = rotate(q, k, 1)
         return rotate(gq, gk, -1) if bwd else out
     return call
+
+
+def _profile(calls: dict, variants: list, bwd: bool, runs: int, shape: str) -> dict:
+    """Each variant's call ``runs`` times under torch.profiler, L2 flushed before each (the flush's kernel left out):
+    {variant: [[kernel, calls a step, mean µs], ...]}, printed as it goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    got = {}
+    for v in variants:
+        grad = torch.enable_grad() if v in AUTOGRAD and bwd else torch.no_grad()
+        with grad:
+            for _ in range(3):
+                calls[v]()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(runs):
+                    flush.zero_()
+                    calls[v]()
+                torch.cuda.synchronize()
+        rows = [[e.key, e.count / runs, e.device_time_total / e.count] for e in prof.key_averages()
+                if e.device_time_total > 0 and ("elementwise_kernel" not in e.key or v == "copy")]
+        got[v] = rows
+        total = sum(n * t for _, n, t in rows)
+        print(f"{shape} {v}: {total:.2f} us of kernels a step", flush=True)
+        for name, n, t in sorted(rows, key=lambda r: -r[1] * r[2]):
+            print(f"    {n:4.1f} x {t:8.2f} us  {name[:110]}", flush=True)
+    return got
 
 
 def main() -> int:
@@ -157,11 +198,17 @@ def main() -> int:
     ap.add_argument("--ncu", action="store_true",
                     help="no timing: the first shape's forward, ours (rotary_qk) then compile's, twice each, for "
                          "Nsight Compute to read (gpu_check.sh ops NCU_ROTARY=1)")
+    ap.add_argument("--profile", action="store_true",
+                    help="no timing: each variant's call (L2 flushed before each) under torch.profiler, its kernels "
+                         "listed with their mean device time, the first shape only")
+    ap.add_argument("--ballast", default="",
+                    help="MiB,...: each shape once for each, that many MiB allocated on the device before its inputs "
+                         "(moves every tensor of the case to other addresses: does a ratio follow the placement?)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=50)
     args = ap.parse_args()
     variants = args.variants.split(",")
-    if args.layout != "bhsd" and {"sweep", "sweep-compile", "lean"} & set(variants):
+    if args.layout != "bhsd" and {"sweep", "sweep-compile", *LEAN} & set(variants):
         raise SystemExit("diag_rotary: lean and the sweep variants take contiguous [1, heads, rows, 128] q and k: "
                          "leave --layout at bhsd for them")
     settings = {v: parse(v) for v in variants}
@@ -174,11 +221,11 @@ def main() -> int:
     names = _sources.kernel_names("rotary.cu", args.dtype)
     modules = {v: CudaModule(_sources.KERNEL_DIR / "rotary.cu", name_expressions=names, arch=arch,
                              defines=_defines(s), name=f"diag-rotary-{v}") for v, s in settings.items() if _defines(s)}
-    if "lean" in variants:
+    if set(LEAN) & set(variants):
         lean_t = _sources.DTYPES[args.dtype][0]
-        lean = CudaModule(Path(__file__).with_name("diag_rotary_lean.cu"), name_expressions=[f"rotary_lean<{lean_t}>"],
-                          arch=arch, include_paths=[_sources.KERNEL_DIR], name="diag-rotary-lean")
-        lean = lean.get_kernel(f"rotary_lean<{lean_t}>")
+        lean_n = {v: f"rotary_{v[:4]}<{lean_t}, {v[4:] or 0}>" for v in LEAN}
+        lean_m = CudaModule(Path(__file__).with_name("diag_rotary_lean.cu"), arch=arch, name="diag-rotary-lean",
+                            name_expressions=list(lean_n.values()), include_paths=[_sources.KERNEL_DIR])
     peers = impls("rotary", liger)
     out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "dtype": args.dtype,
            "direction": args.direction, "layout": args.layout, "copy_gbps": ops.copy_bandwidth(), "cases": []}
@@ -196,8 +243,10 @@ def main() -> int:
                     f()
         torch.cuda.synchronize()
         return 0
-    for shape in args.shapes.split(","):
+    ballasts = [int(b) for b in args.ballast.split(",")] if args.ballast else [None]
+    for shape, ballast in ((s, b) for s in args.shapes.split(",") for b in ballasts):
         rows, cols = (int(v) for v in shape.split("x"))
+        pad = None if ballast is None else torch.empty(ballast << 20, dtype=torch.uint8, device="cuda")
         torch.manual_seed(0)
         q, k, cos, sin = peers["opsmith"][0](rows, cols, dt, "cuda", False)
         if args.layout == "bshd":
@@ -222,8 +271,9 @@ def main() -> int:
                                                                                 (gq, gk)))  # noqa: B023
                 else:
                     calls[v] = lambda fn=fn: fn(q, k, cos, sin)  # noqa: B023
-            elif v == "lean":
-                calls[v] = _lean_call(lean, q, k, cos, sin, gq, gk, bwd)
+            elif v in LEAN:
+                calls[v] = _lean_call(lean_m.get_kernel(lean_n[v]), q, k, cos, sin, gq, gk, bwd,
+                                      pair=v.startswith("pair"))
             elif v == "two":
                 def two():
                     one = _rotary.rotary_cuda
@@ -236,13 +286,17 @@ def main() -> int:
                         yq, yk = _rotary.rotary_qk_cuda(q, k, cos, sin)  # noqa: B023
                         return _rotary.rotary_qk_cuda(gq, gk, cos, sin, sign=-1) if bwd else (yq, yk)  # noqa: B023
                 calls[v] = ours
+        if args.profile:
+            out["profile"] = _profile(calls, variants, bwd, args.runs, shape)
+            break
         with torch.no_grad():
             ref = calls["shipped"]() if "shipped" in calls else None
             for v in variants:
                 if v not in PEERS and ref is not None:
                     got = calls[v]()
                     err = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref))
-                    tol = 4 * torch.finfo(dt).eps * max(b.float().abs().max().item() for b in ref) if v == "lean" else 0
+                    tol = (4 * torch.finfo(dt).eps * max(b.float().abs().max().item() for b in ref)
+                           if v in LEAN else 0)
                     if err > tol:
                         raise SystemExit(f"diag_rotary: {v} {shape} differs from shipped by {err}")
         per = {v: [] for v in variants}
@@ -253,12 +307,14 @@ def main() -> int:
                     per[v].append(ops.benchmark(calls[v], bytes_moved=moved, runs=args.runs, warmup=3).median_ms)
         us = {v: statistics.median(ms) * 1e3 for v, ms in per.items()}
         base = "compile" if "compile" in us else "shipped"
-        case = {"rows": rows, "cols": cols, "us": us, "rounds_ms": per,
+        case = {"rows": rows, "cols": cols, "ballast_mib": ballast, "us": us, "rounds_ms": per,
                 "gbps": {v: moved / (t * 1e-6) / 1e9 for v, t in us.items()}}
         out["cases"].append(case)
         cells = [f"{v} {t:7.2f} us {case['gbps'][v]:5.0f} ({us[base] / t:.3f}x)" for v, t in us.items()]
-        print(f"{rows:6d}x{cols:<6d} " + " | ".join(cells), flush=True)
-        del q, k, gq, gk, calls
+        pre = "" if ballast is None else f"ballast {ballast:5d} MiB "
+        print(f"{pre}{rows:6d}x{cols:<6d} " + " | ".join(cells), flush=True)
+        del q, k, gq, gk, calls, pad
+        torch.cuda.empty_cache()  # the next case allocates afresh
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

@@ -14,7 +14,25 @@
 
 using namespace opsmith;
 
+// The L2 policies of the "lean1"/"pair1" (H 1: the tables evict_last, as torch.compile's kernel loads them) and
+// "lean2"/"pair2" variants (H 2: the tables evict_last and x evict_first)
+__device__ __forceinline__ unsigned long long l2_policy(bool keep) {
+    unsigned long long p = 0;
+    if (keep) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    else asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+// 16 bytes at p, under L2 policy `pol` where `hint`
 template <class T>
+__device__ __forceinline__ Vec<T> ld_vec(const T* p, bool hint, unsigned long long pol) {
+    if (!hint) return *reinterpret_cast<const Vec<T>*>(p);
+    Raw r;
+    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p), "l"(pol));
+    return *reinterpret_cast<const Vec<T>*>(&r);
+}
+
+template <class T, int H>
 __global__ void __launch_bounds__(256)
 rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restrict__ cos_t,
             const T* __restrict__ sin_t, T* __restrict__ y, T* __restrict__ y2, long long rows, long long rows2,
@@ -28,8 +46,9 @@ rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
     const T* xr = (second ? x2 : x) + (long long)r * (2 * half) + j;
     T* yr = (second ? y2 : y) + (long long)r * (2 * half) + j;
     const long long t = (long long)(r % (unsigned)s3) * half + j;
-    const Vec<T> a = *reinterpret_cast<const Vec<T>*>(xr), b = *reinterpret_cast<const Vec<T>*>(xr + half);
-    const Vec<T> c = *reinterpret_cast<const Vec<T>*>(cos_t + t), s = *reinterpret_cast<const Vec<T>*>(sin_t + t);
+    const unsigned long long keep = H ? l2_policy(true) : 0, first = H > 1 ? l2_policy(false) : 0;
+    const Vec<T> a = ld_vec(xr, H > 1, first), b = ld_vec(xr + half, H > 1, first);
+    const Vec<T> c = ld_vec(cos_t + t, H > 0, keep), s = ld_vec(sin_t + t, H > 0, keep);
     A ra[N], rb[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) {
@@ -40,4 +59,41 @@ rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
     }
     *reinterpret_cast<Raw*>(yr) = raw_pack<T>(ra);
     *reinterpret_cast<Raw*>(yr + half) = raw_pack<T>(rb);
+}
+
+// bench/diag_rotary.py's "pair" variant: q and k of one shape rotated by the same thread, row r of each, the table's
+// vectors loaded once for both (torch.compile's kernel for this case does the same: one program over q's elements,
+// loading q, k, cos and sin at the same index; bench/results/ops-rotary-h100-2026-12-07/). Launch: grid (blocks for
+// the rows, 1), block as rotary_lean.
+template <class T, int H>
+__global__ void __launch_bounds__(256)
+rotary_pair(const T* __restrict__ x, const T* __restrict__ x2, const T* __restrict__ cos_t,
+            const T* __restrict__ sin_t, T* __restrict__ y, T* __restrict__ y2, long long rows, int half, int s3,
+            int sign) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    const unsigned r = blockIdx.x * blockDim.y + threadIdx.y;
+    const int j = threadIdx.x * N;
+    if (r >= rows || j >= half) return;
+    const long long o = (long long)r * (2 * half) + j;
+    const long long t = (long long)(r % (unsigned)s3) * half + j;
+    const unsigned long long keep = H ? l2_policy(true) : 0, first = H > 1 ? l2_policy(false) : 0;
+    const Vec<T> a = ld_vec(x + o, H > 1, first), b = ld_vec(x + o + half, H > 1, first);
+    const Vec<T> a2 = ld_vec(x2 + o, H > 1, first), b2 = ld_vec(x2 + o + half, H > 1, first);
+    const Vec<T> c = ld_vec(cos_t + t, H > 0, keep), s = ld_vec(sin_t + t, H > 0, keep);
+    A ra[N], rb[N], ra2[N], rb2[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const A c1 = Elem<T>::load(c.v[k]), sa = A(sign) * Elem<T>::load(s.v[k]);
+        const A av = Elem<T>::load(a.v[k]), bv = Elem<T>::load(b.v[k]);
+        const A av2 = Elem<T>::load(a2.v[k]), bv2 = Elem<T>::load(b2.v[k]);
+        ra[k] = av * c1 - bv * sa;
+        rb[k] = bv * c1 + av * sa;
+        ra2[k] = av2 * c1 - bv2 * sa;
+        rb2[k] = bv2 * c1 + av2 * sa;
+    }
+    *reinterpret_cast<Raw*>(y + o) = raw_pack<T>(ra);
+    *reinterpret_cast<Raw*>(y + o + half) = raw_pack<T>(rb);
+    *reinterpret_cast<Raw*>(y2 + o) = raw_pack<T>(ra2);
+    *reinterpret_cast<Raw*>(y2 + o + half) = raw_pack<T>(rb2);
 }

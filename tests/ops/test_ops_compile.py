@@ -88,16 +88,32 @@ def test_the_l2_norm_forwards_fit_their_registers_without_spilling():
 
 def test_rotary_compiles_without_spilling():
     """rotary.cu and rotary_ip.cu (the one-modulo table rows, q and k on two grid rows or alternating) compile for
-    every type on sm_90 (ptxas through NVRTC), with no spills in the 2- and 4-byte kernels."""
+    every type on sm_90 (ptxas through NVRTC), with no spills in the 2- and 4-byte kernels, as shipped and with
+    float's tables under L2 evict_last (OPSMITH_ROTARY_TABLE_HINT 1, bench/diag_rotary.py's h1)."""
     import re
-    jobs = [{"source": _sources.KERNEL_DIR / f, "arch": "sm_90", "options": ["--ptxas-options=-v"],
+    jobs = [{"source": _sources.KERNEL_DIR / f, "arch": "sm_90", "options": ["--ptxas-options=-v", *hint],
              "name_expressions": [n.format(T=t) for n in _sources.FILES[f]]}
+            for hint in ([], ["-DOPSMITH_ROTARY_TABLE_HINT=1"])
             for f in ("rotary.cu", "rotary_ip.cu") for t, _ in _sources.DTYPES.values()]
     for job, binary in zip(jobs, opsmith.compile_many(jobs, progress=False)):
         spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", binary.log)
         assert len(spills) >= len(job["name_expressions"]), binary.log
         if "double" not in job["name_expressions"][0]:
             assert all(s == ("0", "0") for s in spills), (job["source"].name, job["name_expressions"][0], spills)
+
+
+def test_rotary_table_hint_is_off_and_changes_float_kernels_alone():
+    """OPSMITH_ROTARY_TABLE_HINT (float's cos/sin under L2 evict_last) is off as shipped, and switched on it changes
+    the float kernels alone: the 2-byte types' cubins stay byte for byte (their registers were the reason to keep
+    them out)."""
+    text = (_sources.KERNEL_DIR / "rotary.cuh").read_text()
+    assert "#define OPSMITH_ROTARY_TABLE_HINT 0" in text
+    names = _sources.FILES["rotary.cu"]
+    jobs = [{"source": _sources.KERNEL_DIR / "rotary.cu", "arch": "sm_90",
+             "options": [f"-DOPSMITH_ROTARY_TABLE_HINT={h}"], "name_expressions": [n.format(T=t) for n in names]}
+            for t in ("float", "__nv_bfloat16") for h in (0, 1)]
+    f0, f1, b0, b1 = (binary.code for binary in opsmith.compile_many(jobs, progress=False))
+    assert f0 != f1 and b0 == b1
 
 
 def test_the_norm_forwards_of_four_chunks_do_not_spill():

@@ -104,20 +104,37 @@ __device__ __forceinline__ Pack<T, P> ld(const T* p) {
     }
 }
 
-// ld's vector through the non-coherent (read-only) path, ld.global.nc, which the out-of-place kernels' __restrict__
-// x gets from the compiler: for the in-place kernels, whose x is written too. Sound there because a thread reads
-// each element of x once, before it writes it, and no thread reads an element another one writes.
-template <class T, int P>
-__device__ __forceinline__ Pack<T, P> ld_nc(const T* p) {
+#ifndef OPSMITH_ROTARY_TABLE_HINT
+// 1: float's cos/sin read under L2 evict_last (as torch.compile's kernel reads them), so that the streams of x and y
+// do not evict the table rows the next heads read again (bench/diag_rotary.py's h1). Off until measured in these
+// kernels: H100, diag_rotary_lean.cu's kernel with the hint (lean1) ran float32 forward + backward at 1.00-1.03x
+// compile in the same run as this kernel without it at 0.96-0.98x (docs/ops.md, "rotary's tables kept in L2")
+#define OPSMITH_ROTARY_TABLE_HINT 0
+#endif
+#if OPSMITH_ROTARY_TABLE_HINT && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define OPSMITH_ROTARY_KEEP 1
+#else
+#define OPSMITH_ROTARY_KEEP 0
+#endif
+
+// ld's vectors through the non-coherent (read-only) path, ld.global.nc: for the in-place kernels' x, which the
+// out-of-place kernels' __restrict__ x gets from the compiler (sound: a thread reads each element of x once, before
+// it writes it, and no thread reads an element another one writes); KEEP: the tables, under L2 evict_last
+template <class T, int P, bool KEEP = false>
+__device__ __forceinline__ Pack<T, P> ld_nc(const T* p, unsigned long long pol = 0) {
     constexpr int N = Vec<T>::N;
-    if constexpr (P % N == 0) {
+    if constexpr (P % N == 0 && (!KEEP || OPSMITH_ROTARY_KEEP)) {
         Pack<T, P> r;
 #pragma unroll
         for (int i = 0; i < P / N; ++i) {
             Vec<T> w;
             unsigned* u = reinterpret_cast<unsigned*>(&w);
-            asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3]) : "l"(p + i * N));
+            if constexpr (KEEP)
+                asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                    : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3]) : "l"(p + i * N), "l"(pol));
+            else
+                asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                    : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3]) : "l"(p + i * N));
 #pragma unroll
             for (int k = 0; k < N; ++k) r.v[i * N + k] = w.v[k];
         }
@@ -187,11 +204,18 @@ __device__ __forceinline__ Unit<T, P> load_unit(const T* xr, const T* __restrict
                                                  const T* __restrict__ sn, int j, int half, int interleaved) {
     auto ldx = [](const T* p) { return NC ? ld_nc<T, P>(p) : ld<T, P>(p); };  // x: NC in place (ld_nc)
     Unit<T, P> u;
-    u.c = ld<T, P>(cs + j);
-    u.s = ld<T, P>(sn + j);
+    // the tables under L2 evict_last, float's alone: the 2-byte types keep their registers (bf16's rotary<T> spilled)
+    // and lead compile without it; the policy made here (hoisted out of the row loop, it costs registers)
+    unsigned long long keep = 0;
+#if OPSMITH_ROTARY_KEEP
+    if constexpr (sizeof(T) == 4) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+#endif
+    auto ldt = [keep](const T* p) { return sizeof(T) == 4 ? ld_nc<T, P, true>(p, keep) : ld<T, P>(p); };
+    u.c = ldt(cs + j);
+    u.s = ldt(sn + j);
     if constexpr (FULL) {
-        u.c2 = ld<T, P>(cs + half + j);
-        u.s2 = ld<T, P>(sn + half + j);
+        u.c2 = ldt(cs + half + j);
+        u.s2 = ldt(sn + half + j);
     }
     if (interleaved) {  // 2P elements: pairs (2k, 2k + 1)
         const Pack<T, P> lo = ldx(xr + 2 * j), hi = ldx(xr + 2 * j + P);
