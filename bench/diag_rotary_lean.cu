@@ -14,14 +14,8 @@
 
 using namespace opsmith;
 
-// The L2 policies of the "lean1"/"pair1" (H 1: the tables evict_last, as torch.compile's kernel loads them) and
-// "lean2"/"pair2" variants (H 2: the tables evict_last and x evict_first)
-__device__ __forceinline__ unsigned long long l2_policy(bool keep) {
-    unsigned long long p = 0;
-    if (keep) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-    else asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
+// The L2 policies (common.cuh's l2_keep, l2_first): "lean1"/"pair1" (H 1) read the tables evict_last, as
+// torch.compile's kernel does; "lean2"/"pair2" (H 2) also x evict_first
 // 16 bytes at p, under L2 policy `pol` where `hint`
 template <class T>
 __device__ __forceinline__ Vec<T> ld_vec(const T* p, bool hint, unsigned long long pol) {
@@ -46,7 +40,7 @@ rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
     const T* xr = (second ? x2 : x) + (long long)r * (2 * half) + j;
     T* yr = (second ? y2 : y) + (long long)r * (2 * half) + j;
     const long long t = (long long)(r % (unsigned)s3) * half + j;
-    const unsigned long long keep = H ? l2_policy(true) : 0, first = H > 1 ? l2_policy(false) : 0;
+    const unsigned long long keep = H ? l2_keep() : 0, first = H > 1 ? l2_first() : 0;
     const Vec<T> a = ld_vec(xr, H > 1, first), b = ld_vec(xr + half, H > 1, first);
     const Vec<T> c = ld_vec(cos_t + t, H > 0, keep), s = ld_vec(sin_t + t, H > 0, keep);
     A ra[N], rb[N];
@@ -63,7 +57,7 @@ rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
 
 // bench/diag_rotary.py's "pair" variant: q and k of one shape rotated by the same thread, row r of each, the table's
 // vectors loaded once for both (torch.compile's kernel for this case does the same: one program over q's elements,
-// loading q, k, cos and sin at the same index; bench/results/ops-rotary-h100-2026-12-07/). Launch: grid (blocks for
+// loading q, k, cos and sin at the same index; bench/results/ops-rotary-h100-2026-12-06-s6/). Launch: grid (blocks for
 // the rows, 1), block as rotary_lean.
 template <class T, int H>
 __global__ void __launch_bounds__(256)
@@ -77,7 +71,7 @@ rotary_pair(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
     if (r >= rows || j >= half) return;
     const long long o = (long long)r * (2 * half) + j;
     const long long t = (long long)(r % (unsigned)s3) * half + j;
-    const unsigned long long keep = H ? l2_policy(true) : 0, first = H > 1 ? l2_policy(false) : 0;
+    const unsigned long long keep = H ? l2_keep() : 0, first = H > 1 ? l2_first() : 0;
     const Vec<T> a = ld_vec(x + o, H > 1, first), b = ld_vec(x + o + half, H > 1, first);
     const Vec<T> a2 = ld_vec(x2 + o, H > 1, first), b2 = ld_vec(x2 + o + half, H > 1, first);
     const Vec<T> c = ld_vec(cos_t + t, H > 0, keep), s = ld_vec(sin_t + t, H > 0, keep);

@@ -373,6 +373,23 @@ __device__ __forceinline__ void load_row(const T* row, T* cache, int mode, long 
     }
 }
 
+// L2 eviction policies for ld/st ... L2::cache_hint (sm_80+; 0 on older devices, whose callers load plainly):
+// norm_l2.cu's two passes, rotary.cuh's tables
+__device__ __forceinline__ unsigned long long l2_keep() {
+    unsigned long long p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+__device__ __forceinline__ unsigned long long l2_first() {
+    unsigned long long p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+
 }  // namespace opsmith
 
 // Dynamic shared memory of the long-row kernels (one declaration for every element type).

@@ -78,21 +78,6 @@
 
 namespace opsmith {
 
-// The L2 eviction policies of the two passes (sm_80+; older devices load plainly)
-__device__ __forceinline__ unsigned long long l2_keep() {
-    unsigned long long p = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-#endif
-    return p;
-}
-__device__ __forceinline__ unsigned long long l2_first() {
-    unsigned long long p = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-#endif
-    return p;
-}
 // 16 bytes at p under L2 policy `pol` (without the hints: 1-6 % slower on 12 of 15 bf16 and fp32
 // shapes, up to 3 % faster on the others; same run)
 __device__ __forceinline__ Raw ld_l2(const void* p, unsigned long long pol) {

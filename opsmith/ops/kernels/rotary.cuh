@@ -208,7 +208,7 @@ __device__ __forceinline__ Unit<T, P> load_unit(const T* xr, const T* __restrict
     // and lead compile without it; the policy made here (hoisted out of the row loop, it costs registers)
     unsigned long long keep = 0;
 #if OPSMITH_ROTARY_KEEP
-    if constexpr (sizeof(T) == 4) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+    if constexpr (sizeof(T) == 4) keep = l2_keep();
 #endif
     auto ldt = [keep](const T* p) { return sizeof(T) == 4 ? ld_nc<T, P, true>(p, keep) : ld<T, P>(p); };
     u.c = ldt(cs + j);
