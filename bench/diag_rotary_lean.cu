@@ -26,12 +26,29 @@ __device__ __forceinline__ Vec<T> ld_vec(const T* p, bool hint, unsigned long lo
     return *reinterpret_cast<const Vec<T>*>(&r);
 }
 
+// a and b (a pair's two halves, one vector each) rotated by c and sign * s, rounded to T and stored at y and y + half
+template <class T>
+__device__ __forceinline__ void rotate_store(const Vec<T>& a, const Vec<T>& b, const Vec<T>& c, const Vec<T>& s,
+                                             int sign, T* y, int half) {
+    typedef typename Elem<T>::acc A;
+    constexpr int N = Vec<T>::N;
+    A ra[N], rb[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const A c1 = Elem<T>::load(c.v[k]), sa = A(sign) * Elem<T>::load(s.v[k]);
+        const A av = Elem<T>::load(a.v[k]), bv = Elem<T>::load(b.v[k]);
+        ra[k] = av * c1 - bv * sa;
+        rb[k] = bv * c1 + av * sa;
+    }
+    *reinterpret_cast<Raw*>(y) = raw_pack<T>(ra);
+    *reinterpret_cast<Raw*>(y + half) = raw_pack<T>(rb);
+}
+
 template <class T, int H>
 __global__ void __launch_bounds__(256)
 rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restrict__ cos_t,
             const T* __restrict__ sin_t, T* __restrict__ y, T* __restrict__ y2, long long rows, long long rows2,
             int half, int s3, int sign) {
-    typedef typename Elem<T>::acc A;
     constexpr int N = Vec<T>::N;
     const bool second = blockIdx.y;
     const unsigned r = blockIdx.x * blockDim.y + threadIdx.y;
@@ -43,16 +60,7 @@ rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
     const unsigned long long keep = H ? l2_keep() : 0, first = H > 1 ? l2_first() : 0;
     const Vec<T> a = ld_vec(xr, H > 1, first), b = ld_vec(xr + half, H > 1, first);
     const Vec<T> c = ld_vec(cos_t + t, H > 0, keep), s = ld_vec(sin_t + t, H > 0, keep);
-    A ra[N], rb[N];
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const A c1 = Elem<T>::load(c.v[k]), sa = A(sign) * Elem<T>::load(s.v[k]);
-        const A av = Elem<T>::load(a.v[k]), bv = Elem<T>::load(b.v[k]);
-        ra[k] = av * c1 - bv * sa;
-        rb[k] = bv * c1 + av * sa;
-    }
-    *reinterpret_cast<Raw*>(yr) = raw_pack<T>(ra);
-    *reinterpret_cast<Raw*>(yr + half) = raw_pack<T>(rb);
+    rotate_store(a, b, c, s, sign, yr, half);
 }
 
 // bench/diag_rotary.py's "pair" variant: q and k of one shape rotated by the same thread, row r of each, the table's
@@ -64,7 +72,6 @@ __global__ void __launch_bounds__(256)
 rotary_pair(const T* __restrict__ x, const T* __restrict__ x2, const T* __restrict__ cos_t,
             const T* __restrict__ sin_t, T* __restrict__ y, T* __restrict__ y2, long long rows, int half, int s3,
             int sign) {
-    typedef typename Elem<T>::acc A;
     constexpr int N = Vec<T>::N;
     const unsigned r = blockIdx.x * blockDim.y + threadIdx.y;
     const int j = threadIdx.x * N;
@@ -75,19 +82,6 @@ rotary_pair(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
     const Vec<T> a = ld_vec(x + o, H > 1, first), b = ld_vec(x + o + half, H > 1, first);
     const Vec<T> a2 = ld_vec(x2 + o, H > 1, first), b2 = ld_vec(x2 + o + half, H > 1, first);
     const Vec<T> c = ld_vec(cos_t + t, H > 0, keep), s = ld_vec(sin_t + t, H > 0, keep);
-    A ra[N], rb[N], ra2[N], rb2[N];
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const A c1 = Elem<T>::load(c.v[k]), sa = A(sign) * Elem<T>::load(s.v[k]);
-        const A av = Elem<T>::load(a.v[k]), bv = Elem<T>::load(b.v[k]);
-        const A av2 = Elem<T>::load(a2.v[k]), bv2 = Elem<T>::load(b2.v[k]);
-        ra[k] = av * c1 - bv * sa;
-        rb[k] = bv * c1 + av * sa;
-        ra2[k] = av2 * c1 - bv2 * sa;
-        rb2[k] = bv2 * c1 + av2 * sa;
-    }
-    *reinterpret_cast<Raw*>(y + o) = raw_pack<T>(ra);
-    *reinterpret_cast<Raw*>(y + o + half) = raw_pack<T>(rb);
-    *reinterpret_cast<Raw*>(y2 + o) = raw_pack<T>(ra2);
-    *reinterpret_cast<Raw*>(y2 + o + half) = raw_pack<T>(rb2);
+    rotate_store(a, b, c, s, sign, y + o, half);
+    rotate_store(a2, b2, c, s, sign, y2 + o, half);
 }

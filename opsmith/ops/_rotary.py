@@ -126,7 +126,8 @@ def rows_a_trip(dtype: str, full: bool) -> int:
 def _plan(rows: int, d: int, half: int, itemsize: int, props, trip: int = ROTARY_ROWS) -> "_launch.Plan":
     """Threads a row from the 16-byte vectors (pairs) it holds; rows fill a block of EW_THREADS; ``trip``: the
     kernel's rows a trip for the dtype (:func:`rows_a_trip`)."""
-    vec = 16 // itemsize if half % (16 // itemsize) == 0 and d % (16 // itemsize) == 0 else 1
+    n = 16 // itemsize  # elements a 16-byte vector
+    vec = n if half % n == 0 and d % n == 0 else 1
     per_row = max(half // vec, (d - 2 * half) // vec, 1)
     tpr = min(_launch.EW_THREADS, 1 << (per_row - 1).bit_length())
     by = max(1, _launch.EW_THREADS // tpr)

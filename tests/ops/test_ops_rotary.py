@@ -272,8 +272,9 @@ def test_qk_plan_gives_q_and_k_a_grid_row_each_below_the_across_tables(monkeypat
         half, is_full, _, lead = _rotary._checked(q, cos, cos, pos, False)
         assert (half, is_full) == (64, full)
         rows_q, rows_k = q.numel() // 128, k.numel() // 128
-        plan = _rotary.plan_qk(q, rows_q, rows_k, half, full, str(dtype).removeprefix("torch."), lead)
-        n = _rotary.plan_one(q, max(rows_q, rows_k), half, full, str(dtype).removeprefix("torch.")).grid[0]
+        dt = str(dtype).removeprefix("torch.")
+        plan = _rotary.plan_qk(q, rows_q, rows_k, half, full, dt, lead)
+        n = _rotary.plan_one(q, max(rows_q, rows_k), half, full, dt).grid[0]
         assert plan.grid == ((n, 2) if halves else (2 * n,)), (dtype, seq, full, positions)
 
 
