@@ -12,8 +12,8 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
 - ``bN``: rotary.cu compiled with ``OPSMITH_ROTARY_BLOCKS`` N (at least N blocks an SM: a register cap);
 - ``mN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_FASTPOS`` (1, shipped: a table that follows the positions alone
   found with one modulo; 0: the divisions);
-- ``hN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_TABLE_HINT`` (1, shipped: float's tables read under L2
-  evict_last; 0: plain loads);
+- ``hN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_TABLE_HINT`` (0, shipped: plain loads; 1: float's tables read
+  under L2 evict_last);
 - ``kN`` (N 0 or 1): ``_rotary.plan_qk``'s grid, q and k on alternating blocks (0) or on two rows of blocks (1),
   whatever the tables (shipped: two rows below ``_rotary.QK_HALVES_BELOW`` bytes of tables);
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
