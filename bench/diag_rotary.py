@@ -138,13 +138,11 @@ def _lean_call(kern, q, k, cos, sin, gq, gk, bwd: bool, pair: bool = False):
     if pair and q.shape != k.shape:
         raise SystemExit(f"diag_rotary: pair takes q and k of one shape, got {tuple(q.shape)} and {tuple(k.shape)}")
     cfg = _launch.launch_config(plan._replace(grid=(plan.grid[0], 1 if pair else 2)))
+    rows = (rows_q,) if pair else (rows_q, rows_k)  # rotary_pair's one count of rows, rotary_lean's two
 
     def rotate(a, b, sign):
         ya, yb = torch.empty_like(a), torch.empty_like(b)
-        if pair:
-            kern.launch(cfg, a, b, cos, sin, ya, yb, rows_q, half, cos.shape[0], sign)
-        else:
-            kern.launch(cfg, a, b, cos, sin, ya, yb, rows_q, rows_k, half, cos.shape[0], sign)
+        kern.launch(cfg, a, b, cos, sin, ya, yb, *rows, half, cos.shape[0], sign)
         return ya, yb
 
     def call():
