@@ -14,6 +14,9 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
   found with one modulo; 0: the divisions);
 - ``hN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_TABLE_HINT`` (0, shipped: plain loads; 1: float's tables read
   under L2 evict_last);
+- ``lN`` (N 0 or 1): rotary.cu's ``rotary_lean`` for float32's common case (1, shipped: ``_rotary.LEAN_DTYPES``;
+  0: rotary_qk, as shipped before 2026-12-06's eighth session; the ``rN``, ``yN``, ``gN``, ``bN``, ``mN``, ``hN`` and
+  ``kN`` settings shape rotary_qk alone);
 - ``kN`` (N 0 or 1): ``_rotary.plan_qk``'s grid, q and k on alternating blocks (0) or on two rows of blocks (1),
   whatever the tables (shipped: two rows below ``_rotary.QK_HALVES_BELOW`` bytes of tables);
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
@@ -59,7 +62,7 @@ VARIANTS = "shipped,k0,k1,m0,compile,copy"
 PEERS = ("compile", "liger", "copy", "op", "sweep", "sweep-compile")
 AUTOGRAD = ("compile", "liger", "op", "sweep", "sweep-compile")  # timed under enable_grad for fwd+bwd
 LEAN = ("lean", "lean1", "lean2", "pair", "pair1", "pair2")  # diag_rotary_lean.cu's kernel and L2 hints
-_TOKEN = re.compile(r"^([rygbmkh])(\d+)$")
+_TOKEN = re.compile(r"^([rygbmkhl])(\d+)$")
 
 
 def parse(variant: str) -> dict:
@@ -70,9 +73,9 @@ def parse(variant: str) -> dict:
     out = {}
     for tok in variant.split("-"):
         m = _TOKEN.match(tok)
-        if not m or not (0 <= int(m.group(2)) <= 1 if m.group(1) in "mkh" else int(m.group(2)) >= 1):
+        if not m or not (0 <= int(m.group(2)) <= 1 if m.group(1) in "mkhl" else int(m.group(2)) >= 1):
             raise SystemExit(f"diag_rotary: variant {variant!r}: {tok!r} is not rN, yN, gN, bN (N >= 1), m0, m1, "
-                             f"k0, k1, h0 or h1, nor one of shipped, two, lean, {', '.join(PEERS)}")
+                             f"k0, k1, h0, h1, l0 or l1, nor one of shipped, two, lean, {', '.join(PEERS)}")
         out[m.group(1)] = int(m.group(2))
     return out
 
@@ -94,7 +97,7 @@ def _defines(s: dict) -> dict:
 def variant(settings: dict, module, sms: int):
     """rotary.cu's kernel (``module``, compiled with the variant's defines) and plan of ``settings`` inside the
     block."""
-    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.QK_HALVES_BELOW
+    saved = _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.QK_HALVES_BELOW, _rotary.LEAN_DTYPES
     if not settings:
         yield
         return
@@ -115,10 +118,13 @@ def variant(settings: dict, module, sms: int):
         _rotary.rows_a_trip = lambda dt, full: settings["r"]
     if "k" in settings:
         _rotary.QK_HALVES_BELOW = 1 << 62 if settings["k"] else 0
+    if settings.get("l") == 0:
+        _rotary.LEAN_DTYPES = ()
     try:
         yield
     finally:
-        _sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.QK_HALVES_BELOW = saved
+        (_sources.kernel, _rotary._plan, _rotary.rows_a_trip, _rotary.QK_HALVES_BELOW,
+         _rotary.LEAN_DTYPES) = saved
 
 
 def _lean_call(kern, q, k, cos, sin, gq, gk, bwd: bool, pair: bool = False):
@@ -294,7 +300,7 @@ def main() -> int:
                     got = calls[v]()
                     err = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref))
                     tol = (4 * torch.finfo(dt).eps * max(b.float().abs().max().item() for b in ref)
-                           if v in LEAN else 0)
+                           if v in LEAN or settings[v].get("l") == 0 else 0)  # another kernel: to 4 ulp
                     if err > tol:
                         raise SystemExit(f"diag_rotary: {v} {shape} differs from shipped by {err}")
         per = {v: [] for v in variants}

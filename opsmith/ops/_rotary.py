@@ -33,7 +33,7 @@ from opsmith._errors import SpecError
 from opsmith.ops import _functional as fn
 from opsmith.ops import _launch, _sources
 
-__all__ = ["check", "check_qk", "define_all", "out_like", "rotary_cuda", "rotary_qk_cuda"]
+__all__ = ["check", "check_qk", "define_all", "lean", "out_like", "rotary_cuda", "rotary_qk_cuda"]
 
 MAX_LEAD = 4
 
@@ -225,6 +225,39 @@ def plan_qk(q, rows_q: int, rows_k: int, half: int, full: bool, dt: str, lead: t
     return plan._replace(grid=(2 * min(plan.grid[0], 2**30 - 1),))
 
 
+# the dtypes whose rotations of the common case take rotary.cu's rotary_lean (bench/diag_rotary.py's l0 empties it):
+# float32's, which rotary_qk left 2-8 % behind torch.compile on [1, heads, seq, 128] (docs/ops.md, "rotary's lean
+# kernel"); the 2-byte types lead compile through rotary_qk
+LEAN_DTYPES = ("float32",)
+LEAN_ROWS = 2**31  # rotary_lean's rows a tensor: below this (its row index is 32-bit)
+
+
+def lean(dt: str, half: int, full: bool, interleaved: bool, has_pos: bool, cos, sin, pairs: list) -> bool:
+    """Whether rotary_lean takes the rotation of each ``(x, y, rows, lead)`` in ``pairs`` (x and y in memory order):
+    ``dt`` in :data:`LEAN_DTYPES`, neox half tables without positions, rows of exactly ``2 * half`` elements of whole
+    16-byte vectors (at most a block's threads of them), one table row a position (``lead``'s innermost dim alone
+    strides cos, by ``half``, the same for every tensor), contiguous and 16-byte aligned (cos and sin too), below
+    :data:`LEAN_ROWS` rows."""
+    if dt not in LEAN_DTYPES or full or interleaved or has_pos or cos.data_ptr() % 16 or sin.data_ptr() % 16:
+        return False
+    x0, _, _, lead0 = pairs[0]
+    n = 16 // x0.element_size()
+    if x0.shape[-1] != 2 * half or half % n or half // n > _launch.EW_THREADS:
+        return False
+    return all(lead[MAX_LEAD - 1] == lead0[MAX_LEAD - 1] and lead[MAX_LEAD:2 * MAX_LEAD] == (0, 0, 0, half)
+               and rows < LEAN_ROWS and x.is_contiguous() and y.is_contiguous()
+               and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0 for x, y, rows, lead in pairs)
+
+
+def _launch_lean(xs: tuple, ys: tuple, rows: tuple, cos, sin, half: int, lead: tuple, sign: int, dt: str) -> None:
+    """rotary_lean over one tensor or two (q's blocks, then k's: the grid's two rows)."""
+    plan = plan_one(xs[0], max(rows), half, False, dt)
+    kern = _sources.kernel("rotary.cu", "rotary_lean<{T}>", dt, xs[0].get_device())
+    two = len(xs) == 2
+    kern.launch(_launch.launch_config(plan._replace(grid=(plan.grid[0], 2 if two else 1))), xs[0], xs[-1], cos, sin,
+                ys[0], ys[-1], rows[0], rows[-1] if two else 0, half, lead[MAX_LEAD - 1], sign)
+
+
 def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: int = 1):
     """The rotation (``sign=-1``: the inverse) on CUDA."""
     y, xk, yk, rows, half, full, lead = _prepared(x, cos, sin, positions, interleaved)
@@ -233,6 +266,9 @@ def rotary_cuda(x, cos, sin, positions=None, interleaved: bool = False, sign: in
     d = x.shape[-1]
     cos, sin, pos = _tables(x, cos, sin, positions)
     dt = fn._dtype_name(x, "rotary_embedding")
+    if lean(dt, half, full, interleaved, positions is not None, cos, sin, [(xk, yk, rows, lead)]):
+        _launch_lean((xk,), (yk,), (rows,), cos, sin, half, lead, sign, dt)
+        return y
     plan = plan_one(x, rows, half, full, dt)
     k = _sources.kernel("rotary.cu", "rotary_full<{T}>" if full else "rotary<{T}>", dt, x.get_device())
     k.launch(_launch.launch_config(plan), xk, cos, sin, pos, yk, rows, d, half, int(interleaved), sign,
@@ -260,6 +296,10 @@ def rotary_qk_cuda(q, k, cos, sin, positions=None, interleaved: bool = False, si
     d = q.shape[-1]
     cos, sin, pos = _tables(q, cos, sin, positions)
     dt = fn._dtype_name(q, "rotary_embedding_qk")
+    if lean(dt, half, full, interleaved, positions is not None, cos, sin,
+            [(qk_, yqk, rows_q, lead_q), (kk, ykk, rows_k, lead_k)]):
+        _launch_lean((qk_, kk), (yqk, ykk), (rows_q, rows_k), cos, sin, half, lead_q, sign, dt)
+        return yq, yk
     plan = plan_qk(q, rows_q, rows_k, half, full, dt, lead_q)
     kern = _sources.kernel("rotary.cu", "rotary_qk_full<{T}>" if full else "rotary_qk<{T}>", dt, q.get_device())
     kern.launch(_launch.launch_config(plan), qk_, kk, cos, sin, pos, yqk, ykk, rows_q, rows_k, d, half,

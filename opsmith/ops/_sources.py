@@ -59,7 +59,7 @@ FILES: dict[str, tuple[str, ...]] = {
                       "add_rms_norm_fwd_c8k<{T}, {A}>", "add_layer_norm_fwd<{T}, {A}>",
                       "add_layer_norm_fwd_full<{T}, {A}>", "add_layer_norm_fwd_c4<{T}, {A}>",
                       "add_layer_norm_fwd_c4_full<{T}, {A}>"),
-    "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>"),
+    "rotary.cu": ("rotary<{T}>", "rotary_full<{T}>", "rotary_qk<{T}>", "rotary_qk_full<{T}>", "rotary_lean<{T}>"),
     "rotary_ip.cu": ("rotary_ip<{T}>", "rotary_ip_full<{T}>", "rotary_qk_ip<{T}>", "rotary_qk_ip_full<{T}>"),
     "cross_entropy.cu": ("cross_entropy_fwd<{T}, {A}, true>", "cross_entropy_fwd<{T}, {A}, false>",
                          "cross_entropy_finish<{T}, {A}>", "cross_entropy_bwd<{T}, {A}>"),
