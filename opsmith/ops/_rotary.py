@@ -251,8 +251,9 @@ def lean(dt: str, half: int, full: bool, interleaved: bool, has_pos: bool, cos, 
 
 def _launch_lean(xs: tuple, ys: tuple, rows: tuple, cos, sin, half: int, lead: tuple, sign: int, dt: str) -> None:
     """rotary_lean over one tensor or two (q's blocks, then k's: the grid's two rows)."""
-    plan = plan_one(xs[0], max(rows), half, False, dt)
-    kern = _sources.kernel("rotary.cu", "rotary_lean<{T}>", dt, xs[0].get_device())
+    x = xs[0]  # a row a thread, one trip: the plan's blocks at 1 row a trip cover every row
+    plan = _plan(max(rows), x.shape[-1], half, x.element_size(), _launch.device_props(x.get_device()), 1)
+    kern = _sources.kernel("rotary.cu", "rotary_lean<{T}>", dt, x.get_device())
     two = len(xs) == 2
     kern.launch(_launch.launch_config(plan._replace(grid=(plan.grid[0], 2 if two else 1))), xs[0], xs[-1], cos, sin,
                 ys[0], ys[-1], rows[0], rows[-1] if two else 0, half, lead[MAX_LEAD - 1], sign)

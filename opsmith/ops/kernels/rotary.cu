@@ -79,7 +79,7 @@ __device__ __forceinline__ Pack<T, Vec<T>::N> ld_table(const T* __restrict__ p) 
 // leading dim broadcast: [seq, half] beside [batch, heads, seq, 2 * half]), half a whole number of 16-byte vectors
 // and at most blockDim.x of them, every pointer 16-byte aligned, rows below 2^31 (opsmith/ops/_rotary.py's lean()
 // checks all of it). A thread rotates one vector of a row: no row loop, no layout or position arithmetic (30
-// registers for float against rotary_qk's 40). Grid (blocks for the longer tensor, 1 or 2): x's blocks, then x2's.
+// registers for float on sm_90 against rotary_qk's 40). Grid (blocks for the longer tensor, 1 or 2): x's blocks, then x2's.
 // The arithmetic is store_unit's for half tables: the outputs are rotary_qk's.
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
@@ -91,12 +91,12 @@ rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
     const unsigned r = blockIdx.x * blockDim.y + threadIdx.y;
     const int j = threadIdx.x * N;
     if (r >= (second ? rows2 : rows) || j >= half) return;
-    const long long o = (long long)r * (2 * half) + j, t = (long long)(r % (unsigned)s3) * half + j;
-    const T* xr = (second ? x2 : x) + o;
+    const long long row = (long long)r * (2 * half), t = (long long)(r % (unsigned)s3) * half + j;
+    const T* xr = (second ? x2 : x) + row;
     Unit<T, N> u;
-    u.a = ld<T, N>(xr);
-    u.b = ld<T, N>(xr + half);
+    u.a = ld<T, N>(xr + j);
+    u.b = ld<T, N>(xr + half + j);
     u.c = ld_table(cos_t + t);
     u.s = ld_table(sin_t + t);
-    store_unit<T, N, false>((second ? y2 : y) + o, u, j, half, 0, sign);
+    store_unit<T, N, false>((second ? y2 : y) + row, u, j, half, 0, sign);  // at the row's j and half + j
 }
