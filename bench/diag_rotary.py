@@ -14,9 +14,9 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
   found with one modulo; 0: the divisions);
 - ``hN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_TABLE_HINT`` (0, shipped: plain loads; 1: float's tables read
   under L2 evict_last);
-- ``lN`` (N 0 or 1): rotary.cu's ``rotary_lean`` for float32's common case (1, shipped: ``_rotary.LEAN_DTYPES``;
-  0: rotary_qk, as shipped before 2026-12-06's eighth session; the ``rN``, ``yN``, ``gN``, ``bN``, ``mN``, ``hN`` and
-  ``kN`` settings shape rotary_qk alone);
+- ``lN`` (N 0 or 1): rotary.cu's ``rotary_lean`` for float32's common case (``_rotary.LEAN_DTYPES``; 0, shipped:
+  off, rotary_qk; 1: on; the ``rN``, ``yN``, ``gN``, ``bN``, ``mN``, ``hN`` and ``kN`` settings shape rotary_qk
+  alone);
 - ``kN`` (N 0 or 1): ``_rotary.plan_qk``'s grid, q and k on alternating blocks (0) or on two rows of blocks (1),
   whatever the tables (shipped: two rows below ``_rotary.QK_HALVES_BELOW`` bytes of tables);
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
@@ -118,8 +118,8 @@ def variant(settings: dict, module, sms: int):
         _rotary.rows_a_trip = lambda dt, full: settings["r"]
     if "k" in settings:
         _rotary.QK_HALVES_BELOW = 1 << 62 if settings["k"] else 0
-    if settings.get("l") == 0:
-        _rotary.LEAN_DTYPES = ()
+    if "l" in settings:
+        _rotary.LEAN_DTYPES = ("float32",) if settings["l"] else ()
     try:
         yield
     finally:
@@ -300,7 +300,7 @@ def main() -> int:
                     got = calls[v]()
                     err = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref))
                     tol = (4 * torch.finfo(dt).eps * max(b.float().abs().max().item() for b in ref)
-                           if v in LEAN or settings[v].get("l") == 0 else 0)  # another kernel: to 4 ulp
+                           if v in LEAN or "l" in settings[v] else 0)  # another kernel: to 4 ulp
                     if err > tol:
                         raise SystemExit(f"diag_rotary: {v} {shape} differs from shipped by {err}")
         per = {v: [] for v in variants}

@@ -4,12 +4,25 @@ kernel's registers and L2 hint under NVRTC's ptxas (sm_90)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from opsmith.ops import _rotary
+
+
+@pytest.fixture(autouse=True)
+def lean_on(monkeypatch):
+    """rotary_lean on for float32, as _rotary.LEAN_DTYPES will be once its GPU tests pass."""
+    monkeypatch.setattr(_rotary, "LEAN_DTYPES", ("float32",))
+
+
+def test_lean_is_off_as_shipped_until_its_gpu_tests_pass():
+    """Its one GPU run found a wrong store offset (fixed by 90e735a, not yet run on a GPU): rotary_qk takes every
+    rotation until tests/ops/test_ops_rotary_lean_gpu.py passes on a GPU (docs/ops.md, "rotary's lean kernel")."""
+    assert "\nLEAN_DTYPES: tuple = ()\n" in Path(_rotary.__file__).read_text()  # as shipped, not as patched here
 
 
 def _lean(x, cos, positions=None, interleaved=False, k=None):
@@ -82,7 +95,8 @@ def test_rotary_lean_compiles_in_few_registers_and_its_hint_changes_float_alone(
              "name_expressions": [f"rotary_lean<{t}>" for t in types]} for h in (1, 0)]
     on, off = opsmith.compile_many(jobs, progress=False)
     used = re.findall(r"Compiling entry function '\w*rotary_lean\w*'[^\n]*\n[^\n]*\n\D*\d+ bytes stack frame, "
-                      r"(\d+) bytes spill stores, (\d+) bytes spill loads\s+ptxas info\s+: Used (\d+) registers", on.log)
+                      r"(\d+) bytes spill stores, (\d+) bytes spill loads\s+ptxas info\s+: Used (\d+) registers",
+                      on.log)
     assert len(used) == 3 and all((st, ld) == ("0", "0") and int(r) <= 32 for st, ld, r in used), on.log
     single = [{**jobs[h], "name_expressions": [f"rotary_lean<{t}>"]} for t in ("float", "__nv_bfloat16")
               for h in (0, 1)]

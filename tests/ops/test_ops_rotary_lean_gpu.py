@@ -1,6 +1,7 @@
-"""rotary.cu's rotary_lean on CUDA (float32's common case: neox half tables [seq, half] beside contiguous
-[batch, heads, seq, 2 * half]): the ops take it where it applies, and give rotary_qk's bits there, forward and
-backward, one tensor and q with k; the cases it does not take keep rotary_qk and the float64 reference."""
+"""rotary.cu's rotary_lean on CUDA, switched on (off as shipped), for float32's common case (neox half tables
+[seq, half] beside contiguous [batch, heads, seq, 2 * half]): the ops take it where it applies, and give rotary_qk's
+bits there, forward and backward, one tensor and q with k; the cases it does not take keep rotary_qk and the float64
+reference."""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +12,12 @@ import opsmith.ops as O
 from opsmith.ops import _rotary
 
 pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def lean_on(monkeypatch):
+    """rotary_lean on for float32 (off as shipped until these tests pass on a GPU: _rotary.LEAN_DTYPES)."""
+    monkeypatch.setattr(_rotary, "LEAN_DTYPES", ("float32",))
 
 
 @pytest.fixture

@@ -79,8 +79,9 @@ __device__ __forceinline__ Pack<T, Vec<T>::N> ld_table(const T* __restrict__ p) 
 // leading dim broadcast: [seq, half] beside [batch, heads, seq, 2 * half]), half a whole number of 16-byte vectors
 // and at most blockDim.x of them, every pointer 16-byte aligned, rows below 2^31 (opsmith/ops/_rotary.py's lean()
 // checks all of it). A thread rotates one vector of a row: no row loop, no layout or position arithmetic (30
-// registers for float on sm_90 against rotary_qk's 40). Grid (blocks for the longer tensor, 1 or 2): x's blocks, then x2's.
-// The arithmetic is store_unit's for half tables: the outputs are rotary_qk's.
+// registers for float on sm_90 against rotary_qk's 40). Grid (blocks for the longer tensor, 1 or 2): x's blocks,
+// then x2's. The arithmetic is store_unit's for half tables: the outputs are rotary_qk's. Launched only for the dtypes
+// in _rotary.LEAN_DTYPES: none as shipped, until it passes its GPU tests (docs/ops.md, "rotary's lean kernel").
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
 rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restrict__ cos_t,

@@ -105,10 +105,10 @@ __device__ __forceinline__ Pack<T, P> ld(const T* p) {
 }
 
 #ifndef OPSMITH_ROTARY_TABLE_HINT
-// 1: float's cos/sin read under L2 evict_last (as torch.compile's kernel reads them), so that the streams of x and y
-// do not evict the table rows the next heads read again (bench/diag_rotary.py's h1). Off until measured in these
-// kernels: H100, diag_rotary_lean.cu's kernel with the hint (lean1) ran float32 forward + backward at 1.00-1.03x
-// compile in the same run as this kernel without it at 0.96-0.98x (docs/ops.md, "rotary's tables kept in L2")
+// 1: float's cos/sin read under L2 evict_last (as torch.compile's kernel reads them; bench/diag_rotary.py's h1). Off:
+// H100, float32 forward + backward against compile, one run (docs/ops.md, "rotary's lean kernel"): on 0.923-1.065x, off
+// 0.952-1.057x, 8192x8192 0.923x on against 1.034x off; diag_rotary_lean.cu's kernel with the hint (lean1) 1.009-1.104x
+// in the same run, hence rotary.cu's rotary_lean
 #define OPSMITH_ROTARY_TABLE_HINT 0
 #endif
 #if OPSMITH_ROTARY_TABLE_HINT && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
