@@ -370,7 +370,7 @@ def test_cuda_paths_pass_each_kernel_the_arguments_of_its_signature(dtype, monke
     monkeypatch.setattr(_sources, "kernel", kernel)
     monkeypatch.setattr(_launch, "device_props", lambda device: H100)
     from opsmith.ops import _rotary
-    monkeypatch.setattr(_rotary, "LEAN_DTYPES", ("float32",))  # off as shipped; its launch checked all the same
+    monkeypatch.setattr(_rotary, "LEAN_DTYPES", ("float32",))  # as shipped, whatever the default
     dt = getattr(torch, dtype)
     # warp, block, c4 and wide (the norms' 2 to 16 KiB), l2 (whole vectors from 16 KiB), cluster, long cached (its
     # forward), long uncached: the odd widths of the c4 and l2 rows take the others

@@ -1,4 +1,4 @@
-"""rotary.cu's rotary_lean on CUDA, switched on (off as shipped), for float32's common case (neox half tables
+"""rotary.cu's rotary_lean on CUDA (on as shipped, pinned on here), for float32's common case (neox half tables
 [seq, half] beside contiguous [batch, heads, seq, 2 * half]): the ops take it where it applies, and give rotary_qk's
 bits there, forward and backward, one tensor and q with k; the cases it does not take keep rotary_qk and the float64
 reference."""
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def lean_on(monkeypatch):
-    """rotary_lean on for float32 (off as shipped until these tests pass on a GPU: _rotary.LEAN_DTYPES)."""
+    """rotary_lean on for float32, as shipped (_rotary.LEAN_DTYPES), whatever the default."""
     monkeypatch.setattr(_rotary, "LEAN_DTYPES", ("float32",))
 
 

@@ -81,7 +81,7 @@ __device__ __forceinline__ Pack<T, Vec<T>::N> ld_table(const T* __restrict__ p) 
 // checks all of it). A thread rotates one vector of a row: no row loop, no layout or position arithmetic (30
 // registers for float on sm_90 against rotary_qk's 40). Grid (blocks for the longer tensor, 1 or 2): x's blocks,
 // then x2's. The arithmetic is store_unit's for half tables: the outputs are rotary_qk's. Launched only for the dtypes
-// in _rotary.LEAN_DTYPES: none as shipped, until it passes its GPU tests (docs/ops.md, "rotary's lean kernel").
+// in _rotary.LEAN_DTYPES: float32 as shipped (docs/ops.md, "rotary's lean kernel").
 template <class T>
 __global__ void __launch_bounds__(OPSMITH_EW_THREADS)
 rotary_lean(const T* __restrict__ x, const T* __restrict__ x2, const T* __restrict__ cos_t,
