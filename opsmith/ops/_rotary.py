@@ -232,6 +232,11 @@ def plan_qk(q, rows_q: int, rows_k: int, half: int, full: bool, dt: str, lead: t
 # kernel")
 LEAN_DTYPES: tuple = ("float32",)
 LEAN_ROWS = 2**31  # rotary_lean's rows a tensor: below this (its row index is 32-bit)
+# rotary_lean's cos + sin bytes: at most this. Its blocks walk every head's rows in turn, so each head reads the whole
+# table again, and a table past L2's share comes from memory each time: H100, float32 [1, heads, seq, 128], one run
+# (docs/ops.md, "rotary's lean kernel"), 8 MiB (seq 16384) 1.09-1.11x compile, 16 and 32 MiB 0.84-0.86x against
+# rotary_qk's 1.14-1.19x (which rotates a position's heads together)
+LEAN_TABLE_BYTES = 8 * 2**20
 
 
 def lean(dt: str, half: int, full: bool, interleaved: bool, has_pos: bool, cos, sin, pairs: list) -> bool:
@@ -239,12 +244,13 @@ def lean(dt: str, half: int, full: bool, interleaved: bool, has_pos: bool, cos, 
     ``dt`` in :data:`LEAN_DTYPES`, neox half tables without positions, rows of exactly ``2 * half`` elements of whole
     16-byte vectors (at most a block's threads of them), one table row a position (``lead``'s innermost dim alone
     strides cos, by ``half``, the same for every tensor), contiguous and 16-byte aligned (cos and sin too), below
-    :data:`LEAN_ROWS` rows."""
+    :data:`LEAN_ROWS` rows, tables of at most :data:`LEAN_TABLE_BYTES`."""
     if dt not in LEAN_DTYPES or full or interleaved or has_pos or cos.data_ptr() % 16 or sin.data_ptr() % 16:
         return False
     x0, _, _, lead0 = pairs[0]
     n = 16 // x0.element_size()
-    if x0.shape[-1] != 2 * half or half % n or half // n > _launch.EW_THREADS:
+    if x0.shape[-1] != 2 * half or half % n or half // n > _launch.EW_THREADS \
+            or 2 * lead0[MAX_LEAD - 1] * half * x0.element_size() > LEAN_TABLE_BYTES:
         return False
     return all(lead[MAX_LEAD - 1] == lead0[MAX_LEAD - 1] and lead[MAX_LEAD:2 * MAX_LEAD] == (0, 0, 0, half)
                and rows < LEAN_ROWS and x.is_contiguous() and y.is_contiguous()

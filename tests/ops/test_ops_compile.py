@@ -97,7 +97,8 @@ def test_rotary_compiles_without_spilling():
             for f in ("rotary.cu", "rotary_ip.cu") for t, _ in _sources.DTYPES.values()]
     for job, binary in zip(jobs, opsmith.compile_many(jobs, progress=False)):
         spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", binary.log)
-        assert len(spills) >= len(job["name_expressions"]), binary.log
+        assert len(spills) >= len(job["name_expressions"]), (job["source"].name, job["name_expressions"][0],
+                                                             job["options"], binary.from_cache, binary.log)
         if "double" not in job["name_expressions"][0]:
             assert all(s == ("0", "0") for s in spills), (job["source"].name, job["name_expressions"][0], spills)
 
