@@ -48,7 +48,7 @@ def test_the_common_float32_case_is_lean():
 
 
 @pytest.mark.parametrize("case", ["bfloat16", "float16", "float64", "positions", "interleaved", "full", "partial",
-                                  "odd half", "wide", "transposed", "per-batch", "unaligned", "rows", "table"])
+                                  "odd half", "wide", "transposed", "per-batch", "unaligned", "rows"])
 def test_other_rotations_keep_rotary_qk(case, monkeypatch):
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}.get(case, torch.float32)
     d = {"odd half": 132, "wide": 4096}.get(case, 128)  # 66: not whole vectors; 2048: 512 vectors, past 256 threads
@@ -64,12 +64,11 @@ def test_other_rotations_keep_rotary_qk(case, monkeypatch):
         x = torch.randn(x.numel() + 1)[1:].view(x.shape)
     elif case == "rows":
         monkeypatch.setattr(_rotary, "LEAN_ROWS", 2 * 4 * 64)
-    elif case == "table":  # cos and sin of 64 rows of 64 floats: 32 KiB, past the limit
-        monkeypatch.setattr(_rotary, "LEAN_TABLE_BYTES", 2 * 64 * 64 * 4 - 1)
     assert not _lean(x, cos, pos, interleaved=case == "interleaved")
 
 
 def test_tables_up_to_the_limit_are_lean(monkeypatch):
+    """_rotary.LEAN_TABLE_BYTES on both sides: a table of exactly the limit takes rotary_lean, one row more not."""
     monkeypatch.setattr(_rotary, "LEAN_TABLE_BYTES", 2 * 64 * 64 * 4)  # cos and sin [64, 64] float: 32 KiB
     assert _lean(torch.randn(2, 4, 64, 128), torch.randn(64, 64))
     assert not _lean(torch.randn(2, 4, 65, 128), torch.randn(65, 64))
