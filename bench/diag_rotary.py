@@ -14,9 +14,9 @@ of a random gradient) under each of ``--variants``, a variant being ``shipped`` 
   found with one modulo; 0: the divisions);
 - ``hN`` (N 0 or 1): rotary.cuh's ``OPSMITH_ROTARY_TABLE_HINT`` (0, shipped: plain loads; 1: float's tables read
   under L2 evict_last);
-- ``lN`` (N 0 or 1): rotary.cu's ``rotary_lean`` for float32's common case (``_rotary.LEAN_DTYPES``; 0, shipped:
-  off, rotary_qk; 1: on; the ``rN``, ``yN``, ``gN``, ``bN``, ``mN``, ``hN`` and ``kN`` settings shape rotary_qk
-  alone);
+- ``lN`` (N 0 or 1): rotary.cu's ``rotary_lean`` for float32's common case (``_rotary.LEAN_DTYPES``; 0: off,
+  rotary_qk; 1, shipped: on, for tables of at most ``_rotary.LEAN_TABLE_BYTES``; the ``rN``, ``yN``, ``gN``,
+  ``bN``, ``mN``, ``hN`` and ``kN`` settings shape rotary_qk alone);
 - ``kN`` (N 0 or 1): ``_rotary.plan_qk``'s grid, q and k on alternating blocks (0) or on two rows of blocks (1),
   whatever the tables (shipped: two rows below ``_rotary.QK_HALVES_BELOW`` bytes of tables);
 - ``two``: q and k in two launches (``_rotary.rotary_cuda`` each), not one;
