@@ -63,8 +63,8 @@ def test_float32_common_case_takes_rotary_lean_with_rotary_qks_bits(launches, mo
 
 
 @pytest.mark.parametrize("case", ["bfloat16", "float16", "positions", "interleaved", "full", "partial", "transposed",
-                                  "per-batch", "unaligned", "wide"])
-def test_other_cases_keep_rotary_qk_and_match_the_reference(launches, case):
+                                  "per-batch", "unaligned", "wide", "table"])
+def test_other_cases_keep_rotary_qk_and_match_the_reference(launches, monkeypatch, case):
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(case, torch.float32)
     d = 4096 if case == "wide" else 128  # 4096: 512 vectors of half a row, more than a block's threads
     half = 32 if case == "partial" else d // 2
@@ -80,6 +80,8 @@ def test_other_cases_keep_rotary_qk_and_match_the_reference(launches, case):
         x = x.transpose(1, 2).contiguous().transpose(1, 2)
     elif case == "unaligned":
         x = torch.randn(x.numel() + 1, device="cuda")[1:].view(x.shape)
+    elif case == "table":  # cos and sin [16, 64] float, 8 KiB: one byte past the limit set here
+        monkeypatch.setattr(_rotary, "LEAN_TABLE_BYTES", 2 * 16 * 64 * 4 - 1)
     cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
     y = O.rotary_embedding(x, cos, sin, pos, interleaved=case == "interleaved")
     assert launches == []
