@@ -261,7 +261,7 @@ def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
         for expr in req.name_expressions:
             _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, expr.encode())[0],
                    f"nvrtcAddNameExpression({expr!r})")
-        opts = req.nvrtc_options()
+        opts = _without_nvrtc_cache(req.nvrtc_options(), tuple(nvrtc.nvrtcVersion()[1:]))
         with _locks_guard:
             nvrtc_stats["compiles"] += 1
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
@@ -294,6 +294,25 @@ def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
         code = code.rstrip(b"\x00")
     return CudaBinary(code=bytes(code), kind=req.output, arch=_binary_arch(req), lowered_names=lowered,
                       nvrtc_version=version, log=text, key=key, source=req.source, name=req.name)
+
+
+def _ptxas_verbose(opts: Sequence[str]) -> bool:
+    """Whether ``opts`` ask ptxas for its report (``--ptxas-options=-v``, ``-Xptxas --verbose`` ...)."""
+    after_x = False
+    for opt in opts:
+        words = opt.split("=", 1)[1] if opt.startswith(("--ptxas-options=", "-Xptxas=")) else opt if after_x else ""
+        if any(w in ("-v", "--verbose") for w in words.replace(",", " ").split()):
+            return True
+        after_x = opt in ("--ptxas-options", "-Xptxas")
+    return False
+
+
+def _without_nvrtc_cache(opts: list[str], version: tuple[int, int]) -> list[str]:
+    """``opts`` plus ``--no-cache`` where ptxas' report is asked for and NVRTC (12.9 on) has its own
+    cache: a program NVRTC finds there is not run through ptxas, and its log comes back empty."""
+    if version >= (12, 9) and "--no-cache" not in opts and _ptxas_verbose(opts):
+        return [*opts, "--no-cache"]
+    return opts
 
 
 def _compile_error(req: CompileRequest, text: str, opts: Sequence[str]) -> CompileError:

@@ -236,3 +236,25 @@ def test_defines_as_a_dict_strings_or_pairs_are_one_request_and_bad_ones_say_wha
                       (["4N=1"], "not a macro name"), ({"N-1": 2}, "not a macro name")):
         with pytest.raises(SpecError, match=said):
             make_request(src, arch="sm_90", defines=bad)
+
+
+@pytest.mark.parametrize("opts, verbose", [
+    (["--ptxas-options=-v"], True), (["--ptxas-options=--verbose"], True), (["-Xptxas", "-v"], True),
+    (["--ptxas-options", "-O3,-v"], True), (["-Xptxas=-O2"], False), (["-v"], False), (["-lineinfo"], False),
+])
+def test_ptxas_report_asks_nvrtc_to_skip_its_own_cache(opts, verbose):
+    base = ["--gpu-architecture=sm_90", *opts]
+    asked = _nvrtc._without_nvrtc_cache(base, (13, 0))
+    assert asked == ([*base, "--no-cache"] if verbose else base)
+    assert _nvrtc._without_nvrtc_cache(base, (12, 8)) == base  # NVRTC before 12.9 has no cache (nor the option)
+    assert _nvrtc._without_nvrtc_cache([*base, "--no-cache"], (13, 0)).count("--no-cache") == 1
+
+
+def test_ptxas_report_comes_back_in_the_log():
+    """NVRTC 12.9 on skips ptxas for a program its own cache holds, and the report with it; opsmith
+    adds --no-cache (which NVRTC must accept) to such compiles, so the log has the report."""
+    a = opsmith.compile_cuda(RELU, arch="sm_90", options=["--ptxas-options=-v"])
+    _nvrtc._memo.clear()
+    b = opsmith.compile_cuda(RELU + "\n// again", arch="sm_90", options=["--ptxas-options=-v"])
+    for binary in (a, b):
+        assert "Compiling entry function 'relu'" in binary.log and "registers" in binary.log, binary.log
