@@ -131,7 +131,7 @@ case "$PART" in
       if [ "${NCU_ROTARY:-0}" = 1 ]; then  # Nsight Compute on rotary_qk and compile's kernel (NCU_ROTARY_ARGS)
         run ncu_rotary ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
           --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
-          -k 'regex:rotary_qk|triton' -c 40 python3 bench/diag_rotary.py --ncu ${NCU_ROTARY_ARGS:---dtype float32 --shapes 2048x2048}
+          -k 'regex:rotary|triton' -c 40 python3 bench/diag_rotary.py --ncu ${NCU_ROTARY_ARGS:---dtype float32 --shapes 2048x2048}
       fi
       if [ "${DIAG_ROTARY:-0}" = 1 ]; then
         run diag_rotary python3 bench/diag_rotary.py --json "$L/diag_rotary.json" ${ROTARY_DIAG_ARGS:-}
