@@ -200,7 +200,7 @@ def main() -> int:
                          "[1, heads, rows, 128] (transformers' q.view(b, s, h, d).transpose(1, 2))")
     ap.add_argument("--variants", default=VARIANTS)
     ap.add_argument("--ncu", action="store_true",
-                    help="no timing: the first shape's forward, ours (rotary_qk) then compile's, twice each, for "
+                    help="no timing: the first shape's forward, ours (rotary_qk_cuda) then compile's, twice each, for "
                          "Nsight Compute to read (gpu_check.sh ops NCU_ROTARY=1)")
     ap.add_argument("--profile", action="store_true",
                     help="no timing: each variant's call (L2 flushed before each) under torch.profiler, its kernels "

@@ -90,7 +90,7 @@ case "$PART" in
     # DIAG_GATED_LARGE=1: bench/diag_gated_large.py (GATED_ARGS), the 16-bit gated forwards' variants beside Liger;
     # DIAG_GATED_STEP=1: bench/diag_gated_step.py (GATED_STEP_ARGS), the small gated fwd + bwd step by kernel;
     # DIAG_ROTARY=1: bench/diag_rotary.py (ROTARY_DIAG_ARGS; ROTARY_DIAG_ARGS2, _ARGS3: more runs), rotary_qk's launch
-    # variants beside compile; NCU_ROTARY=1: Nsight Compute's sections on rotary_qk and compile's kernel (its --ncu);
+    # variants beside compile; NCU_ROTARY=1: Nsight Compute's sections on our rotary kernel and compile's (its --ncu);
     # DIAG_SOFTMAX_STAGED=1: bench/diag_softmax_staged.py, the float 32,768-row backward staged or in registers; after
     # the tests
     # DIAG_EW=1: bench/diag_ew_map.py, the elementwise maps beside eager; EW_BENCH=1: bench/bench_ops.py --quick;
@@ -128,7 +128,7 @@ case "$PART" in
       [ "${DIAG_GATED_LARGE:-0}" = 1 ] && run diag_gated_large python3 bench/diag_gated_large.py --json "$L/diag_gated_large.json" ${GATED_ARGS:-}
       [ "${DIAG_SOFTMAX_STAGED:-0}" = 1 ] && run diag_softmax_staged python3 bench/diag_softmax_staged.py --json "$L/diag_softmax_staged.json"
       [ "${DIAG_GATED_STEP:-0}" = 1 ] && run diag_gated_step bash -c "cd bench && python3 diag_gated_step.py --json $L/diag_gated_step.json ${GATED_STEP_ARGS:-}"
-      if [ "${NCU_ROTARY:-0}" = 1 ]; then  # Nsight Compute on rotary_qk and compile's kernel (NCU_ROTARY_ARGS)
+      if [ "${NCU_ROTARY:-0}" = 1 ]; then  # Nsight Compute on our rotary kernel and compile's (NCU_ROTARY_ARGS)
         run ncu_rotary ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
           --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
           -k 'regex:rotary|triton' -c 40 python3 bench/diag_rotary.py --ncu ${NCU_ROTARY_ARGS:---dtype float32 --shapes 2048x2048}
