@@ -298,12 +298,15 @@ def _compile(req: CompileRequest, key: str, version: str) -> CudaBinary:
 
 def _ptxas_verbose(opts: Sequence[str]) -> bool:
     """Whether ``opts`` ask ptxas for its report (``--ptxas-options=-v``, ``-Xptxas --verbose`` ...)."""
-    after_x = False
-    for opt in opts:
-        words = opt.split("=", 1)[1] if opt.startswith(("--ptxas-options=", "-Xptxas=")) else opt if after_x else ""
-        if any(w in ("-v", "--verbose") for w in words.replace(",", " ").split()):
+    for flag, value in zip(["", *opts], opts):  # "--ptxas-options=-v", or the flag and "-v" as two options
+        if flag in ("--ptxas-options", "-Xptxas"):
+            words = value
+        elif value.startswith(("--ptxas-options=", "-Xptxas=")):
+            words = value.split("=", 1)[1]
+        else:
+            continue
+        if {"-v", "--verbose"} & set(words.replace(",", " ").split()):
             return True
-        after_x = opt in ("--ptxas-options", "-Xptxas")
     return False
 
 
