@@ -33,6 +33,7 @@ loss.backward()), where Liger skips its backward kernel.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -291,6 +292,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--shapes", help="ROWSxCOLS,... in place of the sweep's shapes (cross_entropy keeps its own)")
     ap.add_argument("--budget-s", type=float, default=400, help="stop starting new cases after this")
+    ap.add_argument("--flush", default="zero", choices=("zero", "last"),
+                    help="the L2 flush before each run: zero, the benchmark's (do_bench's); last, one that first "
+                         "displaces the lines a kernel loaded under evict_last (bench/_flush.py)")
     ap.add_argument("--plot-only", type=Path, metavar="RESULTS_JSON",
                     help="redraw peers.png in --out from a results.json (no GPU needed)")
     ap.add_argument("--table-only", type=Path, metavar="RESULTS_JSON",
@@ -310,11 +314,13 @@ def main() -> int:
         plot(data["records"], data["meta"], args.out / "peers.png")
         return 0
     import torch._functorch.config as functorch_config
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _flush import flush_mode  # bench/_flush.py
     functorch_config.donated_buffer = False
     liger = _liger() if args.device != "cpu" else None
     start = time.perf_counter()
     meta = {"torch": torch.__version__, "liger": _liger_version() if liger else None,
-            "command": "python3 bench/bench_ops_peers.py " + " ".join(sys.argv[1:])}
+            "command": "python3 bench/bench_ops_peers.py " + " ".join(sys.argv[1:]), "flush": args.flush}
     if args.device != "cpu":
         meta.update(device=torch.cuda.get_device_name(), copy_gbps=ops.copy_bandwidth())
     shapes = SHAPES[:3] if args.quick else SHAPES
@@ -346,7 +352,8 @@ def main() -> int:
                             failed[name] = _error(exc)
                     if direction == "fwd" and args.device != "cpu":  # the target's reference at this size
                         calls["copy"] = (*_copy(nbytes, args.device), max(args.runs, COPY_RUNS))
-                    res = {**measure_case(calls, args.rounds, args.device), **failed}
+                    with flush_mode(args.flush) if args.device != "cpu" else contextlib.nullcontext():
+                        res = {**measure_case(calls, args.rounds, args.device), **failed}
                     del calls
                     peers = [r["ms"] for k, r in res.items() if k not in ("opsmith", "copy") and "ms" in r]
                     ratio = (min(peers) / res["opsmith"]["ms"]) if peers and "ms" in res["opsmith"] else None

@@ -28,38 +28,12 @@ import sys
 from pathlib import Path
 
 import torch
-import triton
-import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _flush import FLUSHES, flush_mode  # noqa: E402
 from bench_ops_peers import _copy, _liger, floor_bytes, impls, prepare  # noqa: E402
 from opsmith.ops import _bench  # noqa: E402
-
-
-@triton.jit
-def _read_last(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    v = tl.load(x_ptr + offs, mask=offs < n, other=0, eviction_policy="evict_last")
-    s = tl.sum(v, axis=0)
-    tl.store(out_ptr + tl.program_id(0), s, mask=s == 123456789)  # never true for zeros: kept, not written
-
-
-def _flusher(mode: str, device):
-    plain = _bench_flusher(device)
-    if mode == "zero":
-        return plain
-    size = 2 * torch.cuda.get_device_properties(device).L2_cache_size // 4
-    buf = torch.zeros(size, dtype=torch.int32, device=device)
-    out = torch.zeros(triton.cdiv(size, 4096), dtype=torch.int32, device=device)
-
-    def flush():
-        _read_last[(triton.cdiv(size, 4096),)](buf, out, size, BLOCK=4096)
-        plain()
-    return flush
-
-
-_bench_flusher = _bench._l2_flusher
 
 
 def main() -> int:
@@ -84,15 +58,14 @@ def main() -> int:
             calls = {name: prepare(name, make, fn, rows, cols, dt, dev, direction) for name, (make, fn) in peers.items()
                      if name != "eager"}
             calls["copy"] = _copy(moved, dev)[0]
-            for mode in ("zero", "last"):
-                _bench._l2_flusher = lambda device, m=mode: _flusher(m, device)
+            for mode in FLUSHES:
                 per = {n: [] for n in calls}
                 names = list(calls)
-                for r in range(args.rounds):
-                    for n in names[r % len(names):] + names[:r % len(names)]:
-                        per[n].append(_bench.benchmark(calls[n], bytes_moved=moved, runs=args.runs, warmup=3)
-                                      .median_ms)
-                _bench._l2_flusher = _bench_flusher
+                with flush_mode(mode):
+                    for r in range(args.rounds):
+                        for n in names[r % len(names):] + names[:r % len(names)]:
+                            per[n].append(_bench.benchmark(calls[n], bytes_moved=moved, runs=args.runs, warmup=3)
+                                          .median_ms)
                 us = {n: statistics.median(ms) * 1e3 for n, ms in per.items()}
                 out["cases"].append({"rows": rows, "cols": cols, "direction": direction, "flush": mode, "us": us})
                 cells = " | ".join(f"{n} {t:7.2f} us ({t / us['opsmith']:.3f}x)" for n, t in us.items())

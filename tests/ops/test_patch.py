@@ -5,10 +5,10 @@ function, modules and functions that only look like an RMS norm, an MLP or a rot
 meta models, idempotence."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+import importlib
 
 import pytest
+from bench_files import load as load_bench  # tests/ops/bench_files.py (pytest puts tests/ops on the path)
 
 torch = pytest.importorskip("torch")
 
@@ -180,18 +180,9 @@ def test_tiny_transformers_models_keep_their_outputs(family):
 
 
 # -- gated MLPs ---------------------------------------------------------------------------------------------------
-def _bench_module():
-    """bench/bench_llama_step.py, imported from its path (its model is written out there)."""
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_llama_step.py"
-    spec = importlib.util.spec_from_file_location("bench_llama_step", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _bench_models(layers: int):
     """The bench's Llama twice with the same weights (one to patch, one to compare), tokens, labels."""
-    bench = _bench_module()
+    bench = load_bench("bench_llama_step")  # its model is written out there
     torch.manual_seed(0)
     model = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=layers, seq=16)
     ref = bench.Llama(vocab=64, hidden=32, inter=48, heads=4, layers=layers, seq=16)
