@@ -35,14 +35,18 @@ def _read_last():
     return _kernel[0]
 
 
-def flusher(mode: str, device):
-    """The flush ``mode`` (one of :data:`FLUSHES`) on ``device``, as ``_bench._l2_flusher`` returns it."""
+def _known(mode: str) -> str:
     if mode not in FLUSHES:
         raise ValueError(f"flush {mode!r}: one of {', '.join(FLUSHES)}")
-    plain = _plain(device)
-    if mode == "zero":
-        return plain
+    return mode
+
+
+def flusher(mode: str, device):
+    """The flush ``mode`` (one of :data:`FLUSHES`) on ``device``, as ``_bench._l2_flusher`` returns it."""
+    if _known(mode) == "zero":
+        return _plain(device)
     import torch
+    plain = _plain(device)
     triton, read_last = _read_last()
     size = 2 * torch.cuda.get_device_properties(device).L2_cache_size // 4
     buf = torch.zeros(size, dtype=torch.int32, device=device)
@@ -57,8 +61,7 @@ def flusher(mode: str, device):
 @contextlib.contextmanager
 def flush_mode(mode: str):
     """``opsmith.ops.benchmark`` flushes with ``mode`` inside the block."""
-    if mode not in FLUSHES:
-        raise ValueError(f"flush {mode!r}: one of {', '.join(FLUSHES)}")
+    _known(mode)
     _bench._l2_flusher = lambda device: flusher(mode, device)
     try:
         yield

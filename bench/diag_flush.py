@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -32,8 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _flush import FLUSHES, flush_mode  # noqa: E402
-from bench_ops_peers import _copy, _liger, floor_bytes, impls, prepare  # noqa: E402
-from opsmith.ops import _bench  # noqa: E402
+from bench_ops_peers import _copy, _liger, floor_bytes, impls, measure_case, prepare  # noqa: E402
 
 
 def main() -> int:
@@ -55,18 +53,13 @@ def main() -> int:
         rows, cols = (int(v) for v in shape.split("x"))
         for direction in args.directions.split(","):
             moved = floor_bytes(args.op, rows, cols, torch.tensor([], dtype=dt).element_size(), direction)
-            calls = {name: prepare(name, make, fn, rows, cols, dt, dev, direction) for name, (make, fn) in peers.items()
-                     if name != "eager"}
-            calls["copy"] = _copy(moved, dev)[0]
+            calls = {name: (prepare(name, make, fn, rows, cols, dt, dev, direction), moved, args.runs)
+                     for name, (make, fn) in peers.items() if name != "eager"}
+            calls["copy"] = (_copy(moved, dev)[0], moved, args.runs)
             for mode in FLUSHES:
-                per = {n: [] for n in calls}
-                names = list(calls)
-                with flush_mode(mode):
-                    for r in range(args.rounds):
-                        for n in names[r % len(names):] + names[:r % len(names)]:
-                            per[n].append(_bench.benchmark(calls[n], bytes_moved=moved, runs=args.runs, warmup=3)
-                                          .median_ms)
-                us = {n: statistics.median(ms) * 1e3 for n, ms in per.items()}
+                with flush_mode(mode):  # the sweep's timing: rounds in turn, the median of the rounds' medians
+                    res = measure_case(calls, args.rounds, "cuda")
+                us = {n: r["ms"] * 1e3 for n, r in res.items() if "ms" in r}
                 out["cases"].append({"rows": rows, "cols": cols, "direction": direction, "flush": mode, "us": us})
                 cells = " | ".join(f"{n} {t:7.2f} us ({t / us['opsmith']:.3f}x)" for n, t in us.items())
                 print(f"{shape:>10} {direction:8} {mode:5} {cells}", flush=True)
