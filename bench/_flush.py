@@ -11,28 +11,27 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from opsmith.ops import _bench
 
 FLUSHES = ("zero", "last")
 _plain = _bench._l2_flusher
-_kernel = []
 
 
+@functools.cache
 def _read_last():
-    """The Triton kernel (built on first use: Triton is needed for ``last`` alone)."""
-    if not _kernel:
-        import triton
-        import triton.language as tl
+    """Triton and the kernel (built on first use: Triton is needed for ``last`` alone)."""
+    import triton
+    import triton.language as tl
 
-        @triton.jit
-        def read_last(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            v = tl.load(x_ptr + offs, mask=offs < n, other=0, eviction_policy="evict_last")
-            s = tl.sum(v, axis=0)
-            tl.store(out_ptr + tl.program_id(0), s, mask=s == 123456789)  # zeros: never written, the loads kept
-        _kernel.append((triton, read_last))
-    return _kernel[0]
+    @triton.jit
+    def read_last(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs, mask=offs < n, other=0, eviction_policy="evict_last")
+        s = tl.sum(v, axis=0)
+        tl.store(out_ptr + tl.program_id(0), s, mask=s == 123456789)  # zeros: never written, the loads kept
+    return triton, read_last
 
 
 def _known(mode: str) -> str:
